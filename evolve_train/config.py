@@ -1,0 +1,252 @@
+"""Typed configuration: the schema every Hydra config is merged into.
+
+Each dataclass field carries a docstring (the string literal under it). Because the schema is
+registered in Hydra's ConfigStore as ``base_config``, an override naming a key that does not exist
+(``trainer.lr_rate=...``) fails before any work starts, with Hydra naming the key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+
+@dataclass
+class ModelConfig:
+    name_or_path: Optional[str] = None
+    """Hub name or local directory of a pretrained model. ``null`` builds a fresh model from the fields below."""
+    arch: str = "gpt2"
+    """Architecture of a model built from config: ``gpt2`` (causal) or ``t5`` (seq2seq)."""
+    n_layer: int = 4
+    """Transformer blocks (built-from-config models only)."""
+    n_embd: int = 256
+    """Hidden width (built-from-config models only)."""
+    n_head: int = 4
+    """Attention heads (built-from-config models only)."""
+    n_positions: int = 128
+    """Maximum sequence length of a built-from-config model."""
+    dropout: float = 0.0
+    """Dropout of a built-from-config model (0 is best for memorising facts)."""
+    vocab_size: int = 2048
+    """Vocabulary size of the tokenizer trained locally when no pretrained tokenizer is given."""
+    tokenizer: Optional[str] = None
+    """Tokenizer name or directory; ``null`` uses ``name_or_path``'s or trains a BPE tokenizer on the step-0 corpus."""
+    attn_implementation: str = "sdpa"
+    """Attention kernel passed to transformers (``sdpa``, ``eager``, ``flash_attention_2``)."""
+    trust_remote_code: bool = False
+    """Allow model repositories to run their own Python code. Off unless you trust the source."""
+    allow_pickle: bool = False
+    """Allow loading pickle-based weights (``.bin``/``.pt``). Off: only safetensors load."""
+    gradient_checkpointing: bool = False
+    """Trade compute for memory on large models."""
+
+
+@dataclass
+class LoraConfig:
+    r: int = 8
+    """LoRA rank."""
+    alpha: int = 16
+    """LoRA alpha; the adapter output is scaled by alpha / r (as in the LoRA paper and peft)."""
+    dropout: float = 0.0
+    """Dropout on the adapter input."""
+    target_modules: Optional[list[str]] = None
+    """Module names to adapt; ``null`` picks per architecture (GPT-2 ``c_attn,c_proj,c_fc``, llama-style, T5)."""
+    across_steps: str = "merge"
+    """``merge``: merge into the base after each time step and start a fresh adapter; ``stack``: keep training one adapter."""
+
+
+@dataclass
+class ReplayConfig:
+    ratio: float = 0.0
+    """Share of earlier steps' examples mixed into each step's corpus, relative to its size (0 = off)."""
+    decay: float = 1.0
+    """CKL-style decaying schedule: the ratio at epoch e is ratio * decay**e (1.0 = fixed ratio)."""
+
+
+@dataclass
+class RegularizerConfig:
+    coef: float = 0.0
+    """Penalty coefficient (0 = off)."""
+    anneal_steps: int = 0
+    """Optimizer steps over which the coefficient ramps from 0 to ``coef`` (0 = no annealing)."""
+    fisher_batches: int = 8
+    """EWC only: batches of the previous step's data used to estimate the diagonal Fisher."""
+
+
+@dataclass
+class FreezeConfig:
+    embeddings: bool = False
+    """Freeze token and position embeddings."""
+    lower_blocks: int = 0
+    """Freeze the lowest N transformer blocks."""
+
+
+@dataclass
+class MethodConfig:
+    name: str = "full"
+    """Name of the method, used in run names and reports."""
+    strategies: list[str] = field(default_factory=lambda: ["full"])
+    """Strategies applied by the one training loop, in order (e.g. ``[lora, replay]``)."""
+    lora: LoraConfig = field(default_factory=LoraConfig)
+    """LoRA settings (strategy ``lora``)."""
+    replay: ReplayConfig = field(default_factory=ReplayConfig)
+    """Mix-review settings (strategy ``replay``)."""
+    l2_init: RegularizerConfig = field(default_factory=RegularizerConfig)
+    """RecAdam-style pull toward the previous step's weights (strategy ``l2_init``)."""
+    ewc: RegularizerConfig = field(default_factory=RegularizerConfig)
+    """Elastic weight consolidation (strategy ``ewc``)."""
+    freeze: FreezeConfig = field(default_factory=FreezeConfig)
+    """Frozen parameter groups (strategy ``freeze``)."""
+
+
+@dataclass
+class WorldConfig:
+    seed: int = 0
+    """Seed of the generated world; the same seed gives byte-identical data."""
+    n_entities: int = 300
+    """Organisations alive at step 0."""
+    n_steps: int = 3
+    """Time steps (snapshots), step 0 included."""
+    change_share: float = 0.25
+    """Share of changeable facts whose value changes at each later step."""
+    new_entities_per_step: int = 40
+    """Organisations founded (new facts) at each later step."""
+    start_year: int = 2018
+    """Calendar year of step 0; step k is year start_year + k."""
+    dev_share: float = 0.2
+    """Share of eval items marked ``dev`` (usable for tuning); the rest are ``private``."""
+
+
+@dataclass
+class DataConfig:
+    kind: str = "synthetic_world"
+    """Data source: ``synthetic_world``, ``evolvingqa`` or ``temporal_qa``."""
+    objective: str = "masked_entity"
+    """``masked_entity``: loss on the masked entity of each pair; ``clm``: loss on all text."""
+    world: WorldConfig = field(default_factory=WorldConfig)
+    """Settings of the embedded world (``kind=synthetic_world``)."""
+    root: Optional[str] = None
+    """Directory of a data release (``kind=evolvingqa`` / ``temporal_qa``)."""
+    steps: Optional[list[str]] = None
+    """Order of the release's time steps by name; ``null`` sorts the names found in the files."""
+    fields: dict[str, str] = field(default_factory=dict)
+    """Field mapping for other layouts: ``{contract_name: source_name}``, e.g. ``question: edited_question``."""
+    cache_dir: Optional[str] = None
+    """Where materialised datasets are cached; ``null`` uses ``~/.cache/evolve_train``."""
+
+
+@dataclass
+class TrainerConfig:
+    epochs_step0: float = 40
+    """Passes over the step-0 corpus (the initial pretraining)."""
+    epochs: float = 30
+    """Passes over each later step's corpus."""
+    batch_size: int = 16
+    """Rows per optimizer micro-batch (per process)."""
+    grad_accum: int = 1
+    """Micro-batches per optimizer step."""
+    seq_len: int = 128
+    """Length of packed training rows (tokens)."""
+    lr: float = 1e-3
+    """Peak learning rate (AdamW)."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    warmup_steps: int = 30
+    """Linear warmup at the start of every time step, then linear decay to ``min_lr_ratio * lr``."""
+    min_lr_ratio: float = 0.1
+    """Final learning rate of each time step, as a share of ``lr``."""
+    grad_clip: float = 1.0
+    """Gradient-norm clipping (0 = off)."""
+    mixed_precision: str = "no"
+    """Passed to accelerate: ``no``, ``bf16`` or ``fp16``."""
+    num_threads: int = 0
+    """torch CPU threads (0 = torch's default)."""
+    log_every: int = 10
+    """Optimizer steps between training-loss log rows (the only host syncs in the loop)."""
+    compile: bool = False
+    """Wrap the model in ``torch.compile`` (GPU)."""
+    save_every_n_steps: int = 0
+    """Save a resumable training state every N optimizer steps inside a time step (0 = only at step ends)."""
+    keep_last_states: int = 2
+    """Mid-step training states to keep."""
+    nonfinite: str = "stop"
+    """On a non-finite loss or gradient: ``stop`` (default) or ``skip`` the batch and count it."""
+
+
+@dataclass
+class EvalConfig:
+    evaluators: list[str] = field(default_factory=lambda: ["splits"])
+    """Evaluators run on every checkpoint, by registered name."""
+    batch_size: int = 64
+    """Prompts per generation batch."""
+    max_new_tokens: int = 12
+    """Longest generated answer."""
+    stop_strings: list[str] = field(default_factory=lambda: ["\n"])
+    """Generation is cut at the first of these (and at the tokenizer's EOS)."""
+    forward_transfer: bool = False
+    """Also evaluate each checkpoint on the next step's sets (needed for FWT)."""
+    eval_initial: bool = False
+    """Evaluate the model before any training (A_init for FWT; meaningful for pretrained models)."""
+    max_items_per_set: int = 0
+    """Cap on items per eval set (0 = all); a fixed seeded sample keeps it comparable across steps."""
+    save_predictions: bool = True
+    """Write per-item predictions under ``predictions/step_<k>/``."""
+
+
+@dataclass
+class WandbConfig:
+    project: str = "evolve-train"
+    """W&B project."""
+    entity: Optional[str] = None
+    """W&B entity (team/user); ``null`` uses your default."""
+    mode: str = "offline"
+    """``offline`` (default), ``online`` or ``disabled``; the ``WANDB_MODE`` variable wins when set."""
+    tags: list[str] = field(default_factory=list)
+    """Tags of the run."""
+    group: Optional[str] = None
+    """Run group; ``null`` uses the experiment name."""
+
+
+@dataclass
+class LoggerConfig:
+    backends: list[str] = field(default_factory=lambda: ["disk", "console"])
+    """Metric loggers by name: ``disk``, ``console``, ``wandb``."""
+    wandb: WandbConfig = field(default_factory=WandbConfig)
+    """Weights & Biases settings (backend ``wandb``)."""
+
+
+@dataclass
+class Config:
+    model: ModelConfig = MISSING
+    """Which model to train."""
+    method: MethodConfig = MISSING
+    """How to train across time steps."""
+    data: DataConfig = MISSING
+    """The timeline: training corpora and eval sets per step."""
+    trainer: TrainerConfig = MISSING
+    """Optimisation settings."""
+    eval: EvalConfig = MISSING
+    """Evaluation of every checkpoint."""
+    logger: LoggerConfig = MISSING
+    """Where metrics go."""
+    experiment: str = "default"
+    """Name of the experiment; groups runs in the run-dir tree and in W&B."""
+    seed: int = 0
+    """Seed of model init, data order and everything else random in training."""
+    resume: str = "auto"
+    """``auto``: continue a run dir that has completed steps; ``false``: refuse to reuse a non-empty run dir."""
+    run_dir: Optional[str] = None
+    """Output directory; ``null`` uses Hydra's run dir (deterministic, see configs/config.yaml)."""
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Free-form notes carried into the run's saved config (not read by the framework)."""
+
+
+def register_configs() -> None:
+    cs = ConfigStore.instance()
+    cs.store(name="base_config", node=Config)
+
+
+register_configs()

@@ -1,0 +1,65 @@
+"""Answer matching: SQuAD v1.1 normalization with NFKC first, exact match and token F1 (METRICS.md §1)."""
+
+from __future__ import annotations
+
+import re
+import string
+import unicodedata
+from collections import Counter
+from typing import Sequence, Union
+
+Golds = Union[str, Sequence[str]]
+
+_PUNCTUATION = frozenset(string.punctuation)
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+DEFAULT_STOPS: tuple[str, ...] = ("\n",)
+
+
+def normalize(text: str) -> str:
+    """METRICS.md §1: NFKC → lowercase → drop `string.punctuation` → drop whole words a/an/the →
+    collapse whitespace → strip."""
+    text = unicodedata.normalize("NFKC", text).lower()
+    text = "".join(ch for ch in text if ch not in _PUNCTUATION)
+    text = _ARTICLES.sub(" ", text)
+    return " ".join(text.split())
+
+
+def aliases(golds: Golds) -> list[str]:
+    """A gold answer as a list of aliases: a single string is a list of one (METRICS.md §1)."""
+    return [golds] if isinstance(golds, str) else list(golds)
+
+
+def exact_match(prediction: str, golds: Golds) -> int:
+    """METRICS.md §1: 1 if normalize(prediction) equals normalize(g) for any alias g, else 0."""
+    predicted = normalize(prediction)
+    return int(any(predicted == normalize(gold) for gold in aliases(golds)))
+
+
+def _token_f1(predicted: list[str], gold: list[str]) -> float:
+    if not predicted and not gold:
+        return 1.0
+    if not predicted or not gold:
+        return 0.0
+    overlap = sum((Counter(predicted) & Counter(gold)).values())
+    if overlap == 0:
+        return 0.0
+    precision, recall = overlap / len(predicted), overlap / len(gold)
+    return 2 * precision * recall / (precision + recall)
+
+
+def f1(prediction: str, golds: Golds) -> float:
+    """METRICS.md §1: max over aliases of token F1 on normalized tokens, multiset overlap;
+    both token lists empty → 1, exactly one empty → 0. No aliases → 0."""
+    tokens = normalize(prediction).split()
+    return max((_token_f1(tokens, normalize(gold).split()) for gold in aliases(golds)), default=0.0)
+
+
+def cut_at_stop(text: str, stops: Sequence[str] = DEFAULT_STOPS) -> str:
+    """METRICS.md §1: the generation up to (not including) the earliest occurrence of any stop string."""
+    cut = len(text)
+    for stop in stops:
+        if stop:
+            position = text.find(stop)
+            if position != -1:
+                cut = min(cut, position)
+    return text[:cut]

@@ -1,0 +1,197 @@
+"""Paired temporal metrics and timestamp ablations on scored items (METRICS.md §4 and §5).
+
+Predictions are a mapping item id → prediction text (already cut at the stop strings).
+"""
+
+from __future__ import annotations
+
+import random
+from datetime import date
+from typing import Any, Iterable, Mapping, Optional, Sequence
+
+from evolve_train.data.qa_items import QAItem
+from evolve_train.data.timestamps import TimestampLike, parse_timestamp, strip_timestamp_phrase
+from evolve_train.evaluation.metrics.answer import exact_match, normalize
+
+Predictions = Mapping[str, str]
+Pair = tuple[QAItem, QAItem]
+Slices = Mapping[str, tuple[Optional[TimestampLike], Optional[TimestampLike]]]
+
+
+def _prediction(predictions: Predictions, item: QAItem) -> str:
+    try:
+        return predictions[item.id]
+    except KeyError:
+        raise ValueError(f"no prediction for item '{item.id}'") from None
+
+
+def _em_summary(items: Iterable[QAItem], predictions: Predictions) -> dict[str, Any]:
+    scores = [exact_match(_prediction(predictions, item), item.answers) for item in items]
+    return {"em": sum(scores) / len(scores) if scores else None, "n": len(scores)}
+
+
+def alias_set(item: QAItem) -> frozenset[str]:
+    """The item's normalized aliases (METRICS.md §1/§4)."""
+    return frozenset(normalize(answer) for answer in item.answers)
+
+
+def base_question_key(item: QAItem) -> str:
+    """§4 grouping key: the `base_question` field, else the question without its timestamp phrase;
+    normalized (§1) so that case and punctuation left by the phrase removal do not split a group."""
+    return normalize(item.base_question or strip_timestamp_phrase(item.question, item.timestamp))
+
+
+def group_by_base_question(items: Iterable[QAItem]) -> dict[str, list[QAItem]]:
+    """Timestamped items grouped by base question, each group in file order (METRICS.md §4)."""
+    groups: dict[str, list[QAItem]] = {}
+    for item in items:
+        if item.timestamp is not None:
+            groups.setdefault(base_question_key(item), []).append(item)
+    return groups
+
+
+def build_pairs(items: Iterable[QAItem]) -> list[Pair]:
+    """METRICS.md §4 "Automatic pairing": per base-question group, order by timestamp (a year as 1 January,
+    a year-month as the 1st); of items sharing a timestamp only the first in file order takes part; each two
+    consecutive items whose normalized alias sets are disjoint form one pair (older, newer)."""
+    pairs: list[Pair] = []
+    for group in group_by_base_question(items).values():
+        first_per_day: dict[date, QAItem] = {}
+        for item in group:
+            first_per_day.setdefault(parse_timestamp(item.timestamp), item)
+        ordered = [first_per_day[day] for day in sorted(first_per_day)]
+        pairs += [(older, newer) for older, newer in zip(ordered, ordered[1:])
+                  if alias_set(older).isdisjoint(alias_set(newer))]
+    return pairs
+
+
+def explicit_pairs(items: Iterable[QAItem]) -> list[Pair]:
+    """Pairs given by the data's `pair_id`: each group ordered by timestamp (file order when a member has
+    none), consecutive members paired (older, newer)."""
+    groups: dict[str, list[QAItem]] = {}
+    for item in items:
+        if item.pair_id is not None:
+            groups.setdefault(item.pair_id, []).append(item)
+    pairs: list[Pair] = []
+    for group in groups.values():
+        if all(item.timestamp is not None for item in group):
+            group = sorted(group, key=lambda item: parse_timestamp(item.timestamp))
+        pairs += list(zip(group, group[1:]))
+    return pairs
+
+
+def resolve_pairs(items: Sequence[QAItem]) -> list[Pair]:
+    """Explicit pairs for items with a `pair_id`, automatic pairing (§4) among the others."""
+    return explicit_pairs(items) + build_pairs([item for item in items if item.pair_id is None])
+
+
+def update_adoption(pairs: Sequence[Pair], predictions: Predictions) -> Optional[float]:
+    """METRICS.md §4: fraction of pairs with EM(p_old, g_old) = 1 and EM(p_new, g_new) = 1; None if no pairs."""
+    if not pairs:
+        return None
+    hits = sum(exact_match(_prediction(predictions, old), old.answers)
+               and exact_match(_prediction(predictions, new), new.answers) for old, new in pairs)
+    return hits / len(pairs)
+
+
+def confusion_index(pairs: Sequence[Pair], predictions: Predictions) -> Optional[float]:
+    """METRICS.md §4: (#pairs with EM(p_old, g_new) = 1 + #pairs with EM(p_new, g_old) = 1) / (2·#pairs)."""
+    if not pairs:
+        return None
+    crossed = sum(exact_match(_prediction(predictions, old), new.answers)
+                  + exact_match(_prediction(predictions, new), old.answers) for old, new in pairs)
+    return crossed / (2 * len(pairs))
+
+
+def pair_asymmetry(pairs: Sequence[Pair], predictions: Predictions) -> Optional[float]:
+    """METRICS.md §4 (the article's pseudo-code count): fraction of pairs with exactly one of the two right."""
+    if not pairs:
+        return None
+    one_right = sum(exact_match(_prediction(predictions, old), old.answers)
+                    != exact_match(_prediction(predictions, new), new.answers) for old, new in pairs)
+    return one_right / len(pairs)
+
+
+def year_slices(years: Iterable[int]) -> dict[str, tuple[date, date]]:
+    """One half-open slice [1 Jan y, 1 Jan y+1) per calendar year, keyed "YYYY"."""
+    return {f"{y:04d}": (date(y, 1, 1), date(y + 1, 1, 1)) for y in sorted(set(years))}
+
+
+def time_accuracy(items: Sequence[QAItem], predictions: Predictions,
+                  slices: Optional[Slices] = None) -> dict[str, dict[str, Any]]:
+    """METRICS.md §4: mean EM over timestamped items whose timestamp lies in each slice, with `n`.
+
+    `slices` maps a name to a half-open range [start, end) of timestamps (None = unbounded); default one
+    per calendar year present, keyed "YYYY". A slice without items reports em None and n 0.
+    """
+    dated = [(parse_timestamp(item.timestamp), item) for item in items if item.timestamp is not None]
+    if slices is None:
+        slices = year_slices(day.year for day, _ in dated)
+    result: dict[str, dict[str, Any]] = {}
+    for name, (start, end) in slices.items():
+        low = parse_timestamp(start) if start is not None else None
+        high = parse_timestamp(end) if end is not None else None
+        inside = [item for day, item in dated
+                  if (low is None or day >= low) and (high is None or day < high)]
+        result[name] = _em_summary(inside, predictions)
+    return result
+
+
+def stable_items(items: Sequence[QAItem]) -> list[QAItem]:
+    """METRICS.md §4: items flagged `stable: true`; where no item carries the flag, the items of base-question
+    groups spanning ≥ 2 distinct timestamps whose normalized alias sets are all equal."""
+    if any(item.stable is not None for item in items):
+        return [item for item in items if item.stable]
+    chosen: set[str] = set()
+    for group in group_by_base_question(items).values():
+        days = {parse_timestamp(item.timestamp) for item in group}
+        if len(days) >= 2 and len({alias_set(item) for item in group}) == 1:
+            chosen.update(item.id for item in group)
+    return [item for item in items if item.id in chosen]
+
+
+def old_knowledge_retention(items: Sequence[QAItem], predictions: Predictions) -> dict[str, Any]:
+    """METRICS.md §4: mean EM over questions about stable knowledge, {"em", "n"} (em None when n = 0)."""
+    return _em_summary(stable_items(items), predictions)
+
+
+def timestamp_ablation(items: Sequence[QAItem], true: Predictions, shuffled: Predictions,
+                       none: Predictions) -> dict[str, Any]:
+    """METRICS.md §5: accuracy of the timestamped items asked with their own (`true`), a shuffled and no
+    timestamp, all scored against the gold of the true timestamp; timestamp_reliance = acc_true − acc_shuffled."""
+    dated = [item for item in items if item.timestamp is not None]
+    acc = {name: _em_summary(dated, group)["em"]
+           for name, group in (("true", true), ("shuffled", shuffled), ("none", none))}
+    reliance = None if acc["true"] is None else acc["true"] - acc["shuffled"]
+    return {**acc, "n": len(dated), "timestamp_reliance": reliance}
+
+
+def timestamp_invariance(original: Predictions, replaced: Mapping[str, Sequence[str]]) -> Optional[float]:
+    """METRICS.md §5: fraction of questions whose normalized prediction is identical under each of the K
+    other timestamps (`replaced[id]` holds the K predictions); None with no questions."""
+    if set(original) != set(replaced):
+        missing = sorted(set(original) ^ set(replaced), key=str)[0]
+        raise ValueError(f"question '{missing}' is not in both the original and the replaced predictions")
+    same = 0
+    for item_id, prediction in original.items():
+        if not replaced[item_id]:
+            raise ValueError(f"question '{item_id}' has no predictions with replaced timestamps")
+        same += all(normalize(other) == normalize(prediction) for other in replaced[item_id])
+    return same / len(original) if original else None
+
+
+def draw_other_timestamps(own: TimestampLike, pool: Iterable[str], k: int = 1, seed: int = 0,
+                          key: str = "") -> list[str]:
+    """METRICS.md §5: k distinct timestamps from `pool` whose day differs from `own`, drawn with a fixed seed
+    (per `key`, e.g. the item id, so one item's draw does not depend on the others')."""
+    own_day = parse_timestamp(own)
+    candidates = sorted({ts for ts in pool if parse_timestamp(ts) != own_day},
+                        key=lambda ts: (parse_timestamp(ts), ts))
+    if len(candidates) < k:
+        raise ValueError(f"need {k} timestamp(s) other than {own!r}, the data has {len(candidates)}")
+    return random.Random(f"{seed}:{key}").sample(candidates, k)
+
+
+def shuffled_timestamp(own: TimestampLike, pool: Iterable[str], seed: int = 0, key: str = "") -> str:
+    """METRICS.md §5 `shuffled` group: one timestamp from the dataset's others, different from `own`."""
+    return draw_other_timestamps(own, pool, 1, seed, key)[0]

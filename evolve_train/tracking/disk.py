@@ -1,0 +1,47 @@
+"""Disk logger: ``metrics.jsonl`` (evaluation rows), ``train_log.jsonl`` and ``summary.json``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from evolve_train.tracking.base import MetricLogger, register_logger
+from evolve_train.training.checkpoint import atomic_write_text
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> None:
+    atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+
+
+@register_logger("disk")
+class DiskLogger(MetricLogger):
+    """Each checkpoint's rows land in ``metrics.jsonl`` in one atomic replace: never half a checkpoint."""
+
+    def __init__(self, run_dir: Path, **_):
+        self.run_dir = Path(run_dir)
+        self.metrics_path = self.run_dir / "metrics.jsonl"
+        self.train_path = self.run_dir / "train_log.jsonl"
+
+    def truncate_after(self, checkpoint: int) -> None:
+        """Drop rows of checkpoints after ``checkpoint`` (left by an interrupted run)."""
+        for path, key in ((self.metrics_path, "checkpoint"), (self.train_path, "time_step")):
+            rows = read_jsonl(path)
+            kept = [r for r in rows if r.get(key, -1) <= checkpoint]
+            if len(kept) != len(rows):
+                write_jsonl(path, kept)
+
+    def log_train(self, row):
+        with self.train_path.open("a", encoding="utf-8") as handle:
+            handle.write(json.dumps(row) + "\n")
+
+    def log_eval(self, checkpoint, rows):
+        write_jsonl(self.metrics_path, read_jsonl(self.metrics_path) + rows)
+
+    def log_summary(self, summary):
+        atomic_write_text(self.run_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
