@@ -47,41 +47,54 @@ class ModelConfig:
 @dataclass
 class LoraConfig:
     r: int = 8
-    """LoRA rank."""
-    alpha: int = 16
+    """LoRA rank (>= 1)."""
+    alpha: float = 16
     """LoRA alpha; the adapter output is scaled by alpha / r (as in the LoRA paper and peft)."""
     dropout: float = 0.0
-    """Dropout on the adapter input."""
+    """Dropout on the adapter input (0 <= dropout < 1)."""
     target_modules: Optional[list[str]] = None
-    """Module names to adapt; ``null`` picks per architecture (GPT-2 ``c_attn,c_proj,c_fc``, llama-style, T5)."""
+    """Module names to adapt; ``null`` picks per architecture (GPT-2 ``c_attn,c_proj,c_fc``, llama-style
+    ``q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj``, T5 ``q,k,v,o,wi,wo``, GPT-NeoX)."""
     across_steps: str = "merge"
-    """``merge``: merge into the base after each time step and start a fresh adapter; ``stack``: keep training one adapter."""
+    """``merge``: merge into the base after each time step and start a fresh adapter; ``stack``: keep training
+    one adapter on the frozen base across steps (checkpoints hold the merged weights plus ``adapter/``)."""
 
 
 @dataclass
 class ReplayConfig:
-    ratio: float = 0.0
-    """Share of earlier steps' examples mixed into each step's corpus, relative to its size (0 = off)."""
+    ratio: float = 0.25
+    """Earlier steps' examples mixed into each step's corpus, as a multiple of its size (0.25 adds 25%)."""
     decay: float = 1.0
-    """CKL-style decaying schedule: the ratio at epoch e is ratio * decay**e (1.0 = fixed ratio)."""
+    """CKL-style decaying schedule: the ratio at epoch e is ratio * decay**e (1.0 = fixed ratio; 0 < decay <= 1)."""
+    source: str = "all"
+    """Where replayed examples come from: ``all`` earlier steps, or ``initial`` (step 0 only, as Mix-review)."""
 
 
 @dataclass
-class RegularizerConfig:
-    coef: float = 0.0
-    """Penalty coefficient (0 = off)."""
-    anneal_steps: int = 0
-    """Optimizer steps over which the coefficient ramps from 0 to ``coef`` (0 = no annealing)."""
+class L2InitConfig:
+    coef: float = 1.0
+    """Penalty coefficient: the loss gains coef/2 * sum((w - w_prev)^2) over every trainable parameter."""
+    anneal_t0: int = 0
+    """RecAdam-style annealing: the penalty weight falls from coef to 0 along a sigmoid centred on this
+    optimizer step of each time step (0 = constant coef)."""
+    anneal_k: float = 0.1
+    """Steepness of the annealing sigmoid (RecAdam's k)."""
+
+
+@dataclass
+class EwcConfig(L2InitConfig):
     fisher_batches: int = 8
-    """EWC only: batches of the previous step's data used to estimate the diagonal Fisher."""
+    """Batches of the previous step's data used to estimate the diagonal Fisher."""
+    fisher_batch_size: int = 8
+    """Rows per Fisher batch."""
 
 
 @dataclass
 class FreezeConfig:
     embeddings: bool = False
-    """Freeze token and position embeddings."""
+    """Freeze the token and position embeddings (for GPT-2 this also freezes the tied output head)."""
     lower_blocks: int = 0
-    """Freeze the lowest N transformer blocks."""
+    """Freeze the lowest N transformer blocks (of encoder and decoder for T5)."""
 
 
 @dataclass
@@ -94,12 +107,18 @@ class MethodConfig:
     """LoRA settings (strategy ``lora``)."""
     replay: ReplayConfig = field(default_factory=ReplayConfig)
     """Mix-review settings (strategy ``replay``)."""
-    l2_init: RegularizerConfig = field(default_factory=RegularizerConfig)
+    l2_init: L2InitConfig = field(default_factory=L2InitConfig)
     """RecAdam-style pull toward the previous step's weights (strategy ``l2_init``)."""
-    ewc: RegularizerConfig = field(default_factory=RegularizerConfig)
-    """Elastic weight consolidation (strategy ``ewc``)."""
+    ewc: EwcConfig = field(default_factory=EwcConfig)
+    """Elastic weight consolidation: the pull weighted by the previous step's diagonal Fisher (strategy ``ewc``)."""
     freeze: FreezeConfig = field(default_factory=FreezeConfig)
     """Frozen parameter groups (strategy ``freeze``)."""
+    at_step0: bool = False
+    """Apply the strategies at step 0 too. Off (default): step 0 is the same full training for every method
+    (a model built from scratch must first learn the world), so a sweep can share its checkpoint."""
+    step0_cache: Optional[str] = "auto"
+    """Directory of shared step-0 checkpoints keyed by a hash of data, model, seed and step-0 training:
+    ``auto`` = ``<hydra.sweep.dir>/.step0_cache`` in a multirun and off otherwise; a path; or ``null`` (off)."""
 
 
 @dataclass
@@ -114,6 +133,10 @@ class WorldConfig:
     """Share of changeable facts whose value changes at each later step."""
     new_entities_per_step: int = 40
     """Organisations founded (new facts) at each later step."""
+    n_people: int = 60
+    """People who can direct an organisation (values are drawn from this pool, as real values recur)."""
+    n_cities: int = 60
+    """Cities an organisation can be based in."""
     start_year: int = 2018
     """Calendar year of step 0; step k is year start_year + k."""
     dev_share: float = 0.2

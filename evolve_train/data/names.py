@@ -36,3 +36,8 @@ class NameFactory:
 
     def city(self) -> str:
         return self._unique(lambda: self._word(2) + self._rng.choice(_CITY_SUFFIXES))
+
+    def pool(self, kind: str, size: int) -> list[str]:
+        """``size`` unique names of ``kind`` (``person`` or ``city``): the values facts draw from."""
+        make = {"person": self.person, "city": self.city}[kind]
+        return [make() for _ in range(size)]

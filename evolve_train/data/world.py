@@ -63,12 +63,16 @@ def generate_world(config: WorldConfig) -> World:
     founded_at: dict[str, int] = {}
     state: dict[FactKey, str] = {}
 
-    def draw_value(relation: Relation) -> str:
-        if relation.value_kind == "person":
-            return names.person()
-        if relation.value_kind == "city":
-            return names.city()
-        return str(rng.randint(1700, 2009))
+    pools = {"person": names.pool("person", config.n_people), "city": names.pool("city", config.n_cities)}
+
+    def draw_value(relation: Relation, other_than: str | None = None) -> str:
+        while True:
+            if relation.value_kind in pools:
+                value = rng.choice(pools[relation.value_kind])
+            else:
+                value = str(rng.randint(1900, 1999))
+            if value != other_than:
+                return value
 
     def found(step: int, count: int) -> None:
         for _ in range(count):
@@ -84,7 +88,7 @@ def generate_world(config: WorldConfig) -> World:
         chosen = rng.sample(changeable, round(config.change_share * len(changeable)))
         step_changes = []
         for org, rel in sorted(chosen):
-            new_value = draw_value(RELATIONS_BY_NAME[rel])
+            new_value = draw_value(RELATIONS_BY_NAME[rel], other_than=state[(org, rel)])
             step_changes.append(Change(org, rel, state[(org, rel)], new_value))
             state[(org, rel)] = new_value
         found(step, config.new_entities_per_step)
