@@ -1,0 +1,211 @@
+"""Benchmark: ratios measured in one process, one run (these machines are noisy; ratios travel).
+
+    python scripts/bench.py --quick          # < 3 minutes on a 2-core laptop
+    python scripts/bench.py                  # longer timings, more model sizes
+    python scripts/bench.py --demo-run runs/demo   # eval_share from a finished demo run
+
+Prints a table, then (last line) one JSON object with the keys loop_vs_torch, lora_vs_full,
+packing_efficiency, eval_speedup, eval_share and the raw figures behind them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from hydra import compose, initialize_config_dir  # noqa: E402
+from omegaconf import OmegaConf  # noqa: E402
+
+from evolve_train.data.timeline import TimeStep, build_timeline  # noqa: E402
+from evolve_train.evaluation.evaluator import EvalContext, evaluate_checkpoint  # noqa: E402
+from evolve_train.evaluation.generation import generate_answers  # noqa: E402
+from evolve_train.methods import Method  # noqa: E402
+from evolve_train.models.build import build_model, train_tokenizer  # noqa: E402
+from evolve_train.training.examples import LengthGroupedBatches, collate, tokenize_step  # noqa: E402
+from evolve_train.training.loop import train_time_step  # noqa: E402
+
+CONFIGS = str(Path(__file__).resolve().parents[1] / "configs")
+
+
+def demo_config(*overrides: str):
+    with initialize_config_dir(config_dir=CONFIGS, version_base="1.3"):
+        cfg = compose(config_name="config", overrides=["logger.backends=[disk]", *overrides])
+    return OmegaConf.to_object(cfg)
+
+
+def fresh_model(cfg, tokenizer, seed=0):
+    torch.manual_seed(seed)
+    return build_model(cfg.model, tokenizer)
+
+
+def plain_torch_tokens_per_s(model, batches: list[dict], cfg) -> float:
+    """The baseline: a minimal PyTorch loop over the same pre-collated batches."""
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.trainer.lr, weight_decay=cfg.trainer.weight_decay)
+    model.train()
+    start, tokens = time.perf_counter(), 0
+    for batch in batches:
+        loss = model(**batch).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.trainer.grad_clip)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        tokens += int(batch["attention_mask"].sum())
+    return tokens / (time.perf_counter() - start)
+
+
+def framework_tokens_per_s(model, examples, cfg, method_name: str = "full") -> tuple[float, object]:
+    from accelerate import Accelerator
+
+    cfg.method.strategies = [method_name]
+    method = Method(cfg.method)
+    model = method.prepare_model(model, 1)
+    accelerator = Accelerator(mixed_precision="no")
+    result = train_time_step(model, examples, step=1, epochs=cfg.trainer.epochs, cfg=cfg.trainer, method=method,
+                             accelerator=accelerator, pad_id=0, seed=cfg.seed + 1000)
+    return result.tokens / result.seconds, model
+
+
+def same_batches(examples, cfg, pad_id: int) -> list[dict]:
+    """The batches the framework loop sees in its first epoch(s), collated once."""
+    columns = examples.to_dict()
+    rows = [dict(zip(columns, values)) for values in zip(*columns.values())]
+    batches = LengthGroupedBatches([len(r["input_ids"]) for r in rows], cfg.trainer.batch_size, cfg.seed + 1000)
+    out, epoch = [], 0
+    total = max(1, round(len(batches) * cfg.trainer.epochs))
+    while len(out) < total:
+        out.extend(collate([rows[i] for i in b], pad_id) for b in batches.epoch(epoch))
+        epoch += 1
+    return out[:total]
+
+
+def trainable_state_bytes(model) -> int:
+    """Weights + (for trainable params) gradient and two AdamW moments, in bytes."""
+    total = 0
+    for p in model.parameters():
+        total += p.numel() * p.element_size() * (4 if p.requires_grad else 1)
+    return total
+
+
+def packing_efficiency(examples, batch_size: int, seed: int = 0) -> float:
+    lengths = [len(ids) for ids in examples["input_ids"]]
+    batches = LengthGroupedBatches(lengths, batch_size, seed).epoch(0)
+    real = sum(lengths[i] for b in batches for i in b)
+    padded = sum(max(lengths[i] for i in b) * len(b) for b in batches)
+    return real / padded
+
+
+def varied_pairs(n: int = 2000, seed: int = 0) -> TimeStep:
+    """Masked-entity pairs of strongly varying length (3 to ~60 words of context)."""
+    import random
+
+    rng = random.Random(seed)
+    words = "the of a river city council member founded during century museum old new north".split()
+    pairs = []
+    for i in range(n):
+        context = " ".join(rng.choice(words) for _ in range(rng.choice([3, 5, 8, 13, 21, 34, 55])))
+        pairs.append({"input": f"{context} <mask>.", "output": f"Name{i % 97} Surname{i % 31}"})
+    return TimeStep(index=0, name="varied", pairs=pairs)
+
+
+def eval_speed(cfg, model, tokenizer, timeline, checkpoint: int) -> dict:
+    ctx = EvalContext(model=model, tokenizer=tokenizer, timeline=timeline, checkpoint=checkpoint, cfg=cfg.eval,
+                      run_dir=None)
+    start = time.perf_counter()
+    evaluate_checkpoint(ctx)
+    batched = time.perf_counter() - start
+    prompts = sorted({timeline.prompt(i) for s in ctx.sets() for i in s.items})
+    sample = prompts[: min(len(prompts), 96)]
+    start = time.perf_counter()
+    for prompt in sample:
+        generate_answers(model, tokenizer, [prompt], batch_size=1, max_new_tokens=cfg.eval.max_new_tokens,
+                         stop_strings=cfg.eval.stop_strings)
+    one_at_a_time = (time.perf_counter() - start) * len(prompts) / len(sample)
+    return {"n_prompts": len(prompts), "batched_s": batched, "one_at_a_time_s": one_at_a_time,
+            "speedup": one_at_a_time / batched}
+
+
+def eval_share_from_run(run_dir: Path) -> dict | None:
+    path = run_dir / "metrics.jsonl"
+    if not path.exists():
+        return None
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    per_step = {}
+    for row in rows:
+        if row.get("eval_seconds") is not None and row.get("train_seconds"):
+            per_step[row["checkpoint"]] = row["eval_seconds"] / row["train_seconds"]
+    return per_step or None
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="short timings (< 3 min on 2 cores)")
+    parser.add_argument("--demo-run", type=Path, default=None, help="a finished demo run dir for eval_share")
+    parser.add_argument("--repeats", type=int, default=None, help="interleaved timing repeats")
+    args = parser.parse_args(argv)
+    repeats = args.repeats or (3 if args.quick else 5)
+    epochs = 0.5 if args.quick else 2.0
+
+    cfg = demo_config(f"trainer.epochs={epochs}", "trainer.log_every=1000000")
+    timeline = build_timeline(cfg.data)
+    step0 = timeline.steps[0]
+    tokenizer = train_tokenizer([t["text"] for t in step0.texts], cfg.model.vocab_size)
+    examples = tokenize_step(step0, cfg.data.objective, tokenizer, cfg.trainer.seq_len)
+    batches = same_batches(examples, cfg, tokenizer.pad_token_id)
+    results: dict = {"machine": {"threads": torch.get_num_threads(), "cuda": torch.cuda.is_available()}}
+
+    ours, theirs = [], []
+    for _ in range(repeats):  # interleaved, so drift in machine load hits both alike
+        theirs.append(plain_torch_tokens_per_s(fresh_model(cfg, tokenizer), batches, cfg))
+        ours.append(framework_tokens_per_s(fresh_model(cfg, tokenizer), examples, cfg)[0])
+    results["loop_vs_torch"] = statistics.median(o / t for o, t in zip(ours, theirs))
+    results["tokens_per_s"] = {"framework": statistics.median(ours), "plain_torch": statistics.median(theirs)}
+
+    lora_speed, full_speed, lora_mem, full_mem = [], [], None, None
+    for _ in range(max(1, repeats - 1)):
+        speed, model = framework_tokens_per_s(fresh_model(cfg, tokenizer), examples, cfg, "full")
+        full_speed.append(speed)
+        full_mem = trainable_state_bytes(model)
+        speed, model = framework_tokens_per_s(fresh_model(cfg, tokenizer), examples, cfg, "lora")
+        lora_speed.append(speed)
+        lora_mem = trainable_state_bytes(model)
+    results["lora_vs_full"] = {"tokens_per_s_ratio": statistics.median(lora_speed) / statistics.median(full_speed),
+                               "training_state_memory_ratio": lora_mem / full_mem}
+
+    varied = tokenize_step(varied_pairs(), "masked_entity", tokenizer, cfg.trainer.seq_len)
+    results["packing_efficiency"] = {"default_world": packing_efficiency(examples, cfg.trainer.batch_size),
+                                     "varied_masked_pairs": packing_efficiency(varied, cfg.trainer.batch_size)}
+
+    model = fresh_model(cfg, tokenizer)
+    framework_tokens_per_s(model, examples, cfg)
+    last = len(timeline.steps) - 1
+    results["eval_speedup"] = eval_speed(cfg, model, tokenizer, timeline, last)
+
+    share = eval_share_from_run(args.demo_run) if args.demo_run else None
+    if share is None:  # estimate from this run: eval time of the last checkpoint vs a demo step's training
+        seconds_per_epoch = sum(int(b["attention_mask"].sum()) for b in batches) / epochs / results["tokens_per_s"]["framework"]
+        train_s = seconds_per_epoch * cfg.trainer.epochs_step0
+        share = {"estimated_step0": results["eval_speedup"]["batched_s"] / train_s}
+    results["eval_share"] = share
+
+    print(f"{'metric':32s} value")
+    print(f"{'loop_vs_torch (tokens/s ratio)':32s} {results['loop_vs_torch']:.3f}")
+    print(f"{'lora_vs_full tokens/s ratio':32s} {results['lora_vs_full']['tokens_per_s_ratio']:.3f}")
+    print(f"{'lora_vs_full memory ratio':32s} {results['lora_vs_full']['training_state_memory_ratio']:.3f}")
+    for name, value in results["packing_efficiency"].items():
+        print(f"{'packing_efficiency ' + name:32s} {value:.3f}")
+    print(f"{'eval_speedup':32s} {results['eval_speedup']['speedup']:.1f}")
+    for name, value in results["eval_share"].items():
+        print(f"{'eval_share ' + str(name):32s} {value:.3f}")
+    print(json.dumps(results))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,23 @@
+"""Shared test helpers: a tiny, fast configuration of the real recipe."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig
+
+CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "configs")
+
+TINY = [
+    "data.world.n_entities=12", "data.world.new_entities_per_step=4", "data.world.n_people=10",
+    "data.world.n_cities=10", "trainer.epochs_step0=3", "trainer.epochs=2", "trainer.batch_size=16",
+    "trainer.warmup_steps=2", "trainer.log_every=2", "model.n_layer=1", "model.n_embd=32", "model.n_head=2",
+    "model.vocab_size=300", "eval.max_new_tokens=16", "logger.backends=[disk]",
+]
+
+
+def tiny_cfg(run_dir: Path | str, *overrides: str) -> DictConfig:
+    """The default config shrunk to run three time steps in a few seconds, writing to ``run_dir``."""
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        return compose(config_name="config", overrides=[*TINY, f"run_dir={run_dir}", *overrides])
