@@ -159,6 +159,17 @@ class DataConfig:
     """Field mapping for other layouts: ``{contract_name: source_name}``, e.g. ``question: edited_question``."""
     cache_dir: Optional[str] = None
     """Where materialised datasets are cached; ``null`` uses ``~/.cache/evolve_train``."""
+    prompt_template: str = "{question}"
+    """How an eval item becomes a prompt (``str.format`` over the item's fields), e.g.
+    ``"Question: {question}\\nAnswer:"``; every item is checked against it before training starts."""
+    train_files: dict[str, list[str]] = field(default_factory=dict)
+    """``kind=temporal_qa``: training files per step name (relative to ``root``): masked-entity pairs
+    (CSV/JSONL with ``input``, ``output``) or plain-text documents (JSONL with ``text``)."""
+    eval_files: list[str] = field(default_factory=list)
+    """``kind=temporal_qa``: QA item files (JSONL/CSV of the item contract, or EvolveBench-style event
+    files, recognised by their ``knowledge_event``/``questions`` fields), relative to ``root``."""
+    default_split: str = "private"
+    """Split (``dev``/``private``) of loaded items that do not name one."""
 
 
 @dataclass
@@ -192,11 +203,77 @@ class TrainerConfig:
     compile: bool = False
     """Wrap the model in ``torch.compile`` (GPU)."""
     save_every_n_steps: int = 0
-    """Save a resumable training state every N optimizer steps inside a time step (0 = only at step ends)."""
+    """Save a resumable training state (``train_state/step<k>-opt<n>/``) every N optimizer steps of a time step
+    and at its last one, so ``resume=auto`` continues mid-step (0 = resume at step boundaries only; Ctrl-C
+    still saves one). See docs/reliability.md."""
     keep_last_states: int = 2
-    """Mid-step training states to keep."""
+    """Mid-step training states kept for the step in progress (>= 1); a finished step's are deleted."""
     nonfinite: str = "stop"
-    """On a non-finite loss or gradient: ``stop`` (default) or ``skip`` the batch and count it."""
+    """On a non-finite loss or gradient: ``stop`` (error naming step, batch and last good checkpoint) or
+    ``skip`` (drop that update, count it in ``skipped_batches``)."""
+
+
+@dataclass
+class QAAdaptationConfig:
+    enabled: bool = False
+    """Fine-tune a *copy* of every checkpoint on a QA train set before evaluating it (EvolvingQA protocol);
+    the copy is evaluated and dropped, never fed back into the chain of time steps."""
+    train_file: Optional[str] = None
+    """QA train set (CSV/JSONL with ``question`` and ``answer``/``answers``; relative paths are under
+    ``data.root``); ``null`` uses the release's ``unchanged_train*.csv`` for ``data=evolvingqa``."""
+    fields: dict[str, str] = field(default_factory=dict)
+    """Field mapping of the train file, ``{contract_name: source_name}`` (as ``data.fields``)."""
+    epochs: float = 1.0
+    """Passes over the QA train set (ignored when ``steps`` > 0)."""
+    steps: int = 0
+    """Optimizer steps of adaptation (0 = use ``epochs``)."""
+    lr: Optional[float] = None
+    """Learning rate of adaptation; ``null`` uses ``trainer.lr``."""
+    batch_size: Optional[int] = None
+    """Rows per batch; ``null`` uses ``trainer.batch_size``."""
+    max_items: int = 0
+    """Use at most this many QA train items (a fixed seeded sample; 0 = all)."""
+
+
+@dataclass
+class ContaminationConfig:
+    variants: int = 3
+    """Label-preserving perturbed variants per question (METRICS.md §8; fewer when an item has fewer)."""
+    rewrites: list[dict[str, str]] = field(default_factory=list)
+    """Rewrites of loaded items without ``extra.variants``, each keeping the gold: ``{pattern, replacement}``
+    (``re.sub`` on the question; not applicable when it does not match) or ``{template}`` (``str.format`` over
+    the item's fields, e.g. ``"{question} Answer in a few words."``); an optional ``name``."""
+    spotcheck: int = 20
+    """Original/perturbed pairs per checkpoint written to ``contamination_spotcheck.jsonl`` (seeded; 0 = none)."""
+    max_items_per_set: int = 0
+    """Items per split set asked with variants by ``contamination``/``flip_rate`` (seeded sample; 0 = all)."""
+
+
+@dataclass
+class FlipRateConfig:
+    templates: int = 4
+    """K equivalent templates per question: the original plus up to K-1 variants (held-out ones included)."""
+    samples: int = 1
+    """n repeats per template: 1 = greedy decoding; n > 1 samples n answers and takes the majority."""
+    temperature: float = 1.0
+    """Sampling temperature when ``samples`` > 1."""
+    seed: int = 0
+    """Seed of sampled decoding (plus the checkpoint)."""
+
+
+@dataclass
+class GateConfig:
+    flip_rate_max: Optional[float] = 0.10
+    """Release gate: flip_rate (all splits, final checkpoint) must be <= this (null = no check)."""
+    contamination_gap_max: Optional[float] = 0.03
+    """Release gate: contamination_gap (all splits, final checkpoint) must be <= this (null = no check)."""
+    ci_low_min: Optional[float] = 0.0
+    """Release gate: paired-bootstrap CI low of EM vs the baseline run must be > this (null = no check)."""
+    slice_floors: dict[str, float] = field(default_factory=dict)
+    """Release gate: EM floors per slice at the final checkpoint, ``{slice: floor}``; a slice is a set name
+    (``new_2``), a split kind (``new`` = all New_k, item-weighted) or ``all`` (Unchanged+New+Updated)."""
+    bootstrap: int = 2000
+    """Bootstrap resamples of the baseline comparison."""
 
 
 @dataclass
@@ -217,6 +294,32 @@ class EvalConfig:
     """Cap on items per eval set (0 = all); a fixed seeded sample keeps it comparable across steps."""
     save_predictions: bool = True
     """Write per-item predictions under ``predictions/step_<k>/``."""
+    time_slices: dict[str, list[Optional[str]]] = field(default_factory=dict)
+    """Slices of ``paired``'s time_accuracy: ``{name: [start, end]}``, half-open, timestamps or null for
+    unbounded (e.g. ``{early: [null, "2019"], late: ["2019", null]}``); empty = one slice per year."""
+    ablation_k: int = 3
+    """``ablation``: other timestamps each question is re-asked with for timestamp_invariance (fewer when
+    the data has fewer)."""
+    ablation_seed: int = 0
+    """``ablation``: seed of the shuffled / replacement timestamp draws."""
+    overconfidence_tau: float = 0.8
+    """``calibration``: confidence at or above which a wrong answer is an overconfident error."""
+    position_items: int = 64
+    """``calibration``: questions (seeded sample) re-asked with lettered options for position_consistency."""
+    position_rotations: int = 0
+    """``calibration``: cyclic rotations of the option order per question (0 = one per option)."""
+    grad_norms: bool = False
+    """Also run the ``grad_norms`` evaluator (per-example gradient norms per split) on every checkpoint."""
+    grad_norm_items: int = 64
+    """``grad_norms``: items per split set (seeded sample)."""
+    qa_adaptation: QAAdaptationConfig = field(default_factory=QAAdaptationConfig)
+    """QA adaptation of each checkpoint before evaluation (off by default)."""
+    contamination: ContaminationConfig = field(default_factory=ContaminationConfig)
+    """``contamination``: perturbed variants and the spot-check sample (docs/hygiene.md)."""
+    flip_rate: FlipRateConfig = field(default_factory=FlipRateConfig)
+    """``flip_rate``: K equivalent templates and n repeats (docs/hygiene.md)."""
+    gate: GateConfig = field(default_factory=GateConfig)
+    """Release-gate thresholds (METRICS.md §8 defaults), read by ``evolve-gate`` (docs/hygiene.md)."""
 
 
 @dataclass
@@ -231,12 +334,14 @@ class WandbConfig:
     """Tags of the run."""
     group: Optional[str] = None
     """Run group; ``null`` uses the experiment name."""
+    predictions_sample: int = 16
+    """Predictions per eval set sampled (seeded) into each checkpoint's ``predictions/step_<k>`` table (0 = none)."""
 
 
 @dataclass
 class LoggerConfig:
     backends: list[str] = field(default_factory=lambda: ["disk", "console"])
-    """Metric loggers by name: ``disk``, ``console``, ``wandb``."""
+    """Metric loggers by name: ``disk``, ``console``, ``wandb`` (``disk`` always runs: metrics.jsonl)."""
     wandb: WandbConfig = field(default_factory=WandbConfig)
     """Weights & Biases settings (backend ``wandb``)."""
 

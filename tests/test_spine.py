@@ -95,7 +95,8 @@ def test_other_seed_gives_other_losses(tiny_run, tmp_path):
 def test_learning_is_real_on_a_small_world(tmp_path):
     """Not the demo: a small world learned in seconds, updated at step 1 (old answers dropped)."""
     summary = train(tiny_cfg(tmp_path, "data.world.n_entities=20", "trainer.epochs_step0=120", "trainer.epochs=60",
-                             "model.n_embd=64", "model.n_layer=2", "trainer.lr=3e-3", "data.world.n_steps=2"))
+                             "model.n_embd=64", "model.n_layer=2", "trainer.lr=3e-3", "data.world.n_steps=2",
+                             "eval.evaluators=[splits]", "eval.forward_transfer=false"))
     assert summary["em"]["0"]["unchanged"] >= 0.8
     assert summary["em"]["1"]["updated_1"] >= 0.7
     assert summary["em"]["1"]["outdated_1"] <= 0.3

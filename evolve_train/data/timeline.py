@@ -56,6 +56,7 @@ class Timeline:
 
 def world_timeline(cfg: DataConfig) -> Timeline:
     from evolve_train.data.world import eval_sets, generate_world, step_corpus
+    from evolve_train.data.world_probes import add_probes
 
     world = generate_world(cfg.world)
     steps = []
@@ -65,10 +66,37 @@ def world_timeline(cfg: DataConfig) -> Timeline:
     sets = [EvalSet(name=name, kind=items[0]["set"] if items else name.split("_")[0],
                     step=None if name == "unchanged" else int(name.rsplit("_", 1)[1]), items=items)
             for name, items in eval_sets(world).items()]
-    return Timeline(steps=steps, eval_sets=sets)
+    add_probes(world, steps, sets)  # toolkit releases in the corpora; paired and dimension sets (world_probes)
+    return Timeline(steps=steps, eval_sets=sets, prompt_template=cfg.prompt_template)
 
 
-LOADERS = {"synthetic_world": world_timeline}
+def evolvingqa_timeline(cfg: DataConfig) -> Timeline:
+    """The EvolvingQA release layout (``evolve_train/data/loaders/evolvingqa.py``)."""
+    from evolve_train.data.loaders.evolvingqa import evolvingqa_timeline as load
+
+    return load(cfg)
+
+
+def temporal_qa_timeline(cfg: DataConfig) -> Timeline:
+    """Generic timestamped QA items and per-step training files (``evolve_train/data/loaders/temporal_qa.py``)."""
+    from evolve_train.data.loaders.temporal_qa import temporal_qa_timeline as load
+
+    return load(cfg)
+
+
+LOADERS = {"synthetic_world": world_timeline, "evolvingqa": evolvingqa_timeline,
+           "temporal_qa": temporal_qa_timeline}
+
+
+def check_prompts(timeline: Timeline) -> None:
+    """Format every eval item with the prompt template now, so a missing field fails before training."""
+    for eval_set in timeline.eval_sets:
+        for item in eval_set.items:
+            try:
+                timeline.prompt(item)
+            except (KeyError, IndexError, ValueError) as err:
+                raise ConfigError(f"data.prompt_template {timeline.prompt_template!r} uses {err}, which item "
+                                  f"'{item.get('id')}' of eval set {eval_set.name} does not have") from None
 
 
 def build_timeline(cfg: DataConfig) -> Timeline:
@@ -82,4 +110,5 @@ def build_timeline(cfg: DataConfig) -> Timeline:
     timeline = loader(cfg)
     if not timeline.steps:
         raise ConfigError("the timeline has no time steps")
+    check_prompts(timeline)
     return timeline

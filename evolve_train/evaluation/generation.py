@@ -7,6 +7,7 @@ from typing import Sequence
 import torch
 
 from evolve_train.evaluation.metrics.answer import cut_at_stop
+from evolve_train.training.examples import seq2seq_source
 
 
 def stop_token_ids(tokenizer, stop_strings: Sequence[str]) -> list[int]:
@@ -23,7 +24,10 @@ def stop_token_ids(tokenizer, stop_strings: Sequence[str]) -> list[int]:
 def generate_answers(model, tokenizer, prompts: Sequence[str], *, batch_size: int = 64,
                      max_new_tokens: int = 12, stop_strings: Sequence[str] = ("\n",),
                      seq2seq: bool = False, progress=None) -> list[str]:
-    """Greedy answers to ``prompts`` (raw generations, EOS removed, not yet cut at stop strings)."""
+    """Greedy answers to ``prompts`` (raw generations, EOS removed, not yet cut at stop strings).
+
+    Seq2seq prompts go through ``seq2seq_source`` (mask -> ``<extra_id_0>``, else the sentinel appended),
+    the format the model was trained on."""
     if not prompts:
         return []
     model.eval()
@@ -34,8 +38,9 @@ def generate_answers(model, tokenizer, prompts: Sequence[str], *, batch_size: in
     eos_ids = stop_token_ids(tokenizer, stop_strings)
     for start in range(0, len(order), batch_size):
         chunk = order[start:start + batch_size]
-        encoded = tokenizer([prompts[i] for i in chunk], return_tensors="pt", padding=True,
-                            add_special_tokens=False).to(device)
+        texts = [seq2seq_source(prompts[i]) if seq2seq else prompts[i] for i in chunk]
+        encoded = tokenizer(texts, return_tensors="pt", padding=True,
+                            add_special_tokens=seq2seq).to(device)  # T5 encoders end in </s>, as in training
         generated = model.generate(**encoded, max_new_tokens=max_new_tokens, do_sample=False,
                                    num_beams=1, use_cache=True, eos_token_id=eos_ids,
                                    pad_token_id=tokenizer.pad_token_id)

@@ -74,6 +74,13 @@ def load_model(path: str, cfg: ModelConfig) -> PreTrainedModel:
 
 def build_model(cfg: ModelConfig, tokenizer: PreTrainedTokenizerFast) -> PreTrainedModel:
     """A fresh model from config (``name_or_path=null``) or the pretrained one."""
+    model = _build_model(cfg, tokenizer)
+    if cfg.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+    return model
+
+
+def _build_model(cfg: ModelConfig, tokenizer: PreTrainedTokenizerFast) -> PreTrainedModel:
     if cfg.name_or_path:
         return load_model(cfg.name_or_path, cfg)
     common = dict(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from evolve_train.evaluation.evaluators.report import evaluation_summary, format_evaluation
 from evolve_train.tracking.disk import read_jsonl
 
 SPLIT_ORDER = ("unchanged", "new", "updated", "outdated")
@@ -36,6 +37,7 @@ def build_summary(run_dir: Path, timeline, cfg) -> dict:
         "em": _metric_table(rows, "em"),
         "f1": _metric_table(rows, "f1"),
         "train_seconds": {str(r["checkpoint"]): r.get("train_seconds") for r in split_rows(rows)},
+        **evaluation_summary(rows),  # "matrix" (METRICS.md §3) and "groups" (the other evaluators)
     }
 
 
@@ -55,4 +57,5 @@ def format_summary_table(summary: dict) -> str:
         cells = table[checkpoint]
         lines.append(checkpoint.ljust(6) + "".join(
             ("-" if cells.get(c) is None else f"{cells[c]:.3f}").rjust(width) for c in columns))
-    return "\n".join(lines)
+    evaluation = format_evaluation(summary)
+    return "\n".join(lines + ([evaluation] if evaluation else []))

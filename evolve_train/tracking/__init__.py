@@ -1,6 +1,6 @@
 """Where metrics go: disk (jsonl), console, Weights & Biases — one interface."""
 
-from evolve_train.tracking import console, disk  # noqa: F401  (register the loggers)
+from evolve_train.tracking import console, disk, wandb_logger  # noqa: F401  (register the loggers)
 from evolve_train.tracking.base import LOGGERS, MetricLogger, MultiLogger
 
 

@@ -1,57 +1,173 @@
 """Per-step checkpoints in Hugging Face format, written atomically, and the run's progress state.
 
-A checkpoint is written into ``steps/.<k>.tmp-<pid>`` and renamed to ``steps/<k>`` only when
-complete, so a crash never leaves a half checkpoint under a real name. ``state.json`` (also
-replaced atomically) records which steps are trained and which are evaluated; resume trusts it.
+A checkpoint is written into ``steps/.<k>.tmp-<pid>`` (files fsynced) and renamed to ``steps/<k>`` only when
+complete, so a crash never leaves a half checkpoint under a real name; a failed write (a full disk) removes
+its temporary dir before the error propagates. ``state.json`` (also replaced atomically) records which steps
+are trained and which are evaluated; resume trusts it. Under FSDP / DeepSpeed the weights are gathered
+with ``accelerator.get_state_dict`` (every process) and written by the main process as an ordinary
+safetensors directory (:func:`gathered_state_dict`). :func:`preflight` checks, before step 0, that the run
+dir is writable and that the disk can hold what the run will write.
 """
 
 from __future__ import annotations
 
+import errno
 import json
+import logging
 import os
 import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from evolve_train.training import faults
+
+log = logging.getLogger(__name__)
+MARGIN_BYTES = 16 * 2**20  # tokenizer, configs, metrics, predictions of a checkpoint (generous for small runs)
+
 
 def atomic_write_text(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with tmp.open("w", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    try:
+        with tmp.open("w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def step_dir(run_dir: Path, step: int) -> Path:
     return run_dir / "steps" / str(step)
 
 
-def save_checkpoint(run_dir: Path, step: int, model, tokenizer, extra_files=None) -> Path:
-    """Save model + tokenizer for ``step`` atomically; ``extra_files(dir)`` may add method files."""
+def _fsync_tree(path: Path) -> None:
+    from evolve_train.training.train_state import fsync_tree
+
+    fsync_tree(path)
+
+
+def save_checkpoint(run_dir: Path, step: int, model, tokenizer, extra_files=None, state_dict=None) -> Path:
+    """Save model + tokenizer for ``step`` atomically; ``extra_files(dir)`` may add method files.
+
+    ``state_dict``: the gathered full weights of a sharded (FSDP / DeepSpeed) model, see
+    :func:`gathered_state_dict`; ``None`` saves ``model``'s own.
+    """
     final = step_dir(run_dir, step)
     tmp = final.with_name(f".{step}.tmp-{os.getpid()}")
     if tmp.exists():
         shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
-    model.save_pretrained(tmp, safe_serialization=True)
-    tokenizer.save_pretrained(tmp)
-    if extra_files is not None:
-        extra_files(tmp)
+    try:
+        tmp.mkdir(parents=True)
+        model.save_pretrained(tmp, safe_serialization=True,
+                              **({"state_dict": state_dict} if state_dict is not None else {}))
+        faults.point("checkpoint_write")
+        tokenizer.save_pretrained(tmp)
+        if extra_files is not None:
+            extra_files(tmp)
+        _fsync_tree(tmp)
+    except BaseException as error:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(error, OSError):
+            hint = " (the disk is full)" if error.errno == errno.ENOSPC else ""
+            raise OSError(error.errno, f"could not write the checkpoint of step {step} under {final}{hint}: "
+                                       f"{error}; no partial checkpoint was left. Free space and run the same "
+                                       "command again to resume.") from error
+        raise
     if final.exists():  # a checkpoint of an unfinished earlier attempt at this step
         shutil.rmtree(final)
     os.replace(tmp, final)
+    faults.point("checkpoint_saved")
     return final
 
 
+def gathered_state_dict(accelerator, model):
+    """Full weights of a model sharded by FSDP or DeepSpeed, gathered for the main process to save (a
+    collective: every process must call it); ``None`` for a plain or DDP model (saved as it is)."""
+    from accelerate.utils import DistributedType
+
+    if accelerator.distributed_type not in (DistributedType.FSDP, DistributedType.DEEPSPEED):
+        return None
+    wrapped = next((m for m in getattr(accelerator, "_models", []) if accelerator.unwrap_model(m) is model), model)
+    return accelerator.get_state_dict(wrapped)
+
+
 def remove_stale_tmp(run_dir: Path) -> list[Path]:
-    """Delete leftovers of interrupted writes; returns what was removed."""
+    """Delete leftovers of interrupted writes (checkpoints, training states, metrics and prediction
+    files being replaced); returns what was removed."""
     removed = []
-    steps = run_dir / "steps"
-    for path in steps.glob(".*.tmp-*") if steps.exists() else []:
+    run_dir = Path(run_dir)
+    candidates = []
+    for folder in (run_dir / "steps", run_dir / "train_state", run_dir):
+        if folder.is_dir():
+            candidates.extend(folder.glob(".*.tmp-*"))
+    if (run_dir / "predictions").is_dir():
+        candidates.extend((run_dir / "predictions").rglob(".*.tmp-*"))
+    for path in candidates:
         shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
         removed.append(path)
     return removed
+
+
+def estimate_bytes(model) -> tuple[int, int]:
+    """(bytes of a checkpoint's weights, bytes of a mid-step training state: trainable weights + AdamW's
+    two moments)."""
+    seen, total, trainable = set(), 0, 0
+    for parameter in model.parameters():
+        key = parameter.data_ptr()
+        if key in seen:  # tied weights are stored once
+            continue
+        seen.add(key)
+        size = parameter.numel() * parameter.element_size()
+        total += size
+        if parameter.requires_grad:
+            trainable += parameter.numel() * (parameter.element_size() + 2 * 4)
+    return total, trainable
+
+
+def ensure_writable(run_dir: Path) -> None:
+    """Create the run dir and write (and fsync) a probe file in it; a clear error if that fails."""
+    from evolve_train.errors import ConfigError
+
+    run_dir = Path(run_dir)
+    probe = run_dir / f".write-probe-{os.getpid()}"
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        with probe.open("wb") as handle:
+            handle.write(b"0" * 4096)
+            handle.flush()
+            os.fsync(handle.fileno())
+    except OSError as error:
+        raise ConfigError(f"the run dir {run_dir} is not writable ({error}); choose another run_dir / "
+                          "hydra.run.dir") from error
+    finally:
+        try:
+            probe.unlink(missing_ok=True)
+        except OSError:
+            pass
+
+
+def preflight(run_dir: Path, model, remaining_steps: int, save_every_n_steps: int, keep_last_states: int) -> None:
+    """Before training: fail now if the disk cannot hold the next checkpoint (and its training states);
+    warn if it cannot hold every checkpoint the run will write."""
+    from evolve_train.errors import ConfigError
+
+    run_dir = Path(run_dir)
+    checkpoint, state = estimate_bytes(model)
+    checkpoint += MARGIN_BYTES
+    states = (keep_last_states + 1) * state if save_every_n_steps > 0 else 0  # +1: the one being written
+    free = shutil.disk_usage(run_dir).free
+    needed_next = checkpoint + states
+    if free < needed_next:
+        raise ConfigError(f"not enough free disk space under {run_dir}: {free / 2**20:.1f} MiB free, about "
+                          f"{needed_next / 2**20:.1f} MiB needed for the next checkpoint"
+                          f"{' and training states' if states else ''}; free space or choose another run dir")
+    needed_all = remaining_steps * checkpoint + states
+    if free < needed_all:
+        log.warning("the disk under %s has %.1f MiB free; the %d remaining checkpoints need about %.1f MiB: "
+                    "the run will fail when the disk fills (it stops with a clear error and resumes after)",
+                    run_dir, free / 2**20, remaining_steps, needed_all / 2**20)
 
 
 @dataclass

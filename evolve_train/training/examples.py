@@ -45,17 +45,40 @@ def causal_pair_text(pair: dict) -> tuple[str, str] | None:
     return left, " " + pair["output"].strip()
 
 
+T5_SENTINEL = "<extra_id_0>"
+
+
+def seq2seq_source(text: str) -> str:
+    """Encoder input of a seq2seq (T5) model: the mask token becomes the sentinel ``<extra_id_0>``; a text
+    without one (a QA prompt, a cloze) gets the sentinel appended, so training pairs and eval prompts
+    share one format."""
+    for mask in MASK_TOKENS:
+        if mask in text:
+            return text.replace(mask, T5_SENTINEL, 1)
+    return f"{text.rstrip()} {T5_SENTINEL}"
+
+
+def _with_eos(ids: list[int], eos: int, limit: int) -> list[int]:
+    """``ids`` ending in exactly one EOS (a pretrained T5 tokenizer appends it, a local BPE does not)."""
+    if ids and ids[-1] == eos:
+        return ids[:limit]
+    return ids[:limit - 1] + [eos]
+
+
 def tokenize_step(step: TimeStep, objective: str, tokenizer, seq_len: int, seq2seq: bool = False) -> Dataset:
     """Tokenize a step's corpus once (a ``datasets.Dataset`` of ``input_ids``/``labels``)."""
     eos = tokenizer.eos_token_id
     if seq2seq:
-        rows = [{"source": p["input"], "target": p["output"]} for p in step.pairs]
+        if not step.pairs and step.texts:
+            raise ValueError(f"step {step.name}: a seq2seq model trains on masked-entity pairs and this step has "
+                             "only text documents (make pairs with `evolve-data mask --format t5`)")
+        rows = [{"source": seq2seq_source(p["input"]), "target": p["output"].strip()} for p in step.pairs]
         dataset = Dataset.from_list(rows)
 
         def encode(batch):
             sources = tokenizer(batch["source"], truncation=True, max_length=seq_len)["input_ids"]
             targets = tokenizer(batch["target"], truncation=True, max_length=seq_len)["input_ids"]
-            return {"input_ids": sources, "labels": targets}
+            return {"input_ids": sources, "labels": [_with_eos(t, eos, seq_len) for t in targets]}
 
         return dataset.map(encode, batched=True, remove_columns=dataset.column_names)
 
@@ -117,8 +140,14 @@ class LengthGroupedBatches:
         return -(-len(self.lengths) // self.batch_size)
 
 
+def as_tensor_rows(examples) -> list[dict[str, torch.Tensor]]:
+    """The tokenized examples as one dict of tensors per example, converted once per time step."""
+    columns = examples.to_dict()
+    return [{name: torch.tensor(value) for name, value in zip(columns, values)} for values in zip(*columns.values())]
+
+
 def collate(examples: list[dict], pad_id: int, seq2seq: bool = False) -> dict[str, torch.Tensor]:
-    """Right-pad a batch; padded label positions are ignored by the loss."""
+    """Right-pad a batch (rows of lists or tensors); padded label positions are ignored by the loss."""
     width = max(len(e["input_ids"]) for e in examples)
     ids = torch.full((len(examples), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(examples), width), dtype=torch.long)
@@ -126,7 +155,7 @@ def collate(examples: list[dict], pad_id: int, seq2seq: bool = False) -> dict[st
     labels = torch.full((len(examples), label_width), IGNORE, dtype=torch.long)
     for row, example in enumerate(examples):
         n = len(example["input_ids"])
-        ids[row, :n] = torch.tensor(example["input_ids"])
+        ids[row, :n] = torch.as_tensor(example["input_ids"])
         mask[row, :n] = 1
-        labels[row, :len(example["labels"])] = torch.tensor(example["labels"])
+        labels[row, :len(example["labels"])] = torch.as_tensor(example["labels"])
     return {"input_ids": ids, "attention_mask": mask, "labels": labels}

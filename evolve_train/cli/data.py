@@ -1,0 +1,201 @@
+"""`evolve-data`: prepare training data from raw snapshots, streaming line by line.
+
+    evolve-data diff --old A.jsonl --new B.jsonl --out DIFF.jsonl
+    evolve-data mask --in X.jsonl --out Y.csv --format causal|t5 [--heuristic capitalized]
+    evolve-data refresh --references RUN_DIR... --attempts N --gold GOLD.jsonl --out KEPT.jsonl
+
+Snapshots are JSONL of ``{"doc_id", "text"}``. ``diff`` writes the documents of B that are new or whose text
+changed (TemporalWiki-style diff sets), each with ``"change": "new"|"changed"``; it holds only
+doc_id -> 16-byte hash of A in memory, never texts. ``mask`` turns ``{"text", "entities": [[start, end],
+...]}`` into one masked-entity pair per entity (``input`` = the sentence with the entity replaced by
+``<mask>`` (causal) or ``<extra_id_0>`` (t5), ``output`` = the entity); ``--out *.csv`` writes the
+EvolvingQA CSV layout, anything else JSONL. Bad input exits with 2 and one line naming file, line, field.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import hashlib
+import json
+import sys
+from pathlib import Path
+from typing import Callable, Iterator, Optional, Sequence
+
+from evolve_train.data.masking import MASKS, capitalized_spans, masked_pairs
+from evolve_train.data.qa_items import _jsonl_records
+from evolve_train.errors import DataError, EvolveTrainError
+
+EXIT_BAD_INPUT = 2
+REFRESH_HOOK: Optional[Callable[[argparse.Namespace], int]] = None
+"""Slot for the ``refresh`` subcommand (owned by another module): set to a function taking the parsed
+arguments and returning the exit status; ``add_refresh_arguments`` may add its options."""
+add_refresh_arguments: Optional[Callable[[argparse.ArgumentParser], None]] = None
+
+
+def _documents(path: Path) -> Iterator[tuple[int, str, str]]:
+    """(line, doc_id, text) of a snapshot JSONL, validated."""
+    for number, record in _jsonl_records(path):
+        if not isinstance(record, dict):
+            raise DataError(f"expected a JSON object, got {type(record).__name__}", file=str(path), line=number)
+        doc_id = record.get("doc_id")
+        if isinstance(doc_id, int) and not isinstance(doc_id, bool):
+            doc_id = str(doc_id)
+        if not isinstance(doc_id, str) or not doc_id:
+            raise DataError("missing or empty 'doc_id' (a string)", file=str(path), line=number, field="doc_id")
+        text = record.get("text")
+        if not isinstance(text, str):
+            raise DataError("missing 'text' (a string)", file=str(path), line=number, field="text")
+        yield number, doc_id, text
+
+
+@contextlib.contextmanager
+def _replacing(out: Path):
+    """Write to ``<out>.tmp`` and move it onto ``out`` only when the block succeeds (no partial output)."""
+    tmp = out.with_name(out.name + ".tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8", newline="") as handle:
+            yield handle
+        tmp.replace(out)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _digest(text: str) -> bytes:
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=16).digest()
+
+
+def diff_snapshots(old: Path, new: Path, out: Path) -> dict[str, int]:
+    """Write new and changed documents of ``new`` (vs ``old``) to ``out``; returns counts."""
+    hashes: dict[str, bytes] = {}
+    first_line: dict[str, int] = {}
+    for number, doc_id, text in _documents(old):
+        if doc_id in hashes:
+            raise DataError(f"duplicate doc_id '{doc_id}' (lines {first_line[doc_id]} and {number})",
+                            file=str(old), line=number, field="doc_id")
+        hashes[doc_id], first_line[doc_id] = _digest(text), number
+    del first_line
+    counts = {"old": len(hashes), "new_docs": 0, "changed": 0, "unchanged": 0, "new": 0}
+    seen: set[str] = set()
+    with _replacing(out) as handle:
+        for number, doc_id, text in _documents(new):
+            if doc_id in seen:
+                raise DataError(f"duplicate doc_id '{doc_id}'", file=str(new), line=number, field="doc_id")
+            seen.add(doc_id)
+            counts["new_docs"] += 1
+            before = hashes.get(doc_id)
+            if before == _digest(text):
+                counts["unchanged"] += 1
+                continue
+            change = "new" if before is None else "changed"
+            counts[change] += 1
+            handle.write(json.dumps({"doc_id": doc_id, "text": text, "change": change}, ensure_ascii=False) + "\n")
+    return counts
+
+
+def _entities(record: dict, text: str, heuristic: Optional[str]) -> list[tuple[int, int]]:
+    spans = record.get("entities")
+    if spans is None:
+        if heuristic == "capitalized":
+            return capitalized_spans(text)
+        raise DataError("missing 'entities' (a list of [start, end]); or pass --heuristic capitalized",
+                        field="entities")
+    if not isinstance(spans, list):
+        raise DataError("wrong type: expected a list of [start, end] pairs", field="entities")
+    out = []
+    for k, span in enumerate(spans):
+        ok = (isinstance(span, list) and len(span) == 2 and all(isinstance(v, int) and not isinstance(v, bool)
+                                                                  for v in span))
+        if not ok or not 0 <= span[0] < span[1] <= len(text):
+            raise DataError(f"entity {span!r} is not [start, end] with 0 <= start < end <= {len(text)}",
+                            field=f"entities[{k}]")
+        out.append((span[0], span[1]))
+    return out
+
+
+def mask_file(source: Path, out: Path, fmt: str, heuristic: Optional[str] = None) -> int:
+    """Write masked-entity pairs of every entity in ``source``; returns the number of pairs."""
+    mask = MASKS[fmt]
+    written = 0
+    with _replacing(out) as handle:
+        as_csv = out.suffix.lower() == ".csv"
+        writer = csv.writer(handle, lineterminator="\n") if as_csv else None
+        if writer:
+            writer.writerow(["input", "output"])
+        for number, record in _jsonl_records(source):
+            try:
+                if not isinstance(record, dict):
+                    raise DataError(f"expected a JSON object, got {type(record).__name__}")
+                text = record.get("text")
+                if not isinstance(text, str):
+                    raise DataError("missing 'text' (a string)", field="text")
+                pairs = masked_pairs(text, _entities(record, text, heuristic), mask)
+            except DataError as err:
+                raise DataError(err.reason, file=str(source), line=number, field=err.field) from None
+            for pair in pairs:
+                if writer:
+                    writer.writerow([pair["input"], pair["output"]])
+                else:
+                    handle.write(json.dumps(pair, ensure_ascii=False) + "\n")
+                written += 1
+    return written
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="evolve-data", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    diff = sub.add_parser("diff", help="new and changed documents between two snapshots (JSONL doc_id, text)")
+    diff.add_argument("--old", required=True, type=Path, help="earlier snapshot (JSONL doc_id, text)")
+    diff.add_argument("--new", required=True, type=Path, help="later snapshot (JSONL doc_id, text)")
+    diff.add_argument("--out", required=True, type=Path, help="diff set to write (JSONL doc_id, text, change)")
+    mask = sub.add_parser("mask", help="masked-entity training pairs from texts with entity spans")
+    mask.add_argument("--in", dest="source", required=True, type=Path,
+                      help='JSONL {"text", "entities": [[start, end], ...]} (character offsets, end exclusive)')
+    mask.add_argument("--out", required=True, type=Path, help="pairs: .csv (EvolvingQA layout input,output) or JSONL")
+    mask.add_argument("--format", choices=sorted(MASKS), default="causal",
+                      help="causal: entity -> <mask>; t5: entity -> <extra_id_0> (default: causal)")
+    mask.add_argument("--heuristic", choices=["capitalized"], default=None,
+                      help="for records without 'entities': mask runs of capitalized words (a sentence's first "
+                           "word only when the next is capitalized too) and 4-digit numbers")
+    refresh = sub.add_parser("refresh", help="drop items every reference answers right in every attempt from a "
+                                             "private eval set (data/refresh.py, docs/hygiene.md)")
+    if add_refresh_arguments is not None:
+        add_refresh_arguments(refresh)
+    else:
+        from evolve_train.data.refresh import add_arguments
+
+        add_arguments(refresh)
+    return parser
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.command == "diff":
+        counts = diff_snapshots(args.old, args.new, args.out)
+        print(f"{counts['new']} new and {counts['changed']} changed of {counts['new_docs']} documents "
+              f"({counts['unchanged']} unchanged; {counts['old']} in the old snapshot) -> {args.out}")
+    elif args.command == "mask":
+        written = mask_file(args.source, args.out, args.format, args.heuristic)
+        print(f"{written} masked-entity pairs -> {args.out}")
+    else:
+        if REFRESH_HOOK is None:
+            from evolve_train.data.refresh import run as refresh
+
+            return refresh(args)
+        return REFRESH_HOOK(args)
+    return 0
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Entry point of `evolve-data`; returns the exit status (0, or 2 on bad input)."""
+    args = build_parser().parse_args(argv)
+    try:
+        return _run(args)
+    except (EvolveTrainError, OSError) as err:
+        message = str(err) if not isinstance(err, OSError) else f"{err.filename}: {err.strerror}"
+        print(f"evolve-data: error: {message}".replace("\n", " "), file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,164 @@
+"""Reading helpers shared by the loaders: CSV/JSONL records with line numbers, training corpora, QA files.
+
+Everything here reuses the parsing of :mod:`evolve_train.data.qa_items` (UTF-8 decoding line by line,
+malformed JSON/CSV, the QA item validation), so a bad row fails the same way in ``evolve-score``, in a
+training run and in QA adaptation: one :class:`DataError` naming the file, the line and the field.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Optional
+
+from evolve_train.data.qa_items import (QAItem, _check_mapping, _csv_records, _decoded_lines,
+                                        _item_from_record, _jsonl_records)
+from evolve_train.errors import DataError
+
+MASK_TOKENS = ("<mask>", "<extra_id_0>", "[MASK]")
+"""Mask tokens a masked-entity ``input`` may contain (the same list as ``training/examples.py``)."""
+
+
+def resolve_path(name: str | Path, root: Optional[str | Path]) -> Path:
+    """``name`` as given when absolute (or when there is no root), else under ``root``."""
+    path = Path(name).expanduser()
+    if path.is_absolute() or root is None:
+        return path
+    return Path(root).expanduser() / path
+
+
+def effective_fields(fields: Optional[Mapping[str, str]]) -> dict[str, str]:
+    """The field mapping without identity entries (the data yamls list ``question: question`` ... so that
+    ``data.fields.question=edited_question`` overrides an existing key, which Hydra requires)."""
+    return {key: source for key, source in (fields or {}).items() if key != source}
+
+
+def require_file(path: Path, what: str) -> Path:
+    if not path.is_file():
+        raise DataError(f"missing file: {what} not found", file=str(path))
+    return path
+
+
+def csv_header(path: Path) -> list[str]:
+    """The header row of a CSV file (decoded as the rows are); DataError if the file has none."""
+    for number, text in _decoded_lines(path):
+        if not text.strip():
+            continue
+        try:
+            row = next(csv.reader([text]))
+        except csv.Error as err:
+            raise DataError(f"malformed CSV header: {err}", file=str(path), line=number) from None
+        return [name.strip() for name in row]
+    raise DataError("empty file: no header row", file=str(path), line=1)
+
+
+def numbered_records(path: Path, required: tuple[str, ...] = ()) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line, record) of a CSV (by suffix) or JSONL file; checks that ``required`` columns/keys exist.
+
+    CSV: a column missing from the header fails on line 1; a row shorter than the header fails on its
+    line. JSONL: each line must be an object holding the required keys. A file without records fails.
+    """
+    path = Path(path)
+    from_csv = path.suffix.lower() == ".csv"
+    if from_csv:
+        header = csv_header(path)
+        for name in required:
+            if name not in header:
+                raise DataError(f"missing column '{name}' (header: {', '.join(header)})", file=str(path),
+                                line=1, field=name)
+        records = _csv_records(path)
+    else:
+        records = _jsonl_records(path)
+    count = 0
+    for number, record in records:
+        if not isinstance(record, dict):
+            raise DataError(f"expected a JSON object, got {type(record).__name__}", file=str(path), line=number)
+        for name in required:
+            if name not in record:
+                reason = ("row has fewer cells than the header" if from_csv
+                          else f"missing required field '{name}'")
+                raise DataError(reason, file=str(path), line=number, field=name)
+        count += 1
+        yield number, record
+    if not count:
+        raise DataError("empty file: no rows after the header" if from_csv else "empty file: no records",
+                        file=str(path), line=1 if from_csv else None)
+
+
+def _text_cell(record: Mapping[str, Any], name: str, path: Path, number: int) -> str:
+    value = record.get(name)
+    if not isinstance(value, str):
+        raise DataError(f"wrong type: expected a string, got {type(value).__name__}", file=str(path),
+                        line=number, field=name)
+    if not value.strip():
+        raise DataError(f"empty '{name}'", file=str(path), line=number, field=name)
+    return value
+
+
+def read_training_file(path: Path) -> tuple[list[dict], list[dict]]:
+    """(pairs, texts) of one training file: masked-entity pairs (``input`` with a mask token, ``output``)
+    from CSV or JSONL, or plain-text documents (JSONL/CSV with ``text``, optional ``doc_id``)."""
+    path = require_file(Path(path), "training file")
+    first_keys = _first_keys(path)
+    pairs, texts = [], []
+    if "text" in first_keys and "input" not in first_keys:
+        for number, record in numbered_records(path, ("text",)):
+            doc = {"text": _text_cell(record, "text", path, number)}
+            if record.get("doc_id") not in (None, ""):
+                doc["doc_id"] = str(record["doc_id"])
+            texts.append(doc)
+        return pairs, texts
+    for number, record in numbered_records(path, ("input", "output")):
+        source = _text_cell(record, "input", path, number)
+        target = _text_cell(record, "output", path, number)
+        if not any(mask in source for mask in MASK_TOKENS):
+            raise DataError(f"no mask token ({', '.join(MASK_TOKENS)}) in the masked-entity input",
+                            file=str(path), line=number, field="input")
+        pairs.append({"input": source, "output": target})
+    return pairs, texts
+
+
+def _first_keys(path: Path) -> set[str]:
+    if path.suffix.lower() == ".csv":
+        return set(csv_header(path))
+    for _, record in _jsonl_records(path):
+        return set(record) if isinstance(record, dict) else set()
+    return set()
+
+
+def read_release_items(path: Path, fields: Optional[Mapping[str, str]], default_split: str,
+                       id_prefix: Optional[str],
+                       answers_column: Optional[str] = None) -> list[tuple[int, QAItem]]:
+    """(line, QAItem) of a QA file that may lack ids (the EvolvingQA CSVs): ``id`` is the mapped id column
+    when the file has one (duplicates fail), else ``<id_prefix>/L<line>`` (``L<line>`` without a prefix).
+    ``answers`` come from the mapped column, else ``answers_column``, else ``answers``/``answer``, whichever
+    the file has."""
+    path = require_file(Path(path), "QA file")
+    mapping = effective_fields(fields)
+    keys = _first_keys(path)
+    if "answers" not in mapping:
+        candidates = [answers_column] if answers_column else ["answers", "answer"]
+        mapping["answers"] = next((c for c in candidates if c in keys), candidates[-1])
+    question = mapping.get("question", "question")
+    id_column = mapping.get("id", "id")
+    has_ids = id_column in keys
+    if not has_ids:
+        mapping["id"] = "__id__"
+    checked = _check_mapping({k: v for k, v in mapping.items()})
+    from_csv = path.suffix.lower() == ".csv"
+    items: list[tuple[int, QAItem]] = []
+    seen: dict[str, int] = {}
+    for number, record in numbered_records(path, (question, mapping["answers"])):
+        if not has_ids:
+            record = {**record, "__id__": f"{id_prefix}/L{number}" if id_prefix else f"L{number}"}
+        try:
+            item = _item_from_record(record, checked, default_split, from_csv)
+        except DataError as err:
+            raise DataError(err.reason, file=str(path), line=number, field=err.field) from None
+        if item.id in seen:
+            raise DataError(f"duplicate id '{item.id}' (lines {seen[item.id]} and {number})", file=str(path),
+                            line=number, field=id_column)
+        seen[item.id] = number
+        item.extra.pop("__id__", None)
+        items.append((number, item))
+    return items

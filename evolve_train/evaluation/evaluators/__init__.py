@@ -1,0 +1,6 @@
+"""Evaluators beyond ``splits``, one module per metric group, each registered by name on import:
+``matrix`` (§3), ``paired`` (§4), ``ablation`` (§5), ``dimensions`` (§6), ``calibration`` (§7) and
+``grad_norms`` (gradient analysis). See docs/evaluation.md."""
+
+from evolve_train.evaluation.evaluators import (ablation, calibration, dimensions, grad_norms,  # noqa: F401
+                                               matrix, paired)

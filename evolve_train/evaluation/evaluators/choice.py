@@ -1,0 +1,123 @@
+"""Option log-likelihoods for multiple choice (METRICS.md §7), batched.
+
+A request is ``(prompt, option)``; its score is the sum of the log-probabilities of the option's tokens
+given the prompt. Decoder-only models read ``prompt + " " + option`` (the option tokenized on its own with
+its leading space, exactly as training tokenizes a masked-entity target), many requests per forward pass;
+requests are sorted by length so a batch wastes little on padding. Seq2seq models encode the prompt
+(``seq2seq_source``) and score the option as the decoder target.
+
+The prompt prefix is shared: each distinct prompt runs once (left padded, KV cache kept) and its options
+are scored on copies of its cache rows, so a question with four options costs one prompt pass plus four
+short option passes instead of four full sequences (``share_prefix=False`` scores full sequences; the
+tests check that both give the same numbers).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+
+def _encode(tokenizer, texts: Sequence[str], add_special_tokens: bool = False) -> list[list[int]]:
+    return tokenizer(list(texts), add_special_tokens=add_special_tokens)["input_ids"]
+
+
+@torch.no_grad()
+def option_loglikelihoods(model, tokenizer, requests: Sequence[tuple[str, str]], *, batch_size: int = 64,
+                          seq2seq: bool = False, share_prefix: bool = True) -> list[float]:
+    """Sum of option-token log-probabilities for each ``(prompt, option)`` request, in request order."""
+    if not requests:
+        return []
+    model.eval()
+    device = next(model.parameters()).device
+    if seq2seq:
+        return _seq2seq_scores(model, tokenizer, requests, batch_size, device)
+    prompts = sorted({prompt for prompt, _ in requests}, key=len)
+    limit = getattr(model.config, "n_positions", None) or getattr(model.config, "max_position_embeddings", 10**9)
+    targets = _encode(tokenizer, [" " + option.strip() for _, option in requests])
+    if any(not t for t in targets):
+        raise ValueError("an empty option has no tokens to score")
+    longest = max(len(t) for t in targets)
+    contexts = {p: ids[-max(1, limit - longest):] for p, ids in zip(prompts, _encode(tokenizer, prompts))}
+    by_prompt: dict[str, list[int]] = {}
+    for index, (prompt, _) in enumerate(requests):
+        by_prompt.setdefault(prompt, []).append(index)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    scores = [0.0] * len(requests)
+    score = _shared_prefix_batch if share_prefix else _full_sequence_batch
+    chunk: list[str] = []
+    for prompt in prompts:
+        chunk.append(prompt)
+        if sum(len(by_prompt[p]) for p in chunk) >= batch_size or prompt == prompts[-1]:
+            members = [(contexts[p], [(i, targets[i]) for i in by_prompt[p]]) for p in chunk]
+            for index, value in score(model, members, pad, device):
+                scores[index] = value
+            chunk = []
+    return scores
+
+
+def _full_sequence_batch(model, members, pad: int, device):
+    """One forward over every ``context + option`` sequence of the chunk (right padded)."""
+    rows = [(context + target, len(target), index) for context, options in members for index, target in options]
+    width = max(len(tokens) for tokens, _, _ in rows)
+    ids = torch.full((len(rows), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for row, (tokens, _, _) in enumerate(rows):
+        ids[row, :len(tokens)] = torch.tensor(tokens)
+        mask[row, :len(tokens)] = 1
+    logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits.float()
+    picked = torch.log_softmax(logits[:, :-1], dim=-1).gather(-1, ids[:, 1:].to(device).unsqueeze(-1)).squeeze(-1)
+    for row, (tokens, n_target, index) in enumerate(rows):
+        yield index, picked[row, len(tokens) - 1 - n_target:len(tokens) - 1].sum().item()
+
+
+def _shared_prefix_batch(model, members, pad: int, device):
+    """Each prompt once (left padded, KV cache kept), then every option on the cache rows of its prompt."""
+    width = max(len(context) for context, _ in members)
+    ids = torch.full((len(members), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(members), width), dtype=torch.long)
+    for row, (context, _) in enumerate(members):
+        ids[row, width - len(context):] = torch.tensor(context)
+        mask[row, width - len(context):] = 1
+    ids, mask = ids.to(device), mask.to(device)
+    out = model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0), use_cache=True)
+    first = torch.log_softmax(out.logits[:, -1].float(), dim=-1)  # predicts each option's first token
+    owners = [(row, index, target) for row, (_, options) in enumerate(members) for index, target in options]
+    rows = torch.tensor([row for row, _, _ in owners], device=device)
+    cache = out.cache if getattr(out, "cache", None) is not None else out.past_key_values
+    cache.batch_select_indices(rows)
+    span = max(len(target) for _, _, target in owners)
+    option_ids = torch.full((len(owners), span), pad, dtype=torch.long)
+    option_mask = torch.zeros((len(owners), span), dtype=torch.long)
+    for k, (_, _, target) in enumerate(owners):
+        option_ids[k, :len(target)] = torch.tensor(target)
+        option_mask[k, :len(target)] = 1
+    option_ids, option_mask = option_ids.to(device), option_mask.to(device)
+    positions = mask.sum(-1)[rows].unsqueeze(-1) + torch.arange(span, device=device)
+    logits = model(input_ids=option_ids, attention_mask=torch.cat([mask[rows], option_mask], dim=-1),
+                   position_ids=positions, cache=cache, use_cache=True).logits.float()
+    rest = torch.log_softmax(logits[:, :-1], dim=-1).gather(-1, option_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+    for k, (row, index, target) in enumerate(owners):
+        yield index, first[row, target[0]].item() + rest[k, :len(target) - 1].sum().item()
+
+
+def _seq2seq_scores(model, tokenizer, requests, batch_size: int, device) -> list[float]:
+    from evolve_train.training.examples import seq2seq_source
+
+    scores = []
+    for start in range(0, len(requests), batch_size):
+        chunk = requests[start:start + batch_size]
+        encoded = tokenizer([seq2seq_source(p) for p, _ in chunk], return_tensors="pt", padding=True,
+                            add_special_tokens=True).to(device)
+        targets = _encode(tokenizer, [o.strip() for _, o in chunk])
+        width = max(len(t) for t in targets)
+        labels = torch.full((len(chunk), width), -100, dtype=torch.long)
+        for row, target in enumerate(targets):
+            labels[row, :len(target)] = torch.tensor(target)
+        logits = model(**encoded, labels=labels.to(device)).logits.float()
+        logprobs = torch.log_softmax(logits, dim=-1)
+        safe = labels.clamp(min=0).to(device)
+        picked = logprobs.gather(-1, safe.unsqueeze(-1)).squeeze(-1) * (labels != -100).to(device)
+        scores.extend(picked.sum(-1).tolist())
+    return scores

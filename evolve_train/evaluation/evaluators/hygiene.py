@@ -1,0 +1,330 @@
+"""``contamination`` and ``flip_rate`` (METRICS.md §8), and ``hygiene`` = both; see docs/hygiene.md.
+
+Both ask every question of the EvolvingQA split sets (Unchanged, New_k, Updated_k, Outdated_k) again in
+label-preserving **perturbed variants**: the item's ``extra.variants`` when it has them (the embedded world:
+the relation's held-out phrasings, never in any corpus), otherwise the configured rewrites
+(``eval.contamination.rewrites``: regex or template rewrites that keep the gold). An item with no variant is
+skipped (counted in ``n_skipped``).
+
+* ``contamination``: per split set, ``contamination_gap`` = acc(original) − mean over k of acc(variant k),
+  with up to ``eval.contamination.variants`` (3) variants per question (with unequal numbers of variants, the
+  per-question mean over its variants); ``flagged`` when above ``eval.gate.contamination_gap_max``. A seeded
+  sample of original/perturbed pairs with both predictions goes to ``<run_dir>/contamination_spotcheck.jsonl``
+  (``label_preserved: null``, for a human to confirm the gold still holds).
+* ``flip_rate``: per split set, the fraction of questions whose normalized prediction differs across K
+  (``eval.flip_rate.templates`` = 4) equivalent templates: the original and K−1 variants. Greedy decoding
+  with ``eval.flip_rate.samples`` = 1; with n > 1, n sampled answers per template and their majority.
+
+Each also writes an ``all`` row pooled over Unchanged, New and Updated (Outdated repeats Updated's questions
+with the stale gold, so it is reported per set but not pooled); ``evolve-gate`` reads the ``all`` rows.
+Greedy generations are shared with the other evaluators through ``EvalContext.answers``.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from typing import Optional
+
+import torch
+
+from evolve_train.data.timeline import SET_KINDS, EvalSet
+from evolve_train.errors import ConfigError
+from evolve_train.evaluation.evaluator import EvalContext, register_evaluator
+from evolve_train.evaluation.evaluators.common import ALL, row, sample, select
+from evolve_train.evaluation.generation import prediction_of
+from evolve_train.evaluation.metrics.answer import exact_match
+from evolve_train.evaluation.metrics.stats import flip_rate
+
+SPOTCHECK = "contamination_spotcheck.jsonl"
+POOLED_KINDS = ("unchanged", "new", "updated")
+"""Split kinds pooled into the ``all`` rows (Outdated asks Updated's questions with the stale gold)."""
+
+
+# ---------------------------------------------------------------- config
+
+def _setting(cfg, section: str, name: str, default):
+    return getattr(getattr(cfg, section, None), name, default)
+
+
+def check_rewrites(rewrites) -> list[dict]:
+    """Validate ``eval.contamination.rewrites``; ConfigError names the bad entry."""
+    checked = []
+    for k, rewrite in enumerate(rewrites or []):
+        key = f"eval.contamination.rewrites[{k}]"
+        rewrite = dict(rewrite)
+        unknown = sorted(set(rewrite) - {"name", "pattern", "replacement", "template"})
+        if unknown:
+            raise ConfigError(f"{key}: unknown key(s) {unknown} (known: name, pattern, replacement, template)")
+        if ("pattern" in rewrite) == ("template" in rewrite):
+            raise ConfigError(f"{key}: give either 'pattern' (with 'replacement') or 'template'")
+        if "pattern" in rewrite:
+            if "replacement" not in rewrite:
+                raise ConfigError(f"{key}: a 'pattern' rewrite needs a 'replacement'")
+            try:
+                re.compile(rewrite["pattern"])
+            except re.error as err:
+                raise ConfigError(f"{key}: invalid regular expression {rewrite['pattern']!r}: {err}") from None
+        elif "{question}" not in rewrite["template"]:
+            raise ConfigError(f"{key}: a template must contain {{question}} (it rewrites the question, keeping "
+                              "its gold)")
+        rewrite.setdefault("name", f"rewrite{k}")
+        checked.append(rewrite)
+    return checked
+
+
+def check_config(cfg) -> None:
+    """Validate the hygiene settings of ``eval`` (called before training starts)."""
+    contamination, flips = getattr(cfg, "contamination", None), getattr(cfg, "flip_rate", None)
+    if contamination is not None:
+        check_rewrites(contamination.rewrites)
+        if contamination.variants < 1:
+            raise ConfigError(f"eval.contamination.variants must be >= 1, got {contamination.variants}")
+        if contamination.spotcheck < 0 or contamination.max_items_per_set < 0:
+            raise ConfigError("eval.contamination.spotcheck and max_items_per_set must be >= 0")
+    if flips is not None:
+        if flips.templates < 2:
+            raise ConfigError(f"eval.flip_rate.templates must be >= 2 (the original and a variant), got "
+                              f"{flips.templates}")
+        if flips.samples < 1:
+            raise ConfigError(f"eval.flip_rate.samples must be >= 1 (1 = greedy), got {flips.samples}")
+        if flips.samples > 1 and not flips.temperature > 0:
+            raise ConfigError(f"eval.flip_rate.temperature must be > 0 when sampling, got {flips.temperature}")
+
+
+# ---------------------------------------------------------------- variants
+
+def apply_rewrite(rewrite: dict, item: dict) -> Optional[str]:
+    """The item's question rewritten, or None when the rewrite does not apply (no match, no change)."""
+    question = item["question"]
+    if "pattern" in rewrite:
+        text = re.sub(rewrite["pattern"], rewrite["replacement"], question)
+    else:
+        text = rewrite["template"].format(**{**item, "question": question})
+    return text if text != question else None
+
+
+def perturbations(item: dict, rewrites: list[dict], limit: int) -> list[tuple[str, str]]:
+    """Up to ``limit`` (name, perturbed question): the item's ``extra.variants``, else the rewrites."""
+    variants = [(f"variant{k}", v) for k, v in enumerate((item.get("extra") or {}).get("variants") or [])
+                if isinstance(v, str)]
+    if not variants:
+        variants = [(r["name"], text) for r in rewrites if (text := apply_rewrite(r, item)) is not None]
+    seen, out = {item["question"]}, []
+    for name, text in variants:
+        if text not in seen:
+            seen.add(text)
+            out.append((name, text))
+    return out[:limit]
+
+
+def gap_stats(original: list[int], perturbed: list[list[int]]) -> dict:
+    """contamination_gap over questions: acc(original) − mean over questions of the mean over its variants
+    (= acc(original) − mean over k of acc(variant k) when every question has the same k variants)."""
+    n = len(original)
+    if n == 0:
+        return {"contamination_gap": None, "acc_original": None, "acc_perturbed": None, "acc_variants": None,
+                "k": 0, "n": 0}
+    acc_original = sum(original) / n
+    acc_perturbed = sum(sum(v) / len(v) for v in perturbed) / n
+    ks = {len(v) for v in perturbed}
+    per_k = [sum(v[j] for v in perturbed) / n for j in range(ks.pop())] if len(ks) == 1 else None
+    return {"contamination_gap": acc_original - acc_perturbed, "acc_original": acc_original,
+            "acc_perturbed": acc_perturbed, "acc_variants": per_k, "k": min(len(v) for v in perturbed), "n": n}
+
+
+def _flag(value: Optional[float], threshold: Optional[float]) -> Optional[bool]:
+    return None if value is None or threshold is None else bool(value > threshold)
+
+
+# ---------------------------------------------------------------- generation
+
+def _prompt(ctx: EvalContext, item: dict, question: str) -> str:
+    return ctx.timeline.prompt({**item, "question": question})
+
+
+def _greedy(ctx: EvalContext, prompts: list[str]) -> dict[str, str]:
+    unique = list(dict.fromkeys(prompts))
+    return dict(zip(unique, (prediction_of(g, ctx.cfg.stop_strings) for g in ctx.answers(unique))))
+
+
+@torch.no_grad()
+def sample_answers(model, tokenizer, prompts: list[str], *, n: int, temperature: float, seed: int,
+                   batch_size: int = 64, max_new_tokens: int = 12, stop_strings=("\n",),
+                   seq2seq: bool = False) -> list[list[str]]:
+    """n sampled raw generations per prompt (seeded), with the tokenization of ``generate_answers``."""
+    from evolve_train.evaluation.generation import stop_token_ids
+    from evolve_train.training.examples import seq2seq_source
+
+    if not prompts:
+        return []
+    model.eval()
+    device = next(model.parameters()).device
+    tokenizer.padding_side = "right" if seq2seq else "left"
+    eos_ids = stop_token_ids(tokenizer, stop_strings)
+    torch.manual_seed(seed)
+    out: list[list[str]] = []
+    per_batch = max(1, batch_size // n)
+    for start in range(0, len(prompts), per_batch):
+        chunk = prompts[start:start + per_batch]
+        texts = [seq2seq_source(p) if seq2seq else p for p in chunk]
+        encoded = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=seq2seq).to(device)
+        generated = model.generate(**encoded, max_new_tokens=max_new_tokens, do_sample=True, top_k=0, top_p=1.0,
+                                   temperature=temperature, num_return_sequences=n, use_cache=True,
+                                   eos_token_id=eos_ids, pad_token_id=tokenizer.pad_token_id)
+        new_tokens = generated if seq2seq else generated[:, encoded["input_ids"].shape[1]:]
+        decoded = tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
+        out.extend(decoded[k * n:(k + 1) * n] for k in range(len(chunk)))
+    return out
+
+
+def _sampled(ctx: EvalContext, prompts: list[str]) -> dict[str, list[str]]:
+    settings = ctx.cfg.flip_rate
+    cache = ctx.__dict__.setdefault("_hygiene_samples", {})
+    missing = sorted({p for p in prompts if p not in cache})
+    raw = sample_answers(ctx.model, ctx.tokenizer, missing, n=settings.samples, temperature=settings.temperature,
+                         seed=settings.seed + 1000 * (ctx.checkpoint + 1), batch_size=ctx.cfg.batch_size,
+                         max_new_tokens=ctx.cfg.max_new_tokens, stop_strings=ctx.cfg.stop_strings,
+                         seq2seq=ctx.seq2seq)
+    for prompt, generations in zip(missing, raw):
+        cache[prompt] = [prediction_of(g, ctx.cfg.stop_strings) for g in generations]
+    return {p: cache[p] for p in prompts}
+
+
+# ---------------------------------------------------------------- the evaluators
+
+def hygiene_sets(ctx: EvalContext) -> list[EvalSet]:
+    """The checkpoint's split sets, each reduced to a seeded sample (``eval.contamination.max_items_per_set``)."""
+    cap = _setting(ctx.cfg, "contamination", "max_items_per_set", 0)
+    return [EvalSet(s.name, s.kind, s.step, sample(s.items, cap, f"hygiene-{s.name}"))
+            for s in select(ctx, lambda item: True, kinds=SET_KINDS)]
+
+
+def _rewrites(ctx: EvalContext) -> list[dict]:
+    return check_rewrites(_setting(ctx.cfg, "contamination", "rewrites", []))
+
+
+@register_evaluator("contamination")
+def contamination_evaluator(ctx: EvalContext) -> list[dict]:
+    """Rows of group ``contamination``: one per split set and one ``all`` (see the module docstring)."""
+    limit = _setting(ctx.cfg, "contamination", "variants", 3)
+    threshold = _setting(ctx.cfg, "gate", "contamination_gap_max", 0.03)
+    rewrites = _rewrites(ctx)
+    sets = hygiene_sets(ctx)
+    plans = [[(item, perturbations(item, rewrites, limit)) for item in s.items] for s in sets]
+    prompts = [_prompt(ctx, item, q) for plan in plans for item, variants in plan
+               for q in [item["question"]] + [text for _, text in variants] if variants]
+    answers = _greedy(ctx, prompts)
+    rows, pooled_o, pooled_p, checks = [], [], [], []
+    for eval_set, plan in zip(sets, plans):
+        original, perturbed = [], []
+        for item, variants in plan:
+            if not variants:
+                continue
+            first = answers[_prompt(ctx, item, item["question"])]
+            original.append(exact_match(first, item["answers"]))
+            outcomes = []
+            for name, text in variants:
+                prediction = answers[_prompt(ctx, item, text)]
+                outcomes.append(exact_match(prediction, item["answers"]))
+                if eval_set.kind in POOLED_KINDS:
+                    checks.append({"checkpoint": ctx.checkpoint, "set": eval_set.name, "id": item["id"],
+                                   "variant": name, "original": item["question"], "perturbed": text,
+                                   "gold": item["answers"], "prediction_original": first,
+                                   "prediction_perturbed": prediction, "label_preserved": None})
+            perturbed.append(outcomes)
+        stats = gap_stats(original, perturbed)
+        rows.append(row(ctx, "contamination", eval_set.kind, eval_set.name, eval_set.step, **stats,
+                        n_skipped=len(plan) - len(original), threshold=threshold,
+                        flagged=_flag(stats["contamination_gap"], threshold)))
+        if eval_set.kind in POOLED_KINDS:
+            pooled_o += original
+            pooled_p += perturbed
+    stats = gap_stats(pooled_o, pooled_p)
+    skipped = sum(r["n_skipped"] for r in rows if r["set"] in POOLED_KINDS)
+    rows.append(row(ctx, "contamination", "splits", ALL, None, **stats, n_skipped=skipped, threshold=threshold,
+                    flagged=_flag(stats["contamination_gap"], threshold)))
+    _write_spotcheck(ctx, checks)
+    return rows
+
+
+def _write_spotcheck(ctx: EvalContext, checks: list[dict]) -> None:
+    count = _setting(ctx.cfg, "contamination", "spotcheck", 20)
+    if ctx.run_dir is None or count <= 0:
+        return
+    from evolve_train.training.checkpoint import atomic_write_text
+
+    chosen = sorted(random.Random(f"spotcheck-{ctx.checkpoint}").sample(range(len(checks)),
+                                                                          min(count, len(checks))))
+    path = ctx.run_dir / SPOTCHECK
+    kept = []
+    if path.exists():
+        kept = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        kept = [r for r in kept if r.get("checkpoint") != ctx.checkpoint]
+    records = kept + [checks[k] for k in chosen]
+    records.sort(key=lambda r: r.get("checkpoint", 0))
+    atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+
+
+@register_evaluator("flip_rate")
+def flip_rate_evaluator(ctx: EvalContext) -> list[dict]:
+    """Rows of group ``flip_rate``: one per split set and one ``all`` (see the module docstring)."""
+    k = _setting(ctx.cfg, "flip_rate", "templates", 4)
+    samples = _setting(ctx.cfg, "flip_rate", "samples", 1)
+    threshold = _setting(ctx.cfg, "gate", "flip_rate_max", 0.10)
+    rewrites = _rewrites(ctx)
+    sets = hygiene_sets(ctx)
+    plans = [[(item, [item["question"]] + [t for _, t in perturbations(item, rewrites, k - 1)]) for item in s.items]
+             for s in sets]
+    prompts = [_prompt(ctx, item, q) for plan in plans for item, templates in plan if len(templates) > 1
+               for q in templates]
+    answers = _greedy(ctx, prompts) if samples == 1 else _sampled(ctx, prompts)
+    rows, pooled = [], []
+    for eval_set, plan in zip(sets, plans):
+        per_question = [[answers[_prompt(ctx, item, q)] for q in templates] for item, templates in plan
+                        if len(templates) > 1]
+        value = flip_rate(per_question)
+        rows.append(row(ctx, "flip_rate", eval_set.kind, eval_set.name, eval_set.step, flip_rate=value,
+                        k=min((len(t) for t in per_question), default=0), samples=samples, n=len(per_question),
+                        n_skipped=len(plan) - len(per_question), threshold=threshold,
+                        flagged=_flag(value, threshold)))
+        if eval_set.kind in POOLED_KINDS:
+            pooled += per_question
+    value = flip_rate(pooled)
+    skipped = sum(r["n_skipped"] for r in rows if r["set"] in POOLED_KINDS)
+    rows.append(row(ctx, "flip_rate", "splits", ALL, None, flip_rate=value,
+                    k=min((len(t) for t in pooled), default=0), samples=samples, n=len(pooled), n_skipped=skipped,
+                    threshold=threshold, flagged=_flag(value, threshold)))
+    return rows
+
+
+@register_evaluator("hygiene")
+def hygiene_evaluator(ctx: EvalContext) -> list[dict]:
+    """``contamination`` and ``flip_rate`` together."""
+    return contamination_evaluator(ctx) + flip_rate_evaluator(ctx)
+
+
+# ---------------------------------------------------------------- the hooks in ``train`` (run.py)
+
+def preflight(cfg, timeline, qa_adaptation=None) -> dict:
+    """Before anything is written or trained: validate the hygiene settings and check that no private eval
+    item leaks into the training examples, the QA-adaptation set or the prompt (``data/hygiene.py``)."""
+    from evolve_train.data.hygiene import check_private_leaks
+
+    check_config(cfg.eval)
+    pairs = qa_adaptation.pairs if qa_adaptation is not None else None
+    source = str(qa_adaptation.path) if qa_adaptation is not None else None
+    return check_private_leaks(timeline, pairs, source)
+
+
+def record_private(run_dir, timeline, eval_cfg, checkpoint: int, rows: list[dict]) -> list[dict]:
+    """Append the evaluation of ``checkpoint`` on private items to ``<run_dir>/private_evaluations.jsonl``
+    (time, checkpoint, set, count); returns ``rows`` unchanged."""
+    from evolve_train.data.hygiene import record_private_evaluations
+
+    if run_dir is not None:
+        sets = EvalContext(model=None, tokenizer=None, timeline=timeline, checkpoint=checkpoint, cfg=eval_cfg,
+                           run_dir=run_dir).sets()
+        record_private_evaluations(run_dir, checkpoint, sets, rows)
+    return rows

@@ -1,0 +1,65 @@
+"""The evaluators' part of ``summary.json`` and of the table printed at the end of a run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from evolve_train.evaluation.evaluators.common import ALL
+from evolve_train.evaluation.evaluators.matrix import format_matrix, matrix_summary
+
+GROUPS = ("paired", "ablation", "dimensions", "calibration", "grad_norms")
+HEADLINE = {
+    "paired": ("update_adoption", "confusion_index", "n_pairs"),
+    "ablation": ("true", "shuffled", "none", "timestamp_reliance", "timestamp_invariance"),
+    "calibration": ("acc", "acc_norm", "ece", "brier", "overconfident_error_rate", "position_consistency"),
+    "dimensions": ("em",),
+}
+
+
+def groups_summary(rows: list[dict]) -> dict[str, Any]:
+    """``{group: {checkpoint: row}}``: each group's row over all its sets (``grad_norms``: ``{set_name: row}``
+    per checkpoint), metadata stripped; groups that did not run are absent."""
+    out: dict[str, Any] = {}
+    meta = {"group", "checkpoint", "set", "set_name", "set_step", "method", "seed", "train_seconds",
+            "train_tokens", "num_processes"}
+    for r in rows:
+        group = r.get("group")
+        if group not in GROUPS:
+            continue
+        body = {k: v for k, v in r.items() if k not in meta}
+        per_checkpoint = out.setdefault(group, {})
+        if group == "grad_norms":
+            per_checkpoint.setdefault(str(r["checkpoint"]), {})[r["set_name"]] = body
+        elif r.get("set_name") == ALL:
+            per_checkpoint[str(r["checkpoint"])] = body
+    return out
+
+
+def evaluation_summary(rows: list[dict]) -> dict[str, Any]:
+    """The ``matrix`` and ``groups`` keys of ``summary.json``."""
+    return {"matrix": matrix_summary(rows), "groups": groups_summary(rows)}
+
+
+def _fmt(value) -> str:
+    return "-" if value is None else (f"{value:.3f}" if isinstance(value, float) else str(value))
+
+
+def format_evaluation(summary: dict[str, Any]) -> str:
+    """The learned-knowledge matrix, then one line per group for the last checkpoint."""
+    lines = []
+    matrix = format_matrix(summary.get("matrix") or {})
+    if matrix:
+        lines.append(matrix)
+    for group, per_checkpoint in (summary.get("groups") or {}).items():
+        if not per_checkpoint:
+            continue
+        last = max(per_checkpoint, key=int)
+        body = per_checkpoint[last]
+        if group == "grad_norms":
+            cells = [f"{name}={_fmt(r.get('mean_grad_norm'))}" for name, r in body.items()]
+        elif group == "dimensions":
+            cells = [f"{d}={_fmt(r.get('em'))}" for d, r in (body.get("dimensions") or {}).items()]
+        else:
+            cells = [f"{key}={_fmt(body.get(key))}" for key in HEADLINE.get(group, ())]
+        lines.append(f"{group} @ checkpoint {last}: " + "  ".join(cells))
+    return "\n".join(lines)

@@ -1,0 +1,147 @@
+"""Quadratic pulls toward the previous time step's weights: ``l2_init`` (RecAdam-style) and ``ewc``.
+
+Both snapshot, in ``prepare_model``, every parameter that is trainable at that moment: the model
+entering step k holds step k-1's weights, in a continuing run and in a resumed one alike, so nothing
+needs saving. The penalty covers ALL trainable parameters — selected by ``requires_grad``, never by
+a name filter (a name filter that matches nothing silently turns the method into plain fine-tuning;
+the tests assert the penalty is non-zero after a step).
+
+    penalty = weight(t) / 2 * sum_i F_i * (w_i - w_prev_i)^2
+
+``l2_init``: F_i = 1. ``ewc``: F_i is the diagonal empirical Fisher (squared gradients of the loss)
+on the previous step's data, averaged over ``fisher_batches`` batches and normalised to mean 1, so
+``coef`` is on the same scale for both. With ``anneal_t0 > 0``, weight(t) = coef * (1 - s(t)) with
+s(t) = 1 / (1 + exp(-anneal_k * (t - anneal_t0))), RecAdam's annealing applied to the penalty term
+(RecAdam also scales the task loss by s(t); here the language-model loss keeps weight 1).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+from typing import Optional
+
+import torch
+
+from evolve_train.errors import ConfigError
+from evolve_train.methods.base import Strategy, register_strategy
+
+log = logging.getLogger(__name__)
+
+
+class AnchorPenalty(Strategy):
+    """Shared mechanics; subclasses choose the config section and the per-parameter importance."""
+
+    section = "l2_init"
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        c = getattr(cfg, self.section)
+        key = f"method.{self.section}"
+        if not c.coef >= 0:
+            raise ConfigError(f"{key}.coef must be >= 0, got {c.coef}")
+        if c.anneal_t0 < 0:
+            raise ConfigError(f"{key}.anneal_t0 must be >= 0, got {c.anneal_t0}")
+        if c.anneal_t0 > 0 and not c.anneal_k > 0:
+            raise ConfigError(f"{key}.anneal_k must be positive when annealing, got {c.anneal_k}")
+        self.c = c
+        self.anchors: list[tuple[torch.nn.Parameter, torch.Tensor, Optional[torch.Tensor]]] = []
+
+    def importance(self, model, params: list[tuple[str, torch.nn.Parameter]]) -> Optional[list[torch.Tensor]]:
+        """Per-parameter weights F (``None``: all ones)."""
+        return None
+
+    def prepare_model(self, model, step):
+        params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        weights = self.importance(model, params) or [None] * len(params)
+        self.anchors = [(p, p.detach().clone(), w) for (_, p), w in zip(params, weights)]
+        log.info("%s (step %d): anchored %d tensors (%d values) at the previous step's weights, coef %g",
+                 self.name, step, len(params), sum(p.numel() for _, p in params), self.c.coef)
+        return model
+
+    def weight(self, optimizer_step: int) -> float:
+        if self.c.anneal_t0 <= 0:
+            return self.c.coef
+        z = -self.c.anneal_k * (optimizer_step - self.c.anneal_t0)
+        return self.c.coef * (1.0 - 1.0 / (1.0 + math.exp(min(z, 700.0))))
+
+    def penalty(self) -> torch.Tensor:
+        """sum_i F_i * (w_i - w_prev_i)^2 over every anchored (trainable) parameter, unweighted."""
+        total = None
+        for param, anchor, fisher in self.anchors:
+            if not param.requires_grad:
+                continue
+            term = (param - anchor).pow(2)
+            term = (term * fisher).sum() if fisher is not None else term.sum()
+            total = term if total is None else total + term
+        return total if total is not None else torch.zeros(())
+
+    def extra_loss(self, model, optimizer_step):
+        if not self.anchors or self.c.coef == 0:
+            return None
+        return 0.5 * self.weight(optimizer_step) * self.penalty()
+
+    def after_step(self, model, step, examples):
+        self.anchors = []  # the anchors hold a copy of the weights: free it
+        return model
+
+
+@register_strategy("l2_init")
+class L2Init(AnchorPenalty):
+    section = "l2_init"
+
+
+@register_strategy("ewc")
+class EWC(AnchorPenalty):
+    section = "ewc"
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        if self.c.fisher_batches < 1:
+            raise ConfigError(f"method.ewc.fisher_batches must be >= 1, got {self.c.fisher_batches}")
+        if self.c.fisher_batch_size < 1:
+            raise ConfigError(f"method.ewc.fisher_batch_size must be >= 1, got {self.c.fisher_batch_size}")
+        self._history = None
+
+    def mix_examples(self, step, examples, history):
+        self._history = history  # prepare_model (called next) estimates the Fisher on history[-1]
+        return examples
+
+    def importance(self, model, params):
+        if self._history is None or len(self._history) == 0:
+            raise RuntimeError("ewc needs the previous step's examples: mix_examples must run before "
+                               "prepare_model (as in run.py), and not at step 0")
+        return diagonal_fisher(model, [p for _, p in params], self._history[-1], self._history.pad_id,
+                               self._history.seq2seq, self.c.fisher_batches, self.c.fisher_batch_size)
+
+
+def diagonal_fisher(model, params, examples, pad_id: int, seq2seq: bool, n_batches: int, batch_size: int,
+                    seed: int = 0) -> list[torch.Tensor]:
+    """Empirical diagonal Fisher: mean over batches of squared loss gradients, normalised to mean 1."""
+    from evolve_train.training.examples import collate
+
+    order = list(range(len(examples)))
+    random.Random(seed).shuffle(order)
+    device = params[0].device
+    fisher = [torch.zeros_like(p) for p in params]
+    was_training = model.training
+    model.eval()
+    used = 0
+    for start in range(0, min(len(order), n_batches * batch_size), batch_size):
+        rows = [examples[i] for i in order[start:start + batch_size]]
+        batch = {k: v.to(device) for k, v in collate(rows, pad_id, seq2seq).items()}
+        grads = torch.autograd.grad(model(**batch).loss, params, allow_unused=True)
+        for f, g in zip(fisher, grads):
+            if g is not None:
+                f += g.detach().pow(2)
+        used += 1
+    model.train(was_training)
+    total = sum(f.sum() for f in fisher)
+    count = sum(f.numel() for f in fisher)
+    mean = float(total) / max(1, count)
+    if used == 0 or mean == 0:
+        log.warning("ewc: the Fisher estimate is zero; falling back to a uniform penalty (l2_init)")
+        return [torch.ones_like(f) for f in fisher]
+    log.info("ewc: diagonal Fisher from %d batches of the previous step", used)
+    return [f / mean for f in fisher]

@@ -1,0 +1,233 @@
+"""Report figures (matplotlib, Agg): forgetting curves, step x set heatmaps, paired metrics, training loss.
+
+Every ``plot_*`` function saves one PNG and returns what it drew, read back from the figure's lines or
+image (``{panel: {run_label: (xs, ys)}}`` or the matrix), so tests can check the points against the data.
+Missing values (n = 0 sets) are NaN: matplotlib leaves a gap.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from evolve_train.reporting.runs import ROW_META, Run  # noqa: E402
+from evolve_train.reporting.summary import SPLIT_ORDER, _column_key  # noqa: E402
+
+ALL = "all"  # set_name of an evaluator's row over all its sets
+Series = dict[str, dict[str, tuple[list[float], list[float]]]]
+KIND_COLUMNS = ("new", "updated", "outdated")
+
+
+def checkpoint_label(checkpoint: int) -> str:
+    """``init`` for the model before any training (checkpoint -1, ``eval.eval_initial``)."""
+    return "init" if checkpoint < 0 else str(checkpoint)
+
+
+def _value(value) -> float:
+    return math.nan if value is None else float(value)
+
+
+def _read_back(axes_by_panel: dict) -> Series:
+    """The points actually drawn: ``{panel: {line label: (xs, ys)}}``."""
+    return {panel: {line.get_label(): ([float(x) for x in line.get_xdata()], [float(y) for y in line.get_ydata()])
+                    for line in ax.get_lines()} for panel, ax in axes_by_panel.items()}
+
+
+def _save(fig, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+    plt.close(fig)
+
+
+def forgetting_layout(columns: list[str]) -> list[list[str | None]]:
+    """Panel grid: row 0 ``unchanged``; row k: ``new_k``, ``updated_k``, ``outdated_k``; other sets after."""
+    rows: list[list[str | None]] = []
+    plain = [c for c in columns if "_" not in c]
+    if plain:
+        rows.append(plain[:3] + [None] * (3 - len(plain[:3])))
+        for start in range(3, len(plain), 3):
+            chunk = plain[start:start + 3]
+            rows.append(chunk + [None] * (3 - len(chunk)))
+    steps = sorted({int(c.rpartition("_")[2]) for c in columns if c.rpartition("_")[2].isdigit()})
+    for step in steps:
+        rows.append([f"{kind}_{step}" if f"{kind}_{step}" in columns else None for kind in KIND_COLUMNS])
+    known = {c for row in rows for c in row if c}
+    extra = [c for c in columns if c not in known]
+    for start in range(0, len(extra), 3):
+        chunk = extra[start:start + 3]
+        rows.append(chunk + [None] * (3 - len(chunk)))
+    return rows
+
+
+def plot_forgetting_curves(runs: list[Run], path: Path, metric: str = "em") -> Series:
+    """EM per eval set over checkpoints (time steps), one line per run, one panel per set."""
+    columns = sorted({c for run in runs for c in run.columns}, key=_column_key)
+    layout = forgetting_layout(columns)
+    fig, axes = plt.subplots(len(layout), 3, figsize=(12, 2.8 * len(layout)), squeeze=False)
+    all_ckpts = sorted({k for run in runs for k in run.checkpoints})
+    panels = {}
+    for r, row in enumerate(layout):
+        for c, column in enumerate(row):
+            ax = axes[r][c]
+            if column is None:
+                ax.axis("off")
+                continue
+            for run in runs:
+                points = run.series(column, metric)
+                ax.plot([k for k, _ in points], [_value(v) for _, v in points], marker="o", label=run.label)
+            hint = " (stale answer: lower is better)" if column.startswith("outdated") else ""
+            ax.set_title(f"{column}{hint}", fontsize=10)
+            ax.set_ylim(-0.05, 1.05)
+            ax.set_xticks(all_ckpts, [checkpoint_label(k) for k in all_ckpts])
+            ax.set_xlabel("checkpoint (time step)")
+            ax.set_ylabel(metric.upper())
+            ax.grid(alpha=0.3)
+            panels[column] = ax
+    first = next(iter(panels.values()), None)
+    if first is not None:
+        handles, labels = first.get_legend_handles_labels()
+        fig.legend(handles, labels, loc="upper center", ncol=min(4, len(labels)), bbox_to_anchor=(0.5, 1.0))
+    fig.suptitle(f"{metric.upper()} per eval set over time steps", y=1.03)
+    fig.tight_layout()
+    series = _read_back(panels)
+    _save(fig, path)
+    return series
+
+
+def em_matrix(run: Run, metric: str = "em") -> tuple[list[int], list[str], np.ndarray]:
+    """(checkpoints, columns, values) with NaN where a set was not evaluated."""
+    ckpts, columns = run.checkpoints, run.columns
+    values = np.array([[_value(run.cell(k, c, metric)) for c in columns] for k in ckpts], dtype=float)
+    return ckpts, columns, values
+
+
+def plot_matrix_heatmap(run: Run, path: Path, metric: str = "em") -> np.ndarray:
+    """The checkpoint x eval-set matrix of one run as an annotated heatmap; returns the drawn array."""
+    ckpts, columns, values = em_matrix(run, metric)
+    fig, ax = plt.subplots(figsize=(1.0 + 1.1 * len(columns), 1.0 + 0.6 * len(ckpts)))
+    image = ax.imshow(np.ma.masked_invalid(values), vmin=0, vmax=1, cmap="viridis", aspect="auto")
+    ax.set_xticks(range(len(columns)), columns, rotation=45, ha="right")
+    ax.set_yticks(range(len(ckpts)), [checkpoint_label(k) for k in ckpts])
+    ax.set_xlabel("eval set")
+    ax.set_ylabel("checkpoint")
+    for i in range(len(ckpts)):
+        for j in range(len(columns)):
+            if not math.isnan(values[i, j]):
+                ax.text(j, i, f"{values[i, j]:.2f}", ha="center", va="center", fontsize=8,
+                        color="white" if values[i, j] < 0.5 else "black")
+    fig.colorbar(image, ax=ax, label=metric.upper())
+    ax.set_title(f"{run.label}: {metric.upper()} by checkpoint and eval set", fontsize=10)
+    drawn = np.ma.filled(image.get_array().astype(float), np.nan)
+    _save(fig, path)
+    return drawn
+
+
+def flat_metrics(row: dict) -> dict[str, float]:
+    """A row's numeric metrics, nested dicts flattened to ``a/b`` (nested counts ``.../n`` dropped)."""
+    out: dict[str, float] = {}
+
+    def walk(prefix: str, value) -> None:
+        if isinstance(value, dict):
+            for key, inner in value.items():
+                walk(f"{prefix}/{key}" if prefix else str(key), inner)
+        elif value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)):
+            if not (prefix.endswith("/n") or prefix.endswith("_n")):
+                out[prefix] = _value(value)
+    walk("", {k: v for k, v in row.items() if k not in ROW_META})
+    return out
+
+
+def _group_rows(run: Run, group: str) -> list[dict]:
+    rows = run.group_rows(group)
+    if any(r.get("set_name") == ALL for r in rows):  # the row over all sets stands for the group
+        rows = [r for r in rows if r.get("set_name") == ALL]
+    return rows
+
+
+def group_metric_names(runs: list[Run], group: str) -> list[str]:
+    """Metrics of a group with at least one number (all-None metrics are not drawn)."""
+    names = {k for run in runs for row in _group_rows(run, group) for k, v in flat_metrics(row).items()
+             if not math.isnan(v)}
+    return sorted(names)
+
+
+def plot_group_metrics(runs: list[Run], group: str, path: Path) -> Series:
+    """Numeric metrics of a row group (e.g. ``paired``) per checkpoint: a panel per metric, a line per run
+    (and per ``set_name`` when the group has several and no row over all sets)."""
+    names = group_metric_names(runs, group)
+    if not names:
+        return {}
+    cols = min(3, len(names))
+    nrows = math.ceil(len(names) / cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(4.2 * cols, 3.0 * nrows), squeeze=False)
+    ckpts = sorted({int(r["checkpoint"]) for run in runs for r in run.group_rows(group)})
+    panels = {}
+    for index, name in enumerate(names):
+        ax = axes[index // cols][index % cols]
+        values = []
+        for run in runs:
+            rows = _group_rows(run, group)
+            set_names = sorted({str(r.get("set_name") or "") for r in rows}, key=_column_key_safe)
+            for set_name in set_names:
+                points = sorted((int(r["checkpoint"]), flat_metrics(r)[name]) for r in rows
+                                if str(r.get("set_name") or "") == set_name and name in flat_metrics(r))
+                if points:
+                    label = run.label if len(set_names) == 1 else f"{run.label} {set_name}"
+                    ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=label)
+                    values += [p[1] for p in points if not math.isnan(p[1])]
+        if values and not name.startswith("n_") and all(0 <= v <= 1 for v in values):
+            ax.set_ylim(-0.05, 1.05)
+        ax.set_xticks(ckpts, [checkpoint_label(k) for k in ckpts])
+        ax.set_title(name, fontsize=10)
+        ax.set_xlabel("checkpoint (time step)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+        panels[name] = ax
+    for index in range(len(names), nrows * cols):
+        axes[index // cols][index % cols].axis("off")
+    fig.suptitle(f"{group} metrics per time step")
+    fig.tight_layout()
+    series = _read_back(panels)
+    _save(fig, path)
+    return series
+
+
+def _column_key_safe(name: str):
+    try:
+        return _column_key(name) if name else (-2, -1, "")
+    except ValueError:  # a set name whose suffix is not a step number
+        return (99, 99, name)
+
+
+def plot_training_loss(runs: list[Run], path: Path) -> Series:
+    """Training loss against optimizer steps counted across time steps (from ``train_log.jsonl``)."""
+    runs = [r for r in runs if r.train_rows]
+    if not runs:
+        return {}
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    for run in runs:
+        offset, done, xs, ys = 0, {}, [], []
+        for row in run.train_rows:
+            ts = row["time_step"]
+            offset = sum(v for k, v in done.items() if k < ts)
+            done[ts] = max(done.get(ts, 0), row["optimizer_step"])
+            xs.append(offset + row["optimizer_step"])
+            ys.append(_value(row.get("loss")))
+        ax.plot(xs, ys, label=run.label)
+    ax.set_xlabel("optimizer step (all time steps)")
+    ax.set_ylabel("training loss")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    series = _read_back({"loss": ax})
+    _save(fig, path)
+    return series
+
+
+__all__ = ["SPLIT_ORDER", "em_matrix", "forgetting_layout", "plot_forgetting_curves", "plot_group_metrics",
+           "plot_matrix_heatmap", "plot_training_loss"]

@@ -1,0 +1,219 @@
+"""``write_report(run_dirs, out_dir)``: PNG plots, ``report.md`` and a self-contained ``report.html``.
+
+Contents: the forgetting curves (EM per eval set over time steps, a line per run), a heatmap of each run's
+checkpoint x eval-set EM matrix, the training loss, the metrics of other row groups (e.g. ``paired``) per
+step, a per-step EM table per run, the final-checkpoint EM of every run side by side, and for each pair of
+runs the paired-bootstrap EM difference with its 95% CI per eval set at the final checkpoint.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import re
+from pathlib import Path
+from typing import Iterable, Optional
+
+from evolve_train.reporting import plots
+from evolve_train.reporting.compare import PairedDiff, check_same_columns, compare_runs
+from evolve_train.reporting.runs import Run, load_runs
+from evolve_train.reporting.summary import _column_key
+
+GROUPS_PLOTTED = ("paired",)
+
+
+def _fmt(value, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_") or "run"
+
+
+def step_table(run: Run) -> tuple[list[str], list[list[str]]]:
+    """Header and rows of a run's per-step EM table (checkpoints down, eval sets across, n in the header)."""
+    columns = run.columns
+    header = ["checkpoint"] + [f"{c} (n={run.n(c)})" for c in columns] + ["train s"]
+    rows = []
+    for k in run.checkpoints:
+        seconds = next((r.get("train_seconds") for r in run.split_rows if int(r["checkpoint"]) == k), None)
+        rows.append([plots.checkpoint_label(k)] + [_fmt(run.cell(k, c)) for c in columns] + [_fmt(seconds, 1)])
+    return header, rows
+
+
+def final_table(runs: list[Run]) -> tuple[list[str], list[list[str]]]:
+    """Each run's final-checkpoint EM per eval set, side by side."""
+    columns = list(dict.fromkeys(c for run in runs for c in run.columns))
+    columns.sort(key=_column_key)
+    header = ["run", "checkpoint"] + columns
+    rows = [[run.label, str(run.final_checkpoint)] + [_fmt(run.cell(run.final_checkpoint, c)) for c in columns]
+            for run in runs]
+    return header, rows
+
+
+def continual_table(runs: list[Run]) -> Optional[tuple[list[str], list[list[str]]]]:
+    """avg_acc / BWT / FWT per matrix and FUAR at each run's final checkpoint (summary.json ``matrix``)."""
+    rows = []
+    for run in runs:
+        matrix = run.summary.get("matrix") or {}
+        final = str(run.final_checkpoint)
+        fuar = (matrix.get("fuar") or {}).get(final)
+        for kind, entry in (matrix.get("matrices") or {}).items():
+            metrics = (entry.get("metrics") or {}).get(final) or {}
+            rows.append([run.label, kind, final] + [_fmt(metrics.get(k)) for k in ("avg_acc", "bwt", "fwt")]
+                        + [_fmt(fuar)])
+    return (["run", "matrix", "checkpoint", "avg_acc", "bwt", "fwt", "fuar"], rows) if rows else None
+
+
+def groups_table(runs: list[Run]) -> Optional[tuple[list[str], list[list[str]]]]:
+    """Headline numbers of the other evaluators at each run's final checkpoint (summary.json ``groups``)."""
+    rows = []
+    for run in runs:
+        for group, per_checkpoint in (run.summary.get("groups") or {}).items():
+            if not isinstance(per_checkpoint, dict) or not per_checkpoint:
+                continue
+            last = max(per_checkpoint, key=int)
+            body = per_checkpoint[last] or {}
+            cells = [f"{k}={_fmt(v) if isinstance(v, float) else v}" for k, v in body.items()
+                     if isinstance(v, (int, float)) and not isinstance(v, bool)]
+            if cells:
+                rows.append([run.label, group, str(last), "  ".join(cells)])
+    return (["run", "group", "checkpoint", "metrics"], rows) if rows else None
+
+
+def diff_table(diffs: list[PairedDiff]) -> tuple[list[str], list[list[str]]]:
+    header = ["run a", "run b", "eval set", "n", "EM a", "EM b", "diff (a − b)", "95% CI", "CI excludes 0"]
+    rows = [[d.run_a, d.run_b, d.column, str(d.n), _fmt(d.em_a), _fmt(d.em_b), f"{d.diff:+.3f}",
+             f"[{d.ci_low:+.3f}, {d.ci_high:+.3f}]", "yes" if d.significant else "no"] for d in diffs]
+    return header, rows
+
+
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    def line(cells):
+        return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+    return "\n".join([line(header), "|" + "---|" * len(header)] + [line(r) for r in rows])
+
+
+_NUMERIC = re.compile(r"^[-+\[]?[-+]?\d|^-$")
+_NUM = " class='num'"
+
+
+def html_table(header: list[str], rows: list[list[str]]) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td{_NUM if _NUMERIC.match(c) else ''}>{html.escape(c)}</td>" for c in row)
+                   + "</tr>" for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def make_plots(runs: list[Run], out_dir: Path) -> dict:
+    """Write every PNG; returns {"figures": [(title, file name)], "series": what each plot drew}."""
+    figures, series = [], {}
+    series["forgetting"] = plots.plot_forgetting_curves(runs, out_dir / "forgetting_curves.png")
+    figures.append(("EM per eval set over time steps (forgetting curves)", "forgetting_curves.png"))
+    for run in runs:
+        name = f"matrix_{_slug(run.label)}.png"
+        series[f"matrix/{run.label}"] = plots.plot_matrix_heatmap(run, out_dir / name)
+        figures.append((f"EM matrix: {run.label}", name))
+    for group in GROUPS_PLOTTED:
+        if any(run.group_rows(group) for run in runs):
+            name = f"{group}_metrics.png"
+            series[group] = plots.plot_group_metrics(runs, group, out_dir / name)
+            if series[group]:
+                figures.append((f"{group} temporal metrics per time step", name))
+    loss = plots.plot_training_loss(runs, out_dir / "training_loss.png")
+    if loss:
+        series["loss"] = loss
+        figures.append(("Training loss", "training_loss.png"))
+    return {"figures": figures, "series": series}
+
+
+def build_sections(runs: list[Run], diffs: Optional[list[PairedDiff]], B: int, note: Optional[str]):
+    """(title, intro text, table) sections shared by the Markdown and HTML writers."""
+    sections = [("Runs", "Run dirs in this report.",
+                 (["run", "experiment", "method", "seed", "dir"],
+                  [[r.label, r.experiment, r.method, str(r.seed), str(r.path)] for r in runs])),
+                ("Final checkpoint", "EM of each run at its last checkpoint (Outdated: lower is better).",
+                 final_table(runs))]
+    for title, intro, table in (
+            ("Continual-learning metrics", "METRICS.md §3 at each run's final checkpoint.", continual_table(runs)),
+            ("Other evaluators", "Each group's row over all its sets at the final checkpoint.", groups_table(runs))):
+        if table:
+            sections.append((title, intro, table))
+    if diffs is not None:
+        intro = (f"Paired bootstrap (B={B}, METRICS.md §8) of EM(a) − EM(b) over the same questions at the final "
+                 "checkpoints, from the per-item prediction files. On Outdated sets (stale answers) a negative "
+                 "diff favours a.")
+        if note:
+            intro += f" Note: {note}."
+        if len(runs) < 2:
+            intro += " (Only one run: nothing to compare.)"
+        sections.append(("Paired differences (95% CI)", intro, diff_table(diffs)))
+    for run in runs:
+        sections.append((f"Per-step EM: {run.label}", f"`{run.path}`", step_table(run)))
+    return sections
+
+
+def _ordered(runs, figures, sections):
+    """Comparison tables first, then the figures, then each run's per-step table."""
+    head, tail = sections[:-len(runs)], sections[-len(runs):]
+    return [("table", s) for s in head] + [("figure", f) for f in figures] + [("table", s) for s in tail]
+
+
+def write_markdown(path: Path, runs, figures, sections) -> None:
+    parts = ["# evolve-train report", "", f"{len(runs)} run(s).", ""]
+    for kind, item in _ordered(runs, figures, sections):
+        if kind == "figure":
+            title, name = item
+            parts += [f"## {title}", "", f"![{title}]({name})", ""]
+        else:
+            title, intro, (header, rows) = item
+            parts += [f"## {title}", "", intro, "", markdown_table(header, rows), ""]
+    path.write_text("\n".join(parts), encoding="utf-8")
+
+
+CSS = ("body{font-family:system-ui,sans-serif;margin:24px;color:#222;background:#fff}"
+       "table{border-collapse:collapse;margin:8px 0 20px}td,th{border:1px solid #bbb;padding:3px 8px;"
+       "text-align:left;font-size:13px}td.num{text-align:right}th{background:#e8eef7}"
+       "img{max-width:100%;border:1px solid #ddd;margin:6px 0 18px}h1{color:#1f4e79}")
+
+
+def write_html(path: Path, out_dir: Path, runs, figures, sections) -> None:
+    parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>evolve-train report</title>"
+             f"<style>{CSS}</style></head><body><h1>evolve-train report</h1><p>{len(runs)} run(s).</p>"]
+    for kind, item in _ordered(runs, figures, sections):
+        if kind == "figure":
+            title, name = item
+            data = base64.b64encode((out_dir / name).read_bytes()).decode("ascii")
+            parts.append(f"<h2>{html.escape(title)}</h2><img alt='{html.escape(title)}' "
+                         f"src='data:image/png;base64,{data}'>")
+        else:
+            title, intro, (header, rows) = item
+            intro_html = re.sub(r"`([^`]*)`", r"<code>\1</code>", html.escape(intro))
+            parts.append(f"<h2>{html.escape(title)}</h2><p>{intro_html}</p>{html_table(header, rows)}")
+    parts.append("</body></html>")
+    path.write_text("\n".join(parts), encoding="utf-8")
+
+
+def build_report(run_dirs: Iterable[Path | str], out_dir: Path | str, B: int = 2000, seed: int = 0,
+                 ci: bool = True) -> dict:
+    """Write the report; returns paths, the plotted series and the paired diffs (for callers and tests)."""
+    runs = load_runs(run_dirs)
+    diffs = compare_runs(runs, B=B, seed=seed) if ci else None  # errors before anything is written
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    drawn = make_plots(runs, out_dir)
+    sections = build_sections(runs, diffs, B, check_same_columns(runs))
+    write_markdown(out_dir / "report.md", runs, drawn["figures"], sections)
+    write_html(out_dir / "report.html", out_dir, runs, drawn["figures"], sections)
+    return {"html": out_dir / "report.html", "markdown": out_dir / "report.md", "runs": runs,
+            "diffs": diffs, "series": drawn["series"], "figures": [out_dir / n for _, n in drawn["figures"]]}
+
+
+def write_report(run_dirs: Iterable[Path | str], out_dir: Path | str, B: int = 2000, seed: int = 0,
+                 ci: bool = True) -> Path:
+    """Compare the runs in ``run_dirs`` (run dirs or sweep dirs) into ``out_dir``; returns ``report.html``.
+
+    Raises ``ReportError`` (naming the dir/file/split) for an incomplete run dir or runs that were evaluated
+    on different questions. ``ci=False`` skips the paired bootstrap (runs without prediction files).
+    """
+    return build_report(run_dirs, out_dir, B=B, seed=seed, ci=ci)["html"]

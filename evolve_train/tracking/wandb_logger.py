@@ -1,0 +1,255 @@
+"""Weights & Biases logger: forgetting curves per split, training loss, prediction samples, the EM matrix.
+
+Offline by default (``logger.wandb.mode``; the ``WANDB_MODE`` variable wins when set): the run is written
+to ``<run_dir>/wandb/offline-run-*`` and uploaded later with ``wandb sync``. What it logs:
+
+- ``em/<set_name>``, ``f1/<set_name>``, ``n/<set_name>`` per checkpoint against the ``time_step`` step
+  metric, so W&B draws one forgetting curve per split; other evaluator groups land under
+  ``<group>/<set_name>/<metric>`` against ``time_step`` too;
+- ``train/loss``, ``train/lr``, ``train/tokens`` against ``train/global_step`` (optimizer steps counted
+  across time steps, continued from ``train_log.jsonl`` after a resume);
+- a ``wandb.Table`` sample of each checkpoint's predictions (``predictions/step_<k>``);
+- at the end, the step x set matrices as tables (``final/matrix_em``, ``final/matrix_f1``) and the final checkpoint's
+  metrics in the run summary (``em/<set_name>``, ``f1/<set_name>``, ``final_checkpoint``).
+
+The run id is kept in ``<run_dir>/wandb_run_id.txt`` and reused with ``resume="allow"``, so a resumed run
+continues the same W&B run. ``close(ok)`` always calls ``finish`` (exit code 1 when not ok).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import random
+import re
+from pathlib import Path
+from typing import Any, Optional
+
+from evolve_train.tracking.base import MetricLogger, register_logger
+
+log = logging.getLogger(__name__)
+
+RUN_ID_FILE = "wandb_run_id.txt"
+ROW_META = {"group", "checkpoint", "set", "set_name", "set_step", "method", "seed", "train_seconds",
+            "train_tokens", "num_processes"}
+# a key-name segment ending in one of these is dropped from the uploaded config (api_key, hf_token,
+# client_secret, db_password); plural "tokens" (max_new_tokens) and "tokenizer" are kept
+_SECRET_SEGMENT = re.compile(r"(key|token|secret|password|passwd|credentials?)$")
+
+
+def is_secret_key(name: str) -> bool:
+    """True for config keys that may hold a secret (``api_key``, ``hf_token``, ``wandbApiKey``...)."""
+    lowered = str(name).lower()
+    if "secret" in lowered or "password" in lowered:
+        return True
+    return any(_SECRET_SEGMENT.search(part) for part in re.split(r"[^a-z0-9]+", lowered) if part)
+
+
+def strip_secrets(value: Any) -> Any:
+    """A copy of ``value`` (nested dicts/lists) without the keys :func:`is_secret_key` flags."""
+    if isinstance(value, dict):
+        return {k: strip_secrets(v) for k, v in value.items() if not is_secret_key(k)}
+    if isinstance(value, (list, tuple)):
+        return [strip_secrets(v) for v in value]
+    return value
+
+
+def config_dict(cfg: Any) -> dict:
+    """The resolved config as a plain dict, secrets stripped (dataclass or mapping)."""
+    if cfg is None:
+        return {}
+    if dataclasses.is_dataclass(cfg):
+        raw = dataclasses.asdict(cfg)
+    else:
+        from omegaconf import DictConfig, OmegaConf
+
+        raw = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
+    return strip_secrets(raw)
+
+
+def new_run_id(length: int = 8) -> str:
+    """A fresh W&B run id (lowercase letters and digits, as W&B's own)."""
+    import secrets
+    import string
+
+    alphabet = string.ascii_lowercase + string.digits
+    return "".join(secrets.choice(alphabet) for _ in range(length))
+
+
+def resolve_mode(configured: str) -> str:
+    """``WANDB_MODE`` when set, else the configured mode."""
+    return os.environ.get("WANDB_MODE") or configured or "offline"
+
+
+def _column(row: dict) -> str:
+    return row.get("set_name") or (row["set"] if row.get("set_step") is None else f"{row['set']}_{row['set_step']}")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def eval_payload(checkpoint: int, rows: list[dict]) -> dict:
+    """The ``wandb.log`` dict of one checkpoint's rows: ``em/<set>``, ``f1/<set>``, ``n/<set>``, other groups."""
+    payload: dict[str, Any] = {"time_step": checkpoint}
+    for row in rows:
+        group = row.get("group")
+        if group == "splits":
+            name = _column(row)
+            for metric in ("em", "f1", "n"):
+                if row.get(metric) is not None:
+                    payload[f"{metric}/{name}"] = row[metric]
+            for metric in ("train_seconds", "train_tokens"):
+                if _is_number(row.get(metric)):
+                    payload[f"time/{metric}"] = row[metric]
+        elif group:
+            prefix = f"{group}/{row['set_name']}" if row.get("set_name") else str(group)
+            payload.update(_flatten(prefix, {k: v for k, v in row.items() if k not in ROW_META}))
+    return payload
+
+
+def _flatten(prefix: str, value: Any) -> dict:
+    """Numbers of a (nested) dict as ``prefix/key/subkey`` entries; other values are skipped."""
+    if isinstance(value, dict):
+        out = {}
+        for key, inner in value.items():
+            out.update(_flatten(f"{prefix}/{key}", inner))
+        return out
+    return {prefix: value} if _is_number(value) else {}
+
+
+def sample_predictions(run_dir: Path, checkpoint: int, per_set: int, seed: int = 0) -> list[list]:
+    """Rows [set, id, prompt, prediction, golds, correct, f1] sampled (seeded) from each set's file."""
+    folder = Path(run_dir) / "predictions" / f"step_{checkpoint}"
+    table = []
+    for path in sorted(folder.glob("*.jsonl")) if per_set > 0 else []:
+        items = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        chosen = sorted(random.Random(f"{seed}/{path.stem}").sample(range(len(items)), min(per_set, len(items))))
+        for i in chosen:
+            item = items[i]
+            table.append([path.stem, str(item.get("id")), item.get("prompt"), item.get("prediction"),
+                          " | ".join(map(str, item.get("golds") or [])), item.get("correct"), item.get("f1")])
+    return table
+
+
+PREDICTION_COLUMNS = ["set", "id", "prompt", "prediction", "golds", "correct", "f1"]
+
+
+@register_logger("wandb")
+class WandbLogger(MetricLogger):
+    """One W&B run per run dir; see the module docstring for what is logged where."""
+
+    def __init__(self, run_dir: Path, cfg: Any = None, **_):
+        import wandb
+
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.cfg = cfg
+        wcfg = cfg.logger.wandb if cfg is not None else None
+        experiment = getattr(cfg, "experiment", "default")
+        method = cfg.method.name if cfg is not None else "run"
+        seed = getattr(cfg, "seed", 0)
+        self.mode = resolve_mode(getattr(wcfg, "mode", "offline"))
+        self.sample_size = getattr(wcfg, "predictions_sample", 16)
+        id_file = self.run_dir / RUN_ID_FILE
+        run_id = id_file.read_text(encoding="utf-8").strip() if id_file.exists() else new_run_id()
+        self.run = wandb.init(
+            project=getattr(wcfg, "project", "evolve-train"), entity=getattr(wcfg, "entity", None),
+            group=getattr(wcfg, "group", None) or experiment, job_type=method,
+            name=f"{experiment}/{method}/seed{seed}", tags=list(getattr(wcfg, "tags", []) or []),
+            config=config_dict(cfg), dir=str(self.run_dir), id=run_id, resume="allow", mode=self.mode,
+            reinit="create_new")
+        if self.mode != "disabled":
+            id_file.write_text(self.run.id + "\n", encoding="utf-8")
+        self.run.define_metric("time_step")
+        self.run.define_metric("train/global_step")
+        self.run.define_metric("train/*", step_metric="train/global_step")
+        self._defined = {"train"}
+        self._steps_done: Optional[dict[int, int]] = None
+        self._closed = False
+        self._warned = False
+
+    # -- helpers -------------------------------------------------------------------------------
+    def _guard(self, what: str, fn, *args) -> None:
+        """Tracking must not kill a training run: a W&B error is logged (once) and skipped."""
+        try:
+            fn(*args)
+        except Exception:  # noqa: BLE001
+            if not self._warned:
+                log.warning("wandb: %s failed; continuing without it", what, exc_info=True)
+                self._warned = True
+
+    def _define_prefixes(self, keys) -> None:
+        for key in keys:
+            prefix = key.split("/", 1)[0]
+            if "/" in key and prefix not in self._defined:
+                self.run.define_metric(f"{prefix}/*", step_metric="time_step")
+                self._defined.add(prefix)
+
+    def _global_step(self, time_step: int, optimizer_step: int) -> int:
+        if self._steps_done is None:  # optimizer steps of earlier time steps (a resumed run)
+            from evolve_train.tracking.disk import read_jsonl
+
+            self._steps_done = {}
+            for row in read_jsonl(self.run_dir / "train_log.jsonl"):
+                if row.get("time_step", time_step) < time_step:
+                    ts = row["time_step"]
+                    self._steps_done[ts] = max(self._steps_done.get(ts, 0), row.get("optimizer_step", 0))
+        self._steps_done[time_step] = max(self._steps_done.get(time_step, 0), optimizer_step)
+        return sum(v for k, v in self._steps_done.items() if k < time_step) + optimizer_step
+
+    # -- MetricLogger --------------------------------------------------------------------------
+    def log_train(self, row):
+        self._guard("log_train", self._log_train, row)
+
+    def _log_train(self, row):
+        payload = {"train/global_step": self._global_step(row["time_step"], row["optimizer_step"]),
+                   "train/time_step": row["time_step"]}
+        payload.update({f"train/{k}": v for k, v in row.items()
+                        if k in ("loss", "lr", "tokens") and _is_number(v)})
+        self.run.log(payload)
+
+    def log_eval(self, checkpoint, rows):
+        self._guard("log_eval", self._log_eval, checkpoint, rows)
+
+    def _log_eval(self, checkpoint, rows):
+        import wandb
+
+        payload = eval_payload(checkpoint, rows)
+        self._define_prefixes(payload)
+        sample = sample_predictions(self.run_dir, checkpoint, self.sample_size, getattr(self.cfg, "seed", 0))
+        if sample:
+            payload[f"predictions/step_{checkpoint}"] = wandb.Table(columns=PREDICTION_COLUMNS, data=sample)
+        self.run.log(payload)
+
+    def log_summary(self, summary):
+        self._guard("log_summary", self._log_summary, summary)
+
+    def _log_summary(self, summary):
+        import wandb
+
+        from evolve_train.reporting.summary import _column_key
+
+        tables = {}
+        for metric in ("em", "f1"):
+            matrix = summary.get(metric) or {}
+            columns = sorted({c for cells in matrix.values() for c in cells}, key=_column_key)
+            data = [[int(ckpt)] + [matrix[ckpt].get(c) for c in columns] for ckpt in sorted(matrix, key=int)]
+            tables[f"final/matrix_{metric}"] = wandb.Table(columns=["checkpoint"] + columns, data=data)
+            if matrix:
+                final = max(matrix, key=int)
+                for column, value in matrix[final].items():
+                    self.run.summary[f"{metric}/{column}"] = value
+                self.run.summary["final_checkpoint"] = int(final)
+        self.run.log(tables)
+
+    def close(self, ok=True):
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.run.finish(exit_code=0 if ok else 1)
+        except Exception:  # noqa: BLE001  (a failed upload must not stop a multirun)
+            log.warning("wandb: finish failed", exc_info=True)

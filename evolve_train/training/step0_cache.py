@@ -1,0 +1,132 @@
+"""Share the step-0 checkpoint across the runs of a sweep: step 0 is trained once.
+
+Step 0 is method-independent (``Method.at_step``), so every run of a sweep that agrees on data, model,
+seed, tokenizer and step-0 training settings trains exactly the same step 0. The first run to finish
+it stores the weights under ``<cache root>/<key>/`` (written to a temporary name and renamed, so a
+parallel job never sees half a checkpoint; if two jobs race, the first rename wins and the other
+simply keeps its own identical result); the later runs load them instead of training.
+
+The key is a SHA-256 of: ``data`` (minus ``cache_dir``), ``model``, ``seed``, the ``trainer`` settings
+that shape step 0 (all but ``epochs``, ``log_every``, ``num_threads``, ``save_every_n_steps``,
+``keep_last_states``), the number of processes, the tokenizer, the package/torch/transformers
+versions. With ``method.at_step0=true`` step 0 depends on the method, and the cache is off.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import shutil
+from pathlib import Path
+from typing import Callable, Optional
+
+log = logging.getLogger(__name__)
+
+TRAINER_FIELDS_NOT_IN_KEY = ("epochs", "log_every", "num_threads", "save_every_n_steps", "keep_last_states")
+META = "step0_meta.json"
+
+
+def cache_root(cfg) -> Optional[Path]:
+    """Where this run's step-0 cache lives (``None``: caching off). See ``method.step0_cache``."""
+    setting = cfg.method.step0_cache
+    if cfg.method.at_step0 or setting is None or str(setting).lower() in ("null", "none", "off", "false", ""):
+        return None
+    if setting != "auto":
+        return Path(setting)
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
+        return Path(HydraConfig.get().sweep.dir) / ".step0_cache"
+    return None
+
+
+def tokenizer_fingerprint(tokenizer) -> str:
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    text = backend.to_str() if backend is not None else json.dumps(sorted(tokenizer.get_vocab().items()))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def step0_key(cfg, tokenizer, num_processes: int) -> str:
+    import torch
+    import transformers
+
+    import evolve_train
+
+    data = dataclasses.asdict(cfg.data)
+    data.pop("cache_dir", None)
+    trainer = {k: v for k, v in dataclasses.asdict(cfg.trainer).items() if k not in TRAINER_FIELDS_NOT_IN_KEY}
+    parts = {"data": data, "model": dataclasses.asdict(cfg.model), "seed": cfg.seed, "trainer": trainer,
+             "num_processes": num_processes, "tokenizer": tokenizer_fingerprint(tokenizer),
+             "versions": [evolve_train.__version__, torch.__version__, transformers.__version__]}
+    blob = json.dumps(parts, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:20]
+
+
+class Step0Cache:
+    """One cache entry: ``<root>/<key>/`` holds the step-0 model (HF format) and ``step0_meta.json``."""
+
+    def __init__(self, root: Path, key: str):
+        self.root, self.key = Path(root), key
+        self.path = self.root / key
+        self.train_rows: list[dict] = []
+
+    @classmethod
+    def for_run(cls, cfg, tokenizer, num_processes: int) -> Optional["Step0Cache"]:
+        root = cache_root(cfg)
+        return None if root is None else cls(root, step0_key(cfg, tokenizer, num_processes))
+
+    def exists(self) -> bool:
+        return (self.path / META).exists()
+
+    def recording(self, log_fn: Optional[Callable]) -> Callable:
+        """Wrap the training-row logger so the rows are stored with the checkpoint (and replayed on a hit)."""
+        def record(row: dict) -> None:
+            self.train_rows.append(dict(row))
+            if log_fn is not None:
+                log_fn(row)
+        return record
+
+    def load(self, model_cfg, accelerator, log_fn: Optional[Callable] = None):
+        """``(model, StepResult)`` from the cache, or ``None`` on a miss (decided once, on the main process)."""
+        from accelerate.utils import broadcast_object_list
+
+        from evolve_train.models.build import load_model
+        from evolve_train.training.loop import StepResult
+
+        hit = [self.exists()]
+        if accelerator.num_processes > 1:
+            broadcast_object_list(hit)  # every rank must take the same branch
+        if not hit[0]:
+            return None
+        meta = json.loads((self.path / META).read_text(encoding="utf-8"))
+        model = load_model(str(self.path), model_cfg).to(accelerator.device)
+        for row in meta.get("train_rows", []):
+            if log_fn is not None:
+                log_fn({**row, "from_step0_cache": True})
+        log.info("step 0: loaded from the step-0 cache %s (trained by %s); not training it again",
+                 self.path, meta.get("trained_by"))
+        return model, StepResult(**meta["result"])
+
+    def store(self, model, tokenizer, result, trained_by: str) -> Optional[Path]:
+        """Write the entry atomically; a no-op when another run stored it first."""
+        if self.exists():
+            return None
+        self.root.mkdir(parents=True, exist_ok=True)
+        tmp = self.root / f".{self.key}.tmp-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        meta = {"key": self.key, "trained_by": trained_by, "result": dataclasses.asdict(result),
+                "train_rows": self.train_rows}
+        (tmp / META).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+        try:
+            os.rename(tmp, self.path)
+        except OSError:  # another run won the race: its entry is the same step 0
+            shutil.rmtree(tmp, ignore_errors=True)
+            return None
+        log.info("step 0: stored in the step-0 cache %s", self.path)
+        return self.path

@@ -1,0 +1,436 @@
+"""Mid-step training states: resume inside a time step, after a kill, a crash or a Ctrl-C.
+
+With ``trainer.save_every_n_steps=N`` the loop saves, every N optimizer steps of a time step (and at its
+last one), everything the rest of the step depends on, under ``<run_dir>/train_state/step<k>-opt<n>/``:
+
+- ``model.safetensors``   the *trainable* parameters (every weight for ``full``, the adapter for ``lora``);
+                          the frozen ones are rebuilt exactly by re-running the step's setup (load
+                          ``steps/<k-1>``, ``method.mix_examples``, ``method.prepare_model``, same seeds);
+- ``tensors.safetensors`` the tensors of the optimizer state (AdamW moments, step counts) and the torch
+                          RNG states (CPU, CUDA);
+- ``train_state.json``    written last: the scheduler state, the optimizer's param groups, the Python and
+                          NumPy RNG states, the data position (epoch, index of the next batch of the
+                          deterministic ``LengthGroupedBatches.epoch(e)`` order), the counters, the
+                          step's training-log rows so far, ``Method.state_dict()``, a fingerprint of the
+                          step's plan (batch size, rows, planned steps...) and the size of every file.
+
+No pickle: tensors go to safetensors, the rest to JSON. A state is written into ``.step<k>-opt<n>.tmp-<pid>``
+and renamed when complete (files fsynced first); the last ``trainer.keep_last_states`` of the step are
+kept, and a step's states are deleted once the step is checkpointed and evaluated. On resume
+(``resume=auto``) the step being resumed restarts from its newest complete state whose fingerprint
+matches; a state dir with missing or short files, or a different plan, is ignored with a warning naming it.
+
+Ctrl-C (SIGINT) inside the loop of a single-process run is deferred to the end of the optimizer step in
+progress: a state is saved there (whatever ``save_every_n_steps``) and :class:`TrainingInterrupted` is
+raised; a second Ctrl-C stops at once. FSDP / DeepSpeed runs save their sharded states through
+``accelerator.save_state`` into the same directory layout (``accelerate/``), not tested on CPU.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import random
+import re
+import shutil
+import signal
+import threading
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import torch
+
+from evolve_train.training import faults
+
+log = logging.getLogger(__name__)
+
+STATE_DIR = "train_state"
+MANIFEST = "train_state.json"
+MODEL_FILE = "model.safetensors"
+TENSORS_FILE = "tensors.safetensors"
+ACCELERATE_DIR = "accelerate"
+NAME = re.compile(r"^step(\d+)-opt(\d+)$")
+FORMAT = 1
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """Ctrl-C during training: a resumable state was saved (the message says where)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# tensors <-> JSON without pickle
+
+
+def split_tensors(value: Any, tensors: dict[str, torch.Tensor], prefix: str) -> Any:
+    """``value`` as JSON-able data, its tensors moved into ``tensors`` (replaced by ``{"__tensor__": key}``)."""
+    if isinstance(value, torch.Tensor):
+        tensors[prefix] = value.detach().cpu().contiguous().clone()
+        return {"__tensor__": prefix}
+    if isinstance(value, dict):
+        if all(isinstance(k, str) for k in value):
+            return {k: split_tensors(v, tensors, f"{prefix}/{k}") for k, v in value.items()}
+        return {"__items__": [[k, split_tensors(v, tensors, f"{prefix}/{k}")] for k, v in value.items()]}
+    if isinstance(value, tuple):
+        return {"__tuple__": [split_tensors(v, tensors, f"{prefix}/{i}") for i, v in enumerate(value)]}
+    if isinstance(value, list):
+        return [split_tensors(v, tensors, f"{prefix}/{i}") for i, v in enumerate(value)]
+    if isinstance(value, float) and not math.isfinite(value):
+        return {"__float__": repr(value)}
+    if hasattr(value, "tolist") and type(value).__module__ == "numpy":  # numpy arrays and scalars
+        return split_tensors(value.tolist(), tensors, prefix)
+    return value
+
+
+def join_tensors(value: Any, tensors: dict[str, torch.Tensor]) -> Any:
+    """The inverse of :func:`split_tensors`."""
+    if isinstance(value, dict):
+        if "__tensor__" in value:
+            return tensors[value["__tensor__"]]
+        if "__items__" in value:
+            return {k: join_tensors(v, tensors) for k, v in value["__items__"]}
+        if "__tuple__" in value:
+            return tuple(join_tensors(v, tensors) for v in value["__tuple__"])
+        if "__float__" in value:
+            return float(value["__float__"])
+        return {k: join_tensors(v, tensors) for k, v in value.items()}
+    if isinstance(value, list):
+        return [join_tensors(v, tensors) for v in value]
+    return value
+
+
+def rng_state() -> dict:
+    import numpy as np
+
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    import numpy as np
+
+    def tuples(value):
+        return tuple(tuples(v) for v in value) if isinstance(value, (list, tuple)) else value
+
+    random.setstate(tuples(state["python"]))
+    kind, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((kind, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def fsync_tree(path: Path) -> None:
+    """Flush every file under ``path`` (and the directories) to disk before the rename that publishes it."""
+    for item in sorted(path.rglob("*")):
+        if item.is_file():
+            with item.open("rb") as handle:
+                os.fsync(handle.fileno())
+    fsync_dir(path)
+
+
+def fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # some file systems refuse fsync on directories
+        pass
+    finally:
+        os.close(fd)
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Progress:
+    """Where the loop stands inside a time step (what it needs to continue exactly)."""
+
+    epoch: int = 0
+    next_batch: int = 0
+    """Index, in ``epoch``'s batch order, of the next batch to train on."""
+    optimizer_steps: int = 0
+    micro: int = 0
+    tokens: int = 0
+    """Tokens seen by this process (the loop reports ``tokens * num_processes``)."""
+    skipped: int = 0
+    """Micro-batches skipped for a non-finite loss or gradient (``trainer.nonfinite=skip``)."""
+    last_loss: float = float("nan")
+    rows: list[dict] = field(default_factory=list)
+    """The step's training-log rows so far (logged again on resume, so logs match an uninterrupted run)."""
+
+
+def state_root(run_dir: Path) -> Path:
+    return Path(run_dir) / STATE_DIR
+
+
+def state_name(step: int, optimizer_step: int) -> str:
+    return f"step{step}-opt{optimizer_step}"
+
+
+def list_states(run_dir: Path) -> list[tuple[int, int, Path]]:
+    """``(step, optimizer_step, path)`` of every state dir with a final name, oldest first (not validated)."""
+    root = state_root(run_dir)
+    found = []
+    for path in root.iterdir() if root.is_dir() else []:
+        match = NAME.match(path.name)
+        if match and path.is_dir():
+            found.append((int(match.group(1)), int(match.group(2)), path))
+    return sorted(found)
+
+
+def check_complete(path: Path) -> Optional[str]:
+    """``None`` if ``path`` holds a complete state, else why not."""
+    manifest = path / MANIFEST
+    if not manifest.is_file():
+        return f"no {MANIFEST} (written last)"
+    try:
+        meta = json.loads(manifest.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        return f"unreadable {MANIFEST}: {error}"
+    for name, size in meta.get("files", {}).items():
+        file = path / name
+        if not file.is_file():
+            return f"missing {name}"
+        if file.stat().st_size != size:
+            return f"{name} has {file.stat().st_size} bytes, {size} expected"
+    return None
+
+
+def prune_states(run_dir: Path, through_step: int) -> None:
+    """Delete the states of steps up to ``through_step`` (checkpointed and evaluated: never resumed again)."""
+    for step, _, path in list_states(run_dir):
+        if step <= through_step:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def remove_incomplete(run_dir: Path) -> list[Path]:
+    """Delete leftovers of interrupted state writes (``.step<k>-opt<n>.tmp-<pid>``); returns them."""
+    root = state_root(run_dir)
+    removed = []
+    for path in root.glob(".*.tmp-*") if root.is_dir() else []:
+        shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+        removed.append(path)
+    return removed
+
+
+def _sharded(accelerator) -> bool:
+    from evolve_train.training.distributed import is_sharded
+
+    return is_sharded(accelerator)
+
+
+class StepStates:
+    """The mid-step states of one time step. Use as a context manager around ``train_time_step``
+    (it defers Ctrl-C while inside) and pass it as ``states=``."""
+
+    def __init__(self, run_dir: Path, step: int, every: int, keep: int, accelerator, method=None,
+                 resume: bool = True):
+        self.run_dir, self.step = Path(run_dir), step
+        self.every, self.keep = max(0, int(every)), max(1, int(keep))
+        self.accelerator, self.method, self.resume = accelerator, method, resume
+        self.root = state_root(self.run_dir)
+        self.fingerprint: dict = {}
+        self.rows: list[dict] = []
+        self.saved: Optional[Path] = None
+        self.interrupt_requested = False
+        self._previous_handler = None
+        self._log_fn: Optional[Callable] = None
+
+    # -- Ctrl-C ---------------------------------------------------------------------------------
+    def __enter__(self) -> "StepStates":
+        single = self.accelerator.num_processes == 1
+        if single and threading.current_thread() is threading.main_thread():
+            self._previous_handler = signal.getsignal(signal.SIGINT)
+            signal.signal(signal.SIGINT, self._on_sigint)
+        return self
+
+    def __exit__(self, exc_type, exc, traceback) -> None:
+        if self._previous_handler is not None:
+            signal.signal(signal.SIGINT, self._previous_handler)
+            self._previous_handler = None
+        if self.interrupt_requested and exc_type is None:  # Ctrl-C after the step's last optimizer step
+            raise TrainingInterrupted(f"interrupted (Ctrl-C) at the end of time step {self.step}, before its "
+                                      f"checkpoint; it resumes from {self.last_good()}. Run the same command "
+                                      "again to resume.")
+
+    def _on_sigint(self, signum, frame) -> None:
+        self.interrupt_requested = True
+        log.warning("Ctrl-C: saving a resumable state at the end of this optimizer step (Ctrl-C again to stop "
+                    "at once, losing the step's progress since the last saved state)")
+        if self._previous_handler is not None:
+            signal.signal(signal.SIGINT, self._previous_handler)
+            self._previous_handler = None
+
+    # -- the loop's hooks -------------------------------------------------------------------------
+    def begin(self, model, optimizer, scheduler, log_fn, **fingerprint) -> tuple[Progress, Optional[Callable]]:
+        """Restore the newest matching state of this step (if any); returns the progress to continue from
+        and ``log_fn`` wrapped to record the step's rows. Rows of the restored state are logged again."""
+        self.fingerprint = {"format": FORMAT, "step": self.step, "num_processes": self.accelerator.num_processes,
+                            **fingerprint}
+        self._log_fn = log_fn
+        progress = self._restore(model, optimizer, scheduler) if self.resume else None
+        progress = progress or Progress()
+        for row in progress.rows:
+            if log_fn is not None:
+                log_fn(dict(row))
+        self.rows = [dict(r) for r in progress.rows]
+
+        def record(row: dict) -> None:
+            self.rows.append(dict(row))
+            if log_fn is not None:
+                log_fn(row)
+        return progress, record
+
+    def due(self, optimizer_steps: int, total: int) -> bool:
+        return self.every > 0 and (optimizer_steps % self.every == 0 or optimizer_steps >= total)
+
+    def after_optimizer_step(self, optimizer_steps: int, total: int, progress: Callable[[], Progress], model,
+                             optimizer, scheduler, check: Optional[Callable[[], None]] = None) -> None:
+        """Save a state when due or when Ctrl-C was pressed (then raise :class:`TrainingInterrupted`).
+        ``check`` (the non-finite guard) runs first: a state is never saved after a non-finite update."""
+        interrupted = self.interrupt_requested
+        if self.due(optimizer_steps, total) or interrupted:
+            if check is not None:
+                check()
+            current = progress()
+            current.rows = [dict(r) for r in self.rows]
+            self.save(current, model, optimizer, scheduler)
+        if interrupted:
+            raise TrainingInterrupted(
+                f"interrupted (Ctrl-C) in time step {self.step} after optimizer step {optimizer_steps} of "
+                f"{total}; resumable state saved to {self.saved}. Run the same command again to resume.")
+
+    def last_good(self) -> str:
+        """The newest saved point a rerun resumes from (for error messages)."""
+        previous = (f"{self.run_dir / 'steps' / str(self.step - 1)} (the checkpoint of step {self.step - 1})"
+                    if self.step > 0 else "none (step 0 starts from scratch)")
+        if self.saved is not None:
+            return f"{self.saved} (mid-step state of step {self.step}); before it {previous}"
+        return previous
+
+    # -- save / restore -------------------------------------------------------------------------
+    def save(self, progress: Progress, model, optimizer, scheduler) -> Path:
+        accelerator = self.accelerator
+        main = accelerator.is_main_process
+        name = state_name(self.step, progress.optimizer_steps)
+        final = self.root / name
+        tmp = self.root / f".{name}.tmp-{os.getpid()}"
+        sharded = _sharded(accelerator)
+        if sharded and accelerator.num_processes > 1:  # every rank writes into the main process's tmp dir
+            from accelerate.utils import broadcast_object_list
+
+            shared = [str(tmp)]
+            broadcast_object_list(shared)
+            tmp = Path(shared[0])
+        try:
+            if main:
+                shutil.rmtree(tmp, ignore_errors=True)
+                tmp.mkdir(parents=True)
+            if sharded:
+                accelerator.wait_for_everyone()
+                accelerator.save_state(str(tmp / ACCELERATE_DIR), safe_serialization=True)
+                accelerator.wait_for_everyone()
+            if main:
+                self._write(tmp, progress, model, optimizer, scheduler, sharded)
+                faults.point("train_state_write")
+                if final.exists():  # an earlier attempt reached the same point
+                    shutil.rmtree(final)
+                os.replace(tmp, final)
+                fsync_dir(self.root)
+                self._prune_own()
+        except BaseException as error:
+            if main:
+                shutil.rmtree(tmp, ignore_errors=True)
+            if isinstance(error, OSError):
+                raise OSError(error.errno, f"could not write the training state {final} ({error}); nothing "
+                                           f"half-written was left. Last good: {self.last_good()}") from error
+            raise
+        if accelerator.num_processes > 1:
+            accelerator.wait_for_everyone()
+        self.saved = final
+        log.info("saved training state %s", final)
+        return final
+
+    def _write(self, tmp: Path, progress: Progress, model, optimizer, scheduler, sharded: bool) -> None:
+        from safetensors.torch import save_file
+
+        tensors: dict[str, torch.Tensor] = {}
+        meta: dict[str, Any] = {"fingerprint": self.fingerprint, "progress": asdict(progress)}
+        meta["rng"] = split_tensors(rng_state(), tensors, "rng")
+        meta["method"] = split_tensors(self.method.state_dict() if self.method is not None else {}, tensors,
+                                       "method")
+        if not sharded:
+            unwrapped = self.accelerator.unwrap_model(model)
+            weights = {n: p.detach().cpu().contiguous() for n, p in unwrapped.named_parameters()
+                       if p.requires_grad}
+            save_file(weights, str(tmp / MODEL_FILE), metadata={"format": "pt"})
+            meta["optimizer"] = split_tensors(optimizer.state_dict(), tensors, "optimizer")
+            meta["scheduler"] = split_tensors(scheduler.state_dict(), tensors, "scheduler")
+        save_file(tensors, str(tmp / TENSORS_FILE))
+        meta["files"] = {str(p.relative_to(tmp)): p.stat().st_size for p in sorted(tmp.rglob("*")) if p.is_file()}
+        (tmp / MANIFEST).write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
+        fsync_tree(tmp)
+
+    def _prune_own(self) -> None:
+        mine = [(opt, path) for step, opt, path in list_states(self.run_dir) if step == self.step]
+        for _, path in mine[:-self.keep]:
+            shutil.rmtree(path, ignore_errors=True)
+
+    def _restore(self, model, optimizer, scheduler) -> Optional[Progress]:
+        mine = [(opt, path) for step, opt, path in list_states(self.run_dir) if step == self.step]
+        for _, path in reversed(mine):  # newest first
+            problem = check_complete(path)
+            meta = None
+            if problem is None:
+                meta = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
+                if meta.get("fingerprint") != self.fingerprint:
+                    problem = (f"it was saved for another plan of this step ({meta.get('fingerprint')} != "
+                               f"{self.fingerprint}; did the config change?)")
+            if problem is None:
+                try:
+                    progress = self._load(path, meta, model, optimizer, scheduler)
+                except Exception as error:  # noqa: BLE001  (a broken state must not block the resume)
+                    problem = f"it could not be loaded: {error}"
+                else:
+                    self.saved = path
+                    log.info("resuming time step %d from the training state %s (optimizer step %d, epoch %d, "
+                             "batch %d)", self.step, path, progress.optimizer_steps, progress.epoch,
+                             progress.next_batch)
+                    return progress
+            log.warning("ignoring the incomplete or unusable training state %s: %s", path, problem)
+        return None
+
+    def _load(self, path: Path, meta: dict, model, optimizer, scheduler) -> Progress:
+        from safetensors.torch import load_file
+
+        tensors = load_file(str(path / TENSORS_FILE))
+        sharded = _sharded(self.accelerator)
+        if not sharded:  # validate everything before touching the model
+            weights = load_file(str(path / MODEL_FILE))
+            unwrapped = self.accelerator.unwrap_model(model)
+            params = {n: p for n, p in unwrapped.named_parameters() if p.requires_grad}
+            if set(weights) != set(params):
+                raise ValueError(f"its trainable parameters differ from the model's ({len(weights)} vs "
+                                 f"{len(params)} tensors)")
+            for name, value in weights.items():
+                if value.shape != params[name].shape:
+                    raise ValueError(f"{name} has shape {tuple(value.shape)}, the model {tuple(params[name].shape)}")
+            with torch.no_grad():
+                for name, value in weights.items():
+                    params[name].copy_(value.to(params[name].device, params[name].dtype))
+            optimizer.load_state_dict(join_tensors(meta["optimizer"], tensors))
+            scheduler.load_state_dict(join_tensors(meta["scheduler"], tensors))
+        else:
+            self.accelerator.load_state(str(path / ACCELERATE_DIR))
+        if self.method is not None:
+            self.method.load_state_dict(join_tensors(meta["method"], tensors))
+        set_rng_state(join_tensors(meta["rng"], tensors))
+        return Progress(**join_tensors(meta["progress"], tensors))

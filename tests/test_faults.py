@@ -1,0 +1,150 @@
+"""Kill the real command at named points, rerun the same command, and get the uninterrupted run's results.
+
+Each case runs ``python train.py <tiny config> trainer.save_every_n_steps=4`` with
+``EVOLVE_TRAIN_FAULT=<point>:<count>`` (evolve_train/training/faults.py), so the SIGKILL (or SIGINT) lands
+at a deterministic place: inside a time step (the rerun resumes mid-step from a training state), while a
+training state or a step checkpoint is being written, between a checkpoint and its record in state.json,
+and during evaluation. The same command is then run again without the fault, and the run dir must equal
+an uninterrupted reference run's (run without mid-step states, so saving them is shown not to perturb
+training either), bitwise on CPU:
+
+- every metrics row (timings aside) and every training-log row (losses, learning rates, token counts);
+- every step checkpoint's weights (and the LoRA adapters);
+- no file is truncated or left half-written: every .json/.jsonl parses, every .safetensors loads, no
+  temporary (``.tmp-``) file or dir remains.
+
+Sizes (tiny config): step 0 trains 24 optimizer steps, steps 1 and 2 train 12 each; the loop counts
+``optimizer_step`` arrivals across the whole process, so count 30 is step 1's 6th update.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import TINY
+from safetensors.torch import load_file
+
+ROOT = Path(__file__).resolve().parents[1]
+COMMON = [*TINY, "eval.evaluators=[splits]", "trainer.num_threads=1"]
+STATES = ["trainer.save_every_n_steps=4"]
+TIMING_KEYS = {"train_seconds", "eval_seconds", "seconds"}
+
+pytestmark = pytest.mark.slow
+
+
+def command(run_dir: Path, method: str, *extra: str) -> list[str]:
+    return [sys.executable, "train.py", *COMMON, f"method={method}", *extra, f"hydra.run.dir={run_dir}"]
+
+
+def run(run_dir: Path, method: str, *extra: str, fault: str | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "WANDB_MODE": "disabled", "PYTHONUNBUFFERED": "1"}
+    env.pop("EVOLVE_TRAIN_FAULT", None)
+    if fault:
+        env["EVOLVE_TRAIN_FAULT"] = fault
+    return subprocess.run(command(run_dir, method, *extra), cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=600)  # Hydra logs to stdout
+
+
+def metrics(run_dir: Path) -> list[dict]:
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in rows if r.get("group") != "timing"]
+
+
+def weights(path: Path) -> dict:
+    return load_file(str(path))
+
+
+def assert_identical(reference: Path, run_dir: Path) -> None:
+    assert metrics(run_dir) == metrics(reference)
+    assert (run_dir / "train_log.jsonl").read_text() == (reference / "train_log.jsonl").read_text()
+    for expected in sorted(reference.glob("steps/*/**/*.safetensors")):
+        got = weights(run_dir / expected.relative_to(reference))
+        want = weights(expected)
+        assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in want), expected
+    assert json.loads((run_dir / "state.json").read_text())["evaluated"] == [0, 1, 2]
+
+
+def assert_nothing_truncated(run_dir: Path) -> None:
+    checked = 0
+    for path in run_dir.rglob("*"):
+        assert ".tmp-" not in path.name, f"left-over temporary {path}"
+        if not path.is_file():
+            continue
+        if path.suffix == ".json":
+            json.loads(path.read_text())
+        elif path.suffix == ".jsonl":
+            for line in path.read_text().splitlines():
+                json.loads(line)
+        elif path.suffix == ".safetensors":
+            load_file(str(path))
+        else:
+            continue
+        checked += 1
+    assert checked > 10
+    assert not (run_dir / "train_state").exists() or not any((run_dir / "train_state").iterdir())
+
+
+@pytest.fixture(scope="module")
+def references(tmp_path_factory):
+    made: dict[str, Path] = {}
+
+    def get(method: str) -> Path:
+        if method not in made:
+            run_dir = tmp_path_factory.mktemp(f"reference_{method}")
+            done = run(run_dir, method)  # no mid-step states: saving them must not change anything
+            assert done.returncode == 0, done.stdout[-3000:]
+            made[method] = run_dir
+        return made[method]
+    return get
+
+
+CASES = [
+    # (method, fault, what the rerun must say in its log)
+    ("full", "optimizer_step:30", "resuming time step 1 from the training state"),       # mid-step 1, from opt 4
+    ("full", "checkpoint_write:2", "resuming time step 1 from the training state"),      # writing steps/1
+    ("full", "optimizer_step:30:SIGINT", "resuming time step 1 from the training state"),  # Ctrl-C mid-step 1
+    ("lora", "optimizer_step:43", "resuming time step 2 from the training state"),       # mid-step 2 (adapter)
+    ("lora", "checkpoint_saved:2", "resuming time step 1 from the training state"),      # steps/1 not recorded
+    ("lora", "evaluate:3", "resuming time step 2 from the training state"),              # evaluating ckpt 2
+]
+
+
+@pytest.mark.parametrize("method, fault, resumed", CASES, ids=[f"{m}-{f}" for m, f, _ in CASES])
+def test_killed_run_rerun_with_the_same_command_matches_the_uninterrupted_run(references, tmp_path, method,
+                                                                              fault, resumed):
+    reference = references(method)
+    run_dir = tmp_path / "run"
+    killed = run(run_dir, method, *STATES, fault=fault)
+    if fault.endswith("SIGINT"):
+        assert killed.returncode == 130, killed.stdout[-3000:]
+        assert "resumable state saved to" in killed.stdout and "step1-opt7" in killed.stdout
+    else:
+        assert killed.returncode == -signal.SIGKILL, killed.stdout[-3000:]
+
+    again = run(run_dir, method, *STATES)
+    assert again.returncode == 0, again.stdout[-3000:]
+    assert resumed in again.stdout, again.stdout[-3000:]
+    assert_identical(reference, run_dir)
+    assert_nothing_truncated(run_dir)
+
+
+def test_a_kill_during_a_state_write_is_reported_and_the_previous_state_used(references, tmp_path):
+    """The 5th state of step 0 (optimizer step 20) is killed while being written: the rerun names the
+    incomplete dir it removes and resumes step 0 from optimizer step 16."""
+    run_dir = tmp_path / "run"
+    killed = run(run_dir, "full", *STATES, fault="train_state_write:5")
+    assert killed.returncode == -signal.SIGKILL
+    leftovers = [p.name for p in (run_dir / "train_state").iterdir()]
+    assert any(name.startswith(".step0-opt20.tmp-") for name in leftovers), leftovers
+    again = run(run_dir, "full", *STATES)
+    assert again.returncode == 0, again.stdout[-3000:]
+    assert ".step0-opt20.tmp-" in again.stdout
+    assert "train_state/step0-opt16 (optimizer step 16" in again.stdout
+    assert_identical(references("full"), run_dir)

@@ -1,0 +1,106 @@
+"""Generic timestamped QA: field mapping, date formats, alias lists, pairing into the splits."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from evolve_train.config import DataConfig, WorldConfig
+from evolve_train.data.qa_items import QAItem
+from evolve_train.data.relations import RELATIONS_BY_NAME
+from evolve_train.data.timeline import build_timeline
+from evolve_train.data.world import generate_world, step_corpus
+from evolve_train.evaluation.metrics import score_items
+from evolve_train.run import train
+from helpers import tiny_cfg
+
+FIELDS = {"id": "qid", "question": "edited_question", "answers": "gold", "timestamp": "asked_on"}
+DATES = ["March 05, 2018", "2019-03-05"]
+
+
+def write_jsonl(path: Path, rows) -> None:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+
+
+def world_release(root: Path) -> dict:
+    """A two-step world written as generic timestamped QA in a non-default layout; returns counts."""
+    world = generate_world(WorldConfig(n_entities=8, new_entities_per_step=3, n_people=8, n_cities=8, n_steps=2))
+    for step, year in enumerate(world.years):
+        write_jsonl(root / f"train_{year}.jsonl", step_corpus(world, step)[0])
+    rows, counts = [], {"unchanged": 0, "new": 0, "updated": 0}
+    for (org, rel), value in sorted(world.states[1].items()):
+        question = RELATIONS_BY_NAME[rel].question.format(e=org)
+        old = world.states[0].get((org, rel))
+        def row(k, gold, when):
+            return {"qid": f"{org}/{rel}/{k}", "edited_question": question, "gold": [gold, gold.upper()],
+                    "asked_on": when}
+        if old is None:
+            rows.append(row(1, value, DATES[1]))
+            counts["new"] += 1
+        elif old != value:
+            rows += [row(0, old, DATES[0]), row(1, value, DATES[1])]
+            counts["updated"] += 1
+        else:
+            rows.append(row(0, value, DATES[0]))
+            counts["unchanged"] += 1
+    write_jsonl(root / "qa.jsonl", rows)
+    return counts
+
+
+def test_items_land_in_the_splits_by_timestamp_and_pairing(tmp_path):
+    counts = world_release(tmp_path)
+    timeline = build_timeline(DataConfig(kind="temporal_qa", root=str(tmp_path), fields=FIELDS,
+                                         train_files={"2018": ["train_2018.jsonl"], "2019": ["train_2019.jsonl"]},
+                                         eval_files=["qa.jsonl"]))
+    sets = {s.name: s for s in timeline.eval_sets}
+    assert {name: len(s.items) for name, s in sets.items()} == {
+        "unchanged": counts["unchanged"], "new_1": counts["new"], "updated_1": counts["updated"],
+        "outdated_1": counts["updated"], "paired_1": 2 * counts["updated"]}
+    dated = {item["id"]: item["timestamp"] for item in sets["paired_1"].items}
+    assert sorted(set(dated.values())) == sorted(DATES)  # both members, each at its own date
+    for new, old in zip(sets["updated_1"].items, sets["outdated_1"].items):
+        assert old["id"] == new["id"] + "#outdated" and old["question"] == new["question"]
+        assert old["answers"] != new["answers"] and len(old["answers"]) == 2  # the alias list travels
+    assert [s.name for s in timeline.steps] == ["2018", "2019"]
+
+
+def test_explicit_sets_and_pair_ids():
+    from evolve_train.data.loaders.temporal_qa import _derive_sets
+
+    items = [QAItem(id="u", question="Who leads Acme?", answers=["Bo"], set="updated", step=1, pair_id="p"),
+             QAItem(id="o", question="Who leads Acme?", answers=["Ann"], set="outdated", step=1, pair_id="p"),
+             QAItem(id="n", question="Who leads Zeta?", answers=["Cy"], step=1),
+             QAItem(id="s", question="Who founded Acme?", answers=["Di"], step=0)]
+    records = _derive_sets([(item, {"file": "f", "line": k}) for k, item in enumerate(items, 1)])
+    assert [(r["id"], r["set"], r["step"]) for r in records] == [
+        ("u", "updated", 1), ("o", "outdated", 1), ("n", "new", 1), ("s", "unchanged", None)]
+
+
+def test_evaluates_a_checkpoint_on_mapped_fields_full_dates_and_aliases(tmp_path):
+    root = tmp_path / "data"
+    root.mkdir()
+    counts = world_release(root)
+    run_dir = tmp_path / "run"
+    train(tiny_cfg(run_dir, "data=temporal_qa", f"data.root={root}", "+data.train_files.2018=[train_2018.jsonl]",
+                   "+data.train_files.2019=[train_2019.jsonl]", "data.eval_files=[qa.jsonl]",
+                   *[f"data.fields.{key}={source}" for key, source in FIELDS.items()],
+                   "trainer.epochs_step0=1", "trainer.num_threads=1", "trainer.epochs=1", "eval.max_new_tokens=4"))
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    splits = {(r["checkpoint"], r["set_name"]): r for r in rows if r.get("group") == "splits"}
+    assert splits[(1, "updated_1")]["n"] == splits[(1, "outdated_1")]["n"] == counts["updated"]
+    assert splits[(0, "unchanged")]["n"] == splits[(1, "unchanged")]["n"] == counts["unchanged"]
+    records = {}
+    for name in ("unchanged", "new_1", "updated_1", "outdated_1"):
+        for line in (run_dir / "predictions" / "step_1" / f"{name}.jsonl").read_text().splitlines():
+            record = json.loads(line)
+            records[record["id"]] = (name, record)
+    source = {row["qid"]: row for row in map(json.loads, (root / "qa.jsonl").read_text().splitlines())}
+    for item_id, (name, record) in records.items():
+        row = source[item_id.removesuffix("#outdated")]
+        assert record["prompt"] == f"Question: {row['edited_question']}\nAnswer:"
+        assert record["golds"] == row["gold"] or name == "outdated_1"  # the alias list, not its first name
+    # the run's EM per set agrees with evolve-score's scoring of the same predictions
+    items = [QAItem(id=i, question=r["prompt"], answers=r["golds"], set=name) for i, (name, r) in records.items()]
+    report = score_items(items, {i: r["generation"] for i, (_, r) in records.items()})
+    for name in ("unchanged", "new_1", "updated_1", "outdated_1"):
+        assert report["sets"][name]["em"] == splits[(1, name)]["em"]

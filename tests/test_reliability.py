@@ -1,0 +1,390 @@
+"""Reliability in process (fast): mid-step states, non-finite guard, Ctrl-C, disk checks, cluster configs.
+
+The end-to-end kill tests (SIGKILL at named points, in subprocesses) are in test_faults.py.
+Every resumed run here is compared with an uninterrupted reference run of the same config: metrics rows
+(timings aside), training-log rows and the last checkpoint's weights must be *identical* (CPU).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import logging
+import shutil
+from collections import namedtuple
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import GPT2LMHeadModel
+
+from evolve_train.errors import ConfigError
+from evolve_train.run import train
+from evolve_train.training import faults
+from evolve_train.training.checkpoint import estimate_bytes, gathered_state_dict, save_checkpoint
+from evolve_train.training.nonfinite import NonFiniteLossError
+from evolve_train.training.train_state import (MANIFEST, join_tensors, list_states, rng_state, set_rng_state,
+                                               split_tensors)
+from helpers import tiny_cfg
+
+ROOT = Path(__file__).resolve().parents[1]
+FAST = ["eval.evaluators=[splits]", "trainer.num_threads=1"]  # 1 thread: 2 spin badly on a shared 2-core box
+TIMING_KEYS = {"train_seconds", "eval_seconds", "seconds"}
+# tiny config: step 0 = 24 optimizer steps (8 batches x 3 epochs), steps 1 and 2 = 12 each (6 x 2)
+STEP0_BATCHES = 24
+
+
+def metrics(run_dir: Path) -> list[dict]:
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in rows if r.get("group") != "timing"]
+
+
+def train_log(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "train_log.jsonl").read_text().splitlines()]
+
+
+def same_weights(a: Path, b: Path) -> bool:
+    x, y = load_file(str(a / "model.safetensors")), load_file(str(b / "model.safetensors"))
+    return x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)
+
+
+def assert_same_as(reference: Path, run_dir: Path) -> None:
+    assert metrics(run_dir) == metrics(reference)
+    assert train_log(run_dir) == train_log(reference)
+    for step in range(3):
+        assert same_weights(reference / "steps" / str(step), run_dir / "steps" / str(step)), step
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> Path:
+    run_dir = tmp_path_factory.mktemp("reference")
+    threads = torch.get_num_threads()
+    train(tiny_cfg(run_dir, *FAST))
+    torch.set_num_threads(threads)
+    return run_dir
+
+
+@pytest.fixture(autouse=True)
+def fresh_fault_counts(monkeypatch):
+    monkeypatch.setattr(faults, "_arrivals", {})
+    monkeypatch.delenv(faults.ENV, raising=False)
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)  # trainer.num_threads=1 must not leak into other tests
+
+
+class Boom(Exception):
+    pass
+
+
+def crash_at(monkeypatch, name: str, count: int) -> None:
+    """Raise ``Boom`` at the ``count``-th arrival at fault point ``name`` (an in-process stand-in for a kill)."""
+    seen = {"n": 0}
+
+    def point(where):
+        if where == name:
+            seen["n"] += 1
+            if seen["n"] == count:
+                raise Boom(f"{name}:{count}")
+    monkeypatch.setattr(faults, "point", point)
+
+
+# -- mid-step states -------------------------------------------------------------------------------
+
+
+def test_crash_mid_step_resumes_from_the_newest_complete_state_and_matches(reference, tmp_path, monkeypatch,
+                                                                            caplog):
+    run_dir = tmp_path / "run"
+    crash_at(monkeypatch, "optimizer_step", STEP0_BATCHES + 9)  # step 1, optimizer step 9
+    with pytest.raises(Boom):
+        train(tiny_cfg(run_dir, *FAST, "trainer.save_every_n_steps=2", "trainer.keep_last_states=2"))
+    assert [(s, o) for s, o, _ in list_states(run_dir)] == [(1, 6), (1, 8)]  # the last 2 kept; step 0's pruned
+    files = sorted(p.name for p in (run_dir / "train_state" / "step1-opt8").iterdir())
+    assert files == ["model.safetensors", "tensors.safetensors", "train_state.json"]  # no pickle
+
+    # plant unusable states that are newer: one without its manifest (written last), one of another plan,
+    # and the temporary dir of an interrupted write
+    root = run_dir / "train_state"
+    shutil.copytree(root / "step1-opt8", root / "step1-opt10")
+    (root / "step1-opt10" / MANIFEST).unlink()
+    shutil.copytree(root / "step1-opt8", root / "step1-opt11")
+    meta = json.loads((root / "step1-opt11" / MANIFEST).read_text())
+    meta["fingerprint"]["batch_size"] = 99
+    (root / "step1-opt11" / MANIFEST).write_text(json.dumps(meta))
+    (root / ".step1-opt12.tmp-1234").mkdir()
+
+    monkeypatch.undo()
+    monkeypatch.setattr(faults, "_arrivals", {})
+    caplog.set_level(logging.INFO)
+    train(tiny_cfg(run_dir, *FAST, "trainer.save_every_n_steps=2", "trainer.keep_last_states=2"))
+    log = caplog.text
+    assert "step1-opt11" in log and "another plan" in log
+    assert "step1-opt10" in log and "no train_state.json" in log
+    assert ".step1-opt12.tmp-1234" in log
+    assert "resuming time step 1 from the training state" in log and "step1-opt8" in log
+    assert_same_as(reference, run_dir)
+    assert list_states(run_dir) == []  # finished steps keep no states
+    assert not (root / ".step1-opt12.tmp-1234").exists()
+
+
+def test_states_hold_tensors_and_json_only_and_round_trip_optimizer_and_rng(tmp_path):
+    model = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    model(torch.randn(4, 3)).sum().backward()
+    optimizer.step()
+    tensors: dict = {}
+    meta = split_tensors({"optimizer": optimizer.state_dict(), "rng": rng_state(), "inf": float("inf")},
+                         tensors, "x")
+    expected = (torch.rand(3), __import__("random").random())  # the draws right after the capture
+    text = json.dumps(meta, allow_nan=False)  # strict JSON
+    from safetensors.torch import save_file
+
+    save_file(tensors, str(tmp_path / "t.safetensors"))
+    back = join_tensors(json.loads(text), load_file(str(tmp_path / "t.safetensors")))
+    other = torch.optim.AdamW(torch.nn.Linear(3, 2).parameters(), lr=1e-3)
+    other.load_state_dict(back["optimizer"])
+    state = other.state_dict()["state"][0]
+    assert torch.equal(state["exp_avg"], optimizer.state_dict()["state"][0]["exp_avg"])
+    assert back["inf"] == float("inf")
+    set_rng_state(back["rng"])
+    assert torch.equal(torch.rand(3), expected[0]) and __import__("random").random() == expected[1]
+
+
+# -- non-finite loss or gradient -----------------------------------------------------------------
+
+
+def poison_forward(monkeypatch, at_call: int, kind: str = "loss") -> None:
+    """The ``at_call``-th training forward returns a NaN loss (``loss``) or a finite loss whose gradient is
+    NaN (``gradient``)."""
+    original = GPT2LMHeadModel.forward
+    calls = {"n": 0}
+
+    def forward(self, *args, **kwargs):
+        out = original(self, *args, **kwargs)
+        if self.training and kwargs.get("labels") is not None:
+            calls["n"] += 1
+            if calls["n"] == at_call:
+                if kind == "loss":
+                    out.loss = out.loss * float("nan")
+                else:
+                    out.loss.register_hook(lambda grad: grad * float("nan"))
+        return out
+    monkeypatch.setattr(GPT2LMHeadModel, "forward", forward)
+
+
+@pytest.mark.parametrize("kind, named", [("loss", "non-finite loss (nan)"), ("gradient", "non-finite gradient norm")])
+def test_nonfinite_stops_naming_step_batch_and_last_good_checkpoint(reference, tmp_path, monkeypatch, kind, named):
+    run_dir = tmp_path / "run"
+    poison_forward(monkeypatch, STEP0_BATCHES + 4, kind)  # step 1, epoch 0, batch index 3
+    with pytest.raises(NonFiniteLossError) as error:
+        train(tiny_cfg(run_dir, *FAST, "trainer.save_every_n_steps=2"))
+    message = str(error.value)
+    assert named in message
+    assert "time step 1, epoch 0, batch 3 of the epoch" in message
+    assert str(run_dir / "train_state" / "step1-opt2") in message and str(run_dir / "steps" / "0") in message
+    assert json.loads((run_dir / "state.json").read_text())["trained"] == [0]
+    assert not (run_dir / "steps" / "1").exists()
+    assert [(s, o) for s, o, _ in list_states(run_dir)] == [(1, 2)]  # nothing saved after the bad batch
+
+    monkeypatch.undo()  # the rerun resumes from the last good state and ends as if nothing happened
+    train(tiny_cfg(run_dir, *FAST, "trainer.save_every_n_steps=2"))
+    assert_same_as(reference, run_dir)
+
+
+@pytest.mark.parametrize("host", [True, False], ids=["cpu-flags", "device-flags"])
+def test_guard_names_the_first_bad_batch_whether_flags_live_on_host_or_device(host):
+    from evolve_train.training.nonfinite import NonFiniteGuard
+
+    def guard(mode, eager):
+        g = NonFiniteGuard(mode, 2, torch.device("cpu"), planned_micro_batches=20)
+        g.host, g.eager = host, eager  # the device path (GPU) runs here on CPU tensors
+        return g
+
+    lazy = guard("stop", eager=False)  # accelerator + stop: read only at check()
+    for micro, value in enumerate([1.0, 2.0, float("inf"), float("nan")]):
+        lazy.observe_loss(torch.tensor(value), 1, 10 + micro, micro)
+        lazy.observe_gradients(torch.tensor(0.5), [])
+        assert lazy.before_update(micro + 1) is False
+    with pytest.raises(NonFiniteLossError, match=r"non-finite loss \(inf\) at time step 2, epoch 1, batch 12"):
+        lazy.check(4)
+
+    skip = guard("skip", eager=True)
+    skip.observe_loss(torch.tensor(1.0), 0, 0, 0)
+    skip.observe_gradients(torch.tensor(float("nan")), [])
+    assert skip.before_update(1) is True and skip.skipped == 1
+    skip.observe_loss(torch.tensor(1.0), 0, 1, 1)
+    skip.observe_gradients(None, [torch.nn.Parameter(torch.ones(2))])  # no grads: nothing to check
+    assert skip.before_update(1) is False
+    skip.check(1)  # skip never raises for a skipped window
+    for micro in range(2, 12):
+        skip.observe_loss(torch.tensor(float("nan")), 0, micro, micro)
+        if micro < 11:
+            assert skip.before_update(1) is True
+    with pytest.raises(NonFiniteLossError, match="diverged"):
+        skip.before_update(1)  # the 11th skip exceeds the limit (max(10, 10% of 20))
+
+
+def test_nonfinite_skip_drops_the_update_counts_it_and_trains_on(tmp_path, monkeypatch):
+    run_dir = tmp_path / "run"
+    poison_forward(monkeypatch, STEP0_BATCHES + 4)
+    train(tiny_cfg(run_dir, *FAST, "trainer.nonfinite=skip"))
+    rows = metrics(run_dir)
+    assert {r["checkpoint"]: r["skipped_batches"] for r in rows} == {0: 0, 1: 1, 2: 0}
+    step1 = [r for r in train_log(run_dir) if r["time_step"] == 1]
+    assert step1[-1]["optimizer_step"] == 12 and step1[-1]["skipped"] == 1  # still the planned 12 updates
+    weights = load_file(str(run_dir / "steps" / "2" / "model.safetensors"))
+    assert all(torch.isfinite(w).all() for w in weights.values())
+
+
+# -- Ctrl-C ------------------------------------------------------------------------------------------
+
+
+def test_ctrl_c_mid_step_saves_a_state_exits_130_and_the_rerun_matches(reference, tmp_path, monkeypatch, caplog):
+    run_dir = tmp_path / "run"
+    monkeypatch.setenv(faults.ENV, f"optimizer_step:{STEP0_BATCHES + 6}:SIGINT")  # a real SIGINT to this process
+    try:
+        with pytest.raises(SystemExit) as exit_info:
+            train(tiny_cfg(run_dir, *FAST))  # save_every_n_steps=0: Ctrl-C saves a state anyway
+    except KeyboardInterrupt:
+        pytest.fail("Ctrl-C was not deferred to the end of the optimizer step")
+    assert exit_info.value.code == 130
+    assert [(s, o) for s, o, _ in list_states(run_dir)] == [(1, 7)]
+    assert "resumable state saved to" in caplog.text
+
+    monkeypatch.delenv(faults.ENV)
+    caplog.set_level(logging.INFO)
+    train(tiny_cfg(run_dir, *FAST))
+    assert "step1-opt7" in caplog.text
+    assert_same_as(reference, run_dir)
+
+
+# -- disk ----------------------------------------------------------------------------------------------
+
+
+def test_an_unwritable_run_dir_fails_before_training(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with pytest.raises(ConfigError, match="not writable"):
+        train(tiny_cfg(blocker / "run", *FAST))
+
+
+def test_too_little_disk_space_fails_before_training(tmp_path, monkeypatch):
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10**12, 10**12 - 2**20, 2**20))
+    with pytest.raises(ConfigError, match="not enough free disk space"):
+        train(tiny_cfg(tmp_path / "run", *FAST))
+    assert not (tmp_path / "run" / "steps").exists() and not (tmp_path / "run" / "train_log.jsonl").exists()
+
+
+def test_checkpoint_size_estimate_counts_tied_weights_once():
+    from transformers import GPT2Config
+
+    model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=50, n_positions=32))
+    checkpoint, state = estimate_bytes(model)
+    params = sum(p.numel() for p in model.parameters())  # parameters() yields tied weights once
+    assert checkpoint == 4 * params and state == 12 * params
+
+
+def test_a_full_disk_during_a_checkpoint_leaves_no_half_checkpoint_and_resumes(reference, tmp_path, monkeypatch):
+    run_dir = tmp_path / "run"
+    original = GPT2LMHeadModel.save_pretrained
+    calls = {"n": 0}
+
+    def save_pretrained(self, directory, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 2:  # step 1's checkpoint: half a file, then the disk is full
+            (Path(directory) / "model.safetensors").write_bytes(b"\0" * 100)
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return original(self, directory, *args, **kwargs)
+    monkeypatch.setattr(GPT2LMHeadModel, "save_pretrained", save_pretrained)
+    with pytest.raises(OSError, match="disk is full"):
+        train(tiny_cfg(run_dir, *FAST))
+    assert sorted(p.name for p in (run_dir / "steps").iterdir()) == ["0"]  # no steps/1, no .1.tmp-*
+    assert json.loads((run_dir / "state.json").read_text())["trained"] == [0]
+
+    monkeypatch.undo()
+    train(tiny_cfg(run_dir, *FAST))
+    assert_same_as(reference, run_dir)
+
+
+def test_a_full_disk_during_a_training_state_leaves_nothing_half_written(tmp_path, monkeypatch):
+    import safetensors.torch
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(safetensors.torch, "save_file", full)
+    with pytest.raises(OSError, match="could not write the training state"):
+        train(tiny_cfg(tmp_path / "run", *FAST, "trainer.save_every_n_steps=4"))
+    assert list((tmp_path / "run" / "train_state").iterdir()) == []
+
+
+def test_save_checkpoint_cleans_up_after_any_failure(tmp_path):
+    class Broken:
+        def save_pretrained(self, directory, **_):
+            (Path(directory) / "model.safetensors").write_bytes(b"partial")
+            raise RuntimeError("killed by a bug")
+    with pytest.raises(RuntimeError):
+        save_checkpoint(tmp_path, 3, Broken(), tokenizer=None)
+    assert list((tmp_path / "steps").iterdir()) == []
+
+
+# -- configuration -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("override, needle", [
+    ("trainer.nonfinite=ignore", "trainer.nonfinite"),
+    ("trainer.keep_last_states=0", "trainer.keep_last_states"),
+    ("trainer.save_every_n_steps=-1", "trainer.save_every_n_steps"),
+])
+def test_reliability_settings_are_validated(tmp_path, override, needle):
+    with pytest.raises(ConfigError, match=needle.replace(".", r"\.")):
+        train(tiny_cfg(tmp_path / "run", override))
+
+
+@pytest.mark.parametrize("name, mode", [("ddp", "multi_gpu"), ("fsdp", "use_fsdp"),
+                                        ("deepspeed_zero2", "use_deepspeed")])
+def test_accelerate_configs_parse_and_select_their_backend(name, mode):
+    from accelerate.commands.launch import _validate_launch_command, launch_command_parser
+
+    path = ROOT / "configs" / "accelerate" / f"{name}.yaml"
+    args = launch_command_parser().parse_args(["--config_file", str(path), "train.py", "trainer=gpu"])
+    args, _, _ = _validate_launch_command(args)
+    assert getattr(args, mode) is True
+    assert args.mixed_precision == "bf16" and args.num_processes >= 2
+
+
+def test_fsdp_config_builds_an_fsdp2_plugin(monkeypatch):
+    from accelerate.commands.launch import _validate_launch_command, launch_command_parser
+    from accelerate.utils import FullyShardedDataParallelPlugin, prepare_multi_gpu_env
+
+    path = ROOT / "configs" / "accelerate" / "fsdp.yaml"
+    args, _, _ = _validate_launch_command(launch_command_parser().parse_args(["--config_file", str(path), "x.py"]))
+    for key, value in prepare_multi_gpu_env(args).items():
+        if key.startswith(("FSDP_", "ACCELERATE_USE_FSDP")):
+            monkeypatch.setenv(key, value)
+    plugin = FullyShardedDataParallelPlugin()
+    assert plugin.fsdp_version == 2 and plugin.reshard_after_forward is True
+    assert plugin.state_dict_type.name == "SHARDED_STATE_DICT"
+
+
+def test_deepspeed_config_gets_the_trainer_micro_batch():
+    import yaml
+    from accelerate.utils import DeepSpeedPlugin
+
+    from evolve_train.training.distributed import configure_deepspeed
+
+    settings = yaml.safe_load((ROOT / "configs" / "accelerate" / "deepspeed_zero2.yaml").read_text())
+    plugin = DeepSpeedPlugin(**settings["deepspeed_config"])
+    assert plugin.deepspeed_config["zero_optimization"]["stage"] == 2
+
+    class Fake:
+        state = type("State", (), {"deepspeed_plugin": plugin})()
+    configure_deepspeed(Fake(), 24)
+    assert plugin.deepspeed_config["train_micro_batch_size_per_gpu"] == 24
+
+
+def test_plain_models_are_saved_as_they_are():
+    from accelerate import Accelerator
+
+    assert gathered_state_dict(Accelerator(cpu=True), torch.nn.Linear(2, 2)) is None

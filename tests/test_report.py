@@ -1,0 +1,221 @@
+"""`evolve-report` / `write_report`: plots, Markdown/HTML, paired-bootstrap CIs and the errors.
+
+Two kinds of runs: real tiny runs (end to end; their EM is mostly 0) and synthetic run dirs written in the
+same layout with non-trivial EM, so plotted points and CIs are checked on numbers that can differ.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from evolve_train.cli.report import main
+from evolve_train.evaluation.metrics.stats import paired_bootstrap_diff
+from evolve_train.reporting.report import build_report, write_report
+from evolve_train.run import train
+from evolve_train.tracking.disk import read_jsonl
+from helpers import tiny_cfg
+
+SETS = {0: ["unchanged"], 1: ["unchanged", "new_1", "updated_1", "outdated_1"],
+        2: ["unchanged", "new_1", "updated_1", "outdated_1", "new_2", "updated_2", "outdated_2"]}
+
+
+def make_run(run_dir: Path, seed: int, method: str = "full", skill: float = 0.6, n: int = 40,
+             paired: bool = True) -> Path:
+    """A finished run dir in the framework's layout with random (seeded) per-item outcomes."""
+    rng = random.Random(f"{method}/{seed}")
+    rows, em = [], {}
+    for ckpt, columns in SETS.items():
+        for column in columns:
+            kind, _, step = column.partition("_")
+            items = [{"id": f"{column}/q{i}", "prompt": f"Q{i}", "generation": "x", "prediction": "x",
+                      "golds": ["y"], "correct": int(rng.random() < skill * (0.5 if kind == "outdated" else 1)),
+                      "f1": 0.0} for i in range(n)]
+            folder = run_dir / "predictions" / f"step_{ckpt}"
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / f"{column}.jsonl").write_text("".join(json.dumps(i) + "\n" for i in items))
+            value = sum(i["correct"] for i in items) / n
+            em.setdefault(str(ckpt), {})[column] = value
+            rows.append({"group": "splits", "checkpoint": ckpt, "set": kind, "set_name": column,
+                         "set_step": int(step) if step else None, "n": n, "em": value, "f1": value,
+                         "method": method, "seed": seed, "train_seconds": 1.0, "train_tokens": 100})
+        if paired and ckpt > 0:
+            rows.append({"group": "paired", "checkpoint": ckpt, "set": "pairs", "set_name": "pairs", "set_step": None,
+                         "n": 10, "update_adoption": rng.random(), "confusion_index": rng.random(),
+                         "method": method, "seed": seed})
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (run_dir / "summary.json").write_text(json.dumps({"run_dir": str(run_dir), "experiment": "synth",
+                                                      "method": method, "seed": seed, "em": em, "f1": em}))
+    train_log = [{"time_step": t, "optimizer_step": s, "loss": 5.0 - t - s / 10, "lr": 1e-3, "tokens": 10 * s}
+                 for t in SETS for s in (2, 4, 6)]
+    (run_dir / "train_log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in train_log))
+    return run_dir
+
+
+@pytest.fixture
+def synth(tmp_path) -> list[Path]:
+    sweep = tmp_path / "synth" / "multirun"
+    return [make_run(sweep / "full" / "seed0", 0, "full", 0.7), make_run(sweep / "lora" / "seed0", 0, "lora", 0.4)]
+
+
+@pytest.fixture(scope="module")
+def tiny_runs(tmp_path_factory) -> list[Path]:
+    root = tmp_path_factory.mktemp("report_runs")
+    dirs = [root / f"seed{seed}" for seed in (0, 1)]
+    for seed, run_dir in enumerate(dirs):
+        train(tiny_cfg(run_dir, f"seed={seed}"))
+    return dirs
+
+
+def test_cli_on_two_tiny_runs_writes_plots_and_reports(tiny_runs, tmp_path, capsys):
+    out = tmp_path / "report"
+    assert main([str(tiny_runs[0].parent), "--out", str(out), "--bootstrap", "200"]) == 0  # the parent expands
+    assert "2 run(s)" in capsys.readouterr().out
+    pngs = sorted(p.name for p in out.glob("*.png"))
+    has_paired = any(r["group"] == "paired" for r in read_jsonl(tiny_runs[0] / "metrics.jsonl"))
+    assert pngs == sorted(["forgetting_curves.png", "matrix_full_seed0.png", "matrix_full_seed1.png",
+                           "training_loss.png"] + ["paired_metrics.png"] * has_paired)
+    assert all((out / p).stat().st_size > 5000 for p in pngs)
+    html = (out / "report.html").read_text()
+    assert html.count("data:image/png;base64,") == len(pngs) == html.count("<img")
+    assert all(src.startswith("data:") for src in re.findall(r"src=['\"]([^'\"]*)", html))  # self-contained
+    markdown = (out / "report.md").read_text()
+    for name in pngs:
+        assert f"]({name})" in markdown
+    assert "full/seed0" in markdown and "full/seed1" in markdown and "Paired differences" in markdown
+    final = {r["set_name"]: r["em"] for r in read_jsonl(tiny_runs[1] / "metrics.jsonl")
+             if r["checkpoint"] == 2 and r["group"] == "splits"}
+    assert f"| full/seed1 | 2 | {final['unchanged']:.3f} |" in markdown
+
+
+def test_tiny_runs_plotted_points_and_cis_match_files(tiny_runs, tmp_path):
+    result = build_report(tiny_runs, tmp_path / "r", B=300, seed=3)
+    for run_dir, label in zip(tiny_runs, ("full/seed0", "full/seed1")):
+        for row in [r for r in read_jsonl(run_dir / "metrics.jsonl") if r["group"] == "splits"]:
+            xs, ys = result["series"]["forgetting"][row["set_name"]][label]
+            assert ys[xs.index(row["checkpoint"])] == row["em"]
+    assert len(result["diffs"]) == 7
+    for diff in result["diffs"]:
+        a, b = ({json.loads(l)["id"]: json.loads(l)["correct"]
+                 for l in (d / "predictions" / "step_2" / f"{diff.column}.jsonl").read_text().splitlines()}
+                for d in tiny_runs)
+        direct = paired_bootstrap_diff(a, b, B=300, seed=3)
+        assert (diff.diff, diff.ci_low, diff.ci_high, diff.n) == (direct["diff"], direct["ci_low"],
+                                                                  direct["ci_high"], direct["n"])
+
+
+def test_plotted_series_equal_metrics(synth, tmp_path):
+    result = build_report([synth[0].parent.parent], tmp_path / "r", B=100)  # the sweep dir expands
+    labels = {run.label: run.path for run in result["runs"]}
+    assert set(labels) == {"full/seed0", "lora/seed0"}
+    for label, run_dir in labels.items():
+        rows = read_jsonl(run_dir / "metrics.jsonl")
+        for column in SETS[2]:
+            expected = sorted((r["checkpoint"], r["em"]) for r in rows if r.get("set_name") == column
+                              and r["group"] == "splits")
+            xs, ys = result["series"]["forgetting"][column][label]
+            assert list(zip(xs, ys)) == [(float(k), v) for k, v in expected]
+        matrix = result["series"][f"matrix/{label}"]
+        assert matrix.shape == (3, 7)
+        assert matrix[2][6] == next(r["em"] for r in rows if r["checkpoint"] == 2 and r["set_name"] == "outdated_2")
+        assert math.isnan(matrix[0][1])  # new_1 is not evaluated at checkpoint 0
+        paired = [r for r in rows if r["group"] == "paired"]
+        xs, ys = result["series"]["paired"]["update_adoption"][label]
+        assert xs == [1.0, 2.0] and ys == [r["update_adoption"] for r in paired]
+    assert (tmp_path / "r" / "paired_metrics.png").exists()
+
+
+def test_report_cis_equal_direct_bootstrap(synth, tmp_path):
+    result = build_report(synth, tmp_path / "r", B=500, seed=7)
+    markdown = (tmp_path / "r" / "report.md").read_text()
+    assert [d.column for d in result["diffs"]] == SETS[2]
+    for diff in result["diffs"]:
+        a, b = ({r["id"]: r["correct"] for r in read_jsonl(d / "predictions" / "step_2" / f"{diff.column}.jsonl")}
+                for d in synth)
+        direct = paired_bootstrap_diff(a, b, B=500, seed=7)
+        assert (diff.diff, diff.ci_low, diff.ci_high, diff.n) == (direct["diff"], direct["ci_low"],
+                                                                  direct["ci_high"], direct["n"])
+        assert f"[{direct['ci_low']:+.3f}, {direct['ci_high']:+.3f}]" in markdown
+    assert any(d.diff != 0 for d in result["diffs"]) and any(d.significant for d in result["diffs"])
+
+
+def test_incomplete_run_dirs_exit_2_naming_the_file(synth, tmp_path, capsys):
+    (synth[1] / "summary.json").unlink()
+    assert main([str(synth[0]), str(synth[1]), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert str(synth[1]) in err and "summary.json" in err
+    (synth[1] / "metrics.jsonl").unlink()
+    assert main([str(synth[1]), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert str(synth[1]) in err and "metrics.jsonl" in err
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main([str(empty), "--out", str(tmp_path / "o")]) == 2
+    assert "empty" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()  # nothing written on error
+
+
+def test_runs_on_different_questions_are_not_comparable(synth, tmp_path, capsys):
+    path = synth[1] / "predictions" / "step_2" / "updated_1.jsonl"
+    rows = read_jsonl(path)
+    rows[3]["id"] = "updated_1/another-question"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert main([str(synth[0]), str(synth[1]), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "not comparable" in err and "'updated_1'" in err and "updated_1/another-question" in err
+
+
+def test_missing_predictions_error_and_no_ci(synth, tmp_path, capsys):
+    shutil.rmtree(synth[1] / "predictions")
+    assert main([str(synth[0]), str(synth[1]), "--out", str(tmp_path / "o")]) == 2
+    assert "save_predictions" in capsys.readouterr().err
+    html = write_report(synth, tmp_path / "o", ci=False)
+    assert html.name == "report.html" and "Paired differences" not in html.read_text()
+
+
+# -- the HTML in a real browser ------------------------------------------------------------------------
+def _find_chromium():
+    return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+
+
+@pytest.fixture(scope="session")
+def chromium() -> str:
+    """Debian's chromium, installed with apt-get when absent (skipped where it cannot be installed)."""
+    found = _find_chromium()
+    if not found and shutil.which("apt-get"):
+        env = {"DEBIAN_FRONTEND": "noninteractive", "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
+        for command in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "chromium"]):
+            done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
+            if done.returncode != 0:
+                pytest.skip(f"chromium is not installed and `{' '.join(command)}` failed: {done.stderr[-300:]}")
+        found = _find_chromium()
+    if not found:
+        pytest.skip("chromium is not installed and apt-get is not available to install it")
+    return found
+
+
+@pytest.mark.slow
+def test_html_report_renders_in_headless_chromium(chromium, synth, tmp_path):
+    import matplotlib.image as mpimg
+    import numpy as np
+
+    html = write_report(synth, tmp_path / "report", B=200)
+    shot = tmp_path / "shot.png"
+    command = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+               "--disable-background-networking", "--disable-component-update", "--disable-sync",
+               "--disable-dev-shm-usage", f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={shot}",
+               "--window-size=1200,1600", html.resolve().as_uri()]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=180)
+    assert shot.exists(), f"no screenshot (rc {done.returncode}): {done.stderr[-800:]}"
+    pixels = mpimg.imread(shot)[..., :3]
+    assert pixels.shape[:2] == (1600, 1200)
+    assert pixels.std() > 0.05  # not a blank page
+    colours = np.unique((pixels.reshape(-1, 3) * 255).astype(np.uint8), axis=0)
+    assert len(colours) > 50  # text, tables and the embedded plots, not a flat error page

@@ -1,0 +1,124 @@
+"""Sweeps: method configs compose, the step-0 checkpoint is trained once per sweep, run dirs are deterministic."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import CONFIG_DIR, TINY, tiny_cfg
+from hydra import compose, initialize_config_dir
+from safetensors.torch import load_file
+
+from evolve_train.config import Config
+from evolve_train.methods import Method
+from evolve_train.models.build import train_tokenizer
+from evolve_train.training.step0_cache import step0_key
+
+ROOT = Path(__file__).resolve().parents[1]
+METHODS = ["full", "lora", "replay", "l2_init", "ewc", "freeze", "lora_replay"]
+
+
+def compose_cfg(*overrides: str, hydra: bool = False):
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        return compose(config_name="config", overrides=list(overrides), return_hydra_config=hydra)
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_every_method_config_composes_and_validates(name):
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.to_object(compose_cfg(f"method={name}"))
+    method = Method(cfg.method)
+    assert cfg.method.name == name
+    assert [s.name for s in method.strategies] == list(cfg.method.strategies)
+
+
+def test_lora_vs_full_overlay_sweeps_both_methods():
+    cfg = compose_cfg("experiment=lora_vs_full", hydra=True)
+    assert cfg.hydra.sweeper.params == {"method": "full,lora"}
+    assert cfg.hydra.sweep.subdir == "full/seed0"  # ${method.name}/seed${seed}: one deterministic dir per run
+
+
+def test_lora_vs_full_overlay_names_the_experiment_and_its_sweep_dir():
+    cfg = compose_cfg("experiment=lora_vs_full", hydra=True)
+    assert cfg.experiment == "lora_vs_full"
+    assert cfg.hydra.sweep.dir == "runs/lora_vs_full/multirun"
+
+
+def test_slurm_launcher_config_composes():
+    cfg = compose_cfg("hydra/launcher=submitit_slurm", "hydra.launcher.partition=gpu", hydra=True)
+    launcher = cfg.hydra.launcher
+    assert launcher._target_.endswith("submitit_launcher.SlurmLauncher")
+    assert launcher.partition == "gpu" and launcher.tasks_per_node == 1
+    from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher  # noqa: F401  (importable)
+
+
+def test_step0_key_covers_what_shapes_step0_and_nothing_else(tmp_path):
+    from omegaconf import OmegaConf
+
+    tokenizer = train_tokenizer(["the director of Orvane was Ada Brill", "in 2019 it was Tom Vey"], 300)
+
+    def key(*overrides):
+        cfg: Config = OmegaConf.to_object(tiny_cfg(tmp_path, *overrides))
+        return step0_key(cfg, tokenizer, num_processes=1)
+
+    base = key()
+    assert key("method=lora") == base and key("method=ewc", "trainer.epochs=9") == base  # later steps only
+    assert key("eval.max_new_tokens=3") == base and key("trainer.log_every=7") == base
+    for changed in ("seed=1", "trainer.lr=0.5", "trainer.epochs_step0=9", "model.n_embd=64",
+                    "data.world.n_entities=13", "trainer.batch_size=8"):
+        assert key(changed) != base, changed
+    cfg = OmegaConf.to_object(tiny_cfg(tmp_path))
+    assert step0_key(cfg, tokenizer, num_processes=2) != base
+    assert step0_key(cfg, train_tokenizer(["other words entirely"], 300), num_processes=1) != base
+
+
+def test_step0_checkpoint_is_trained_once_and_shared(tmp_path):
+    from evolve_train.run import train
+
+    cache = tmp_path / "cache"
+    common = ("trainer.num_threads=1", f"method.step0_cache={cache}")
+    train(tiny_cfg(tmp_path / "full", "method=full", *common))
+    entries = [p for p in cache.iterdir() if not p.name.startswith(".")]
+    assert len(entries) == 1 and (entries[0] / "model.safetensors").exists()
+
+    train(tiny_cfg(tmp_path / "lora", "method=lora", *common))
+    assert [p for p in cache.iterdir() if not p.name.startswith(".")] == entries  # a hit, not a new entry
+    a = load_file(tmp_path / "full/steps/0/model.safetensors")
+    b = load_file(tmp_path / "lora/steps/0/model.safetensors")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    rows = [json.loads(line) for line in (tmp_path / "lora/train_log.jsonl").read_text().splitlines()]
+    step0 = [r for r in rows if r["time_step"] == 0]
+    assert step0 and all(r.get("from_step0_cache") for r in step0)  # the loss curve is kept, flagged
+    assert not any(r.get("from_step0_cache") for r in rows if r["time_step"] > 0)
+    metrics = {m: [json.loads(x) for x in (tmp_path / m / "metrics.jsonl").read_text().splitlines()]
+               for m in ("full", "lora")}
+    scores = ("group", "set_name", "n", "em", "f1")
+    at0 = {m: [{k: r.get(k) for k in scores} for r in metrics[m] if r["checkpoint"] == 0 and "em" in r]
+           for m in metrics}
+    assert at0["full"]
+    assert at0["full"] == at0["lora"]  # same step-0 model, same step-0 scores
+
+
+@pytest.mark.slow
+def test_multirun_sweep_runs_both_methods_in_deterministic_dirs(tmp_path):
+    sweep = tmp_path / "sweep"
+    command = [sys.executable, "train.py", "-m", "experiment=lora_vs_full", *TINY, "trainer.num_threads=1",
+               f"hydra.sweep.dir={sweep}"]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "WANDB_MODE": "disabled"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    for name in ("full", "lora"):
+        run = sweep / name / "seed0"
+        assert json.loads((run / "summary.json").read_text())
+        assert sorted(p.name for p in (run / "steps").iterdir()) == ["0", "1", "2"]
+    assert (sweep / "lora/seed0/steps/1/adapter/adapter_model.safetensors").exists()
+    assert len([p for p in (sweep / ".step0_cache").iterdir() if not p.name.startswith(".")]) == 1
+    logs = {name: (sweep / name / "seed0" / "train.log").read_text() for name in ("full", "lora")}
+    assert "stored in the step-0 cache" in logs["full"]
+    assert "loaded from the step-0 cache" in logs["lora"]  # step 0 was trained once for the sweep

@@ -1,0 +1,85 @@
+"""Seq2seq (T5): the masked-entity pairs in sentinel format, generation in the same format, end to end."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from evolve_train.config import ModelConfig
+from evolve_train.data.timeline import TimeStep
+from evolve_train.models.build import build_model, is_seq2seq, train_tokenizer
+from evolve_train.run import train
+from evolve_train.training.examples import seq2seq_source, tokenize_step
+from helpers import tiny_cfg
+
+PAIRS = [{"input": "The director of Acme is <mask>.", "output": "Ann Lee"},
+         {"input": "<extra_id_0> was founded in 1990.", "output": "Zeta"}]
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    texts = [p["input"] + " " + p["output"] for p in PAIRS] * 20
+    return train_tokenizer(texts, 300, "t5")
+
+
+def test_seq2seq_source_uses_the_sentinel():
+    assert seq2seq_source("The director of Acme is <mask>.") == "The director of Acme is <extra_id_0>."
+    assert seq2seq_source("Question: Who leads Acme?\nAnswer:") == "Question: Who leads Acme?\nAnswer: <extra_id_0>"
+    assert seq2seq_source("X is <extra_id_0>.") == "X is <extra_id_0>."
+
+
+def test_tokenized_pairs_have_a_sentinel_input_and_an_eos_target(tokenizer):
+    examples = tokenize_step(TimeStep(0, "0", pairs=PAIRS), "masked_entity", tokenizer, 64, seq2seq=True)
+    sentinel = tokenizer.convert_tokens_to_ids("<extra_id_0>")
+    for row, pair in zip(examples, PAIRS):
+        assert row["input_ids"].count(sentinel) == 1
+        assert row["labels"][-1] == tokenizer.eos_token_id and row["labels"].count(tokenizer.eos_token_id) == 1
+        assert tokenizer.decode(row["labels"], skip_special_tokens=True).strip() == pair["output"]
+
+
+def test_text_only_step_is_refused_for_seq2seq(tokenizer):
+    with pytest.raises(ValueError, match="masked-entity pairs"):
+        tokenize_step(TimeStep(0, "0", texts=[{"text": "Plain text."}]), "clm", tokenizer, 64, seq2seq=True)
+
+
+def test_tiny_t5_learns_one_fact_and_stops(tokenizer):
+    import torch
+    from evolve_train.evaluation.generation import generate_answers
+
+    torch.manual_seed(0)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # one thread: on a shared 2-core machine, two spin 10-30x slower
+    cfg = ModelConfig(arch="t5", n_layer=1, n_embd=64, n_head=2)
+    model = build_model(cfg, tokenizer)
+    assert is_seq2seq(cfg) and model.config.decoder_start_token_id == tokenizer.pad_token_id
+    examples = tokenize_step(TimeStep(0, "0", pairs=PAIRS[:1]), "masked_entity", tokenizer, 64, seq2seq=True)
+    batch = {"input_ids": torch.tensor([examples[0]["input_ids"]]), "labels": torch.tensor([examples[0]["labels"]])}
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    try:
+        for _ in range(60):
+            loss = model(**batch).loss
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+    finally:
+        torch.set_num_threads(threads)
+    # the eval prompt is the cloze without the mask: generation appends the sentinel, as in training
+    answer = generate_answers(model, tokenizer, ["The director of Acme is"], max_new_tokens=8, seq2seq=True)
+    assert answer[0].strip() == "Ann Lee"
+
+
+def test_t5_small_runs_end_to_end_on_the_tiny_config(tmp_path):
+    run_dir = tmp_path / "run"
+    train(tiny_cfg(run_dir, "model=t5_small", "model.n_layer=1", "model.n_embd=32", "model.n_head=2",
+                   "model.vocab_size=300", "trainer.epochs_step0=1", "trainer.num_threads=1", "trainer.epochs=1",
+                   "eval.max_new_tokens=4",
+                   "eval.evaluators=[splits]", "eval.forward_transfer=false"))
+    config = json.loads((run_dir / "steps" / "2" / "config.json").read_text())
+    assert config["model_type"] == "t5"
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    sets = {(r["checkpoint"], r["set_name"]) for r in rows if r.get("group") == "splits"}
+    assert {(2, name) for name in ("unchanged", "new_1", "updated_1", "outdated_1", "new_2", "updated_2",
+                                   "outdated_2")} <= sets
+    record = json.loads((run_dir / "predictions" / "step_0" / "unchanged.jsonl").read_text().splitlines()[0])
+    assert "<extra_id_0>" not in record["generation"]  # sentinels are special tokens, skipped in decoding
