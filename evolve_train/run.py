@@ -131,8 +131,8 @@ def train(cfg: Config | DictConfig) -> dict:
     try:
         if cfg.eval.eval_initial and start == 0 and main:  # A_init (METRICS.md §3): checkpoint -1
             disk.truncate_after(INITIAL - 1)  # rows an interrupted attempt left before step 0 finished
-            logger.log_eval(INITIAL, record_private(run_dir, timeline, cfg.eval, INITIAL,
-                                                    evaluate_initial(model, tokenizer, timeline, cfg, run_dir, seq2seq)))
+            initial_rows = evaluate_initial(model, tokenizer, timeline, cfg, run_dir, seq2seq)
+            logger.log_eval(INITIAL, record_private(run_dir, timeline, cfg.eval, INITIAL, initial_rows))
         for step in range(start, len(timeline.steps)):
             model = _run_step(cfg, timeline, step, model, tokenizer, method, accelerator, run_dir, state,
                               logger, seq2seq, qa_adaptation)

@@ -12,3 +12,5 @@ RUN_DIR=${RUN_DIR:-runs/demo}
 start=$(date +%s)
 python train.py hydra.run.dir="$RUN_DIR" "$@"
 echo "demo: training + evaluation took $(( $(date +%s) - start )) s; outputs in $RUN_DIR"
+evolve-report "$RUN_DIR" --out "$RUN_DIR/report"
+echo "demo: report written to $RUN_DIR/report/report.html (and report.md, PNG plots)"

@@ -108,7 +108,8 @@ def test_a_cloze_question_is_a_fact_statement_but_its_heldout_variants_must_stay
         check_private_leaks(timeline([cloze], texts=[{"text": "News: heading Acme is Jane Roe."}]))
     # an interrogative variant may not appear at all
     with pytest.raises(DataError, match=r"held-out variant 1 .*training pair #0"):
-        check_private_leaks(timeline([cloze], pairs=[{"input": "Which person heads Acme? It is <mask>", "output": "x"}]))
+        check_private_leaks(timeline([cloze], pairs=[{"input": "Which person heads Acme? It is <mask>",
+                                                      "output": "x"}]))
 
 
 def test_few_shot_prompts_may_show_dev_items_only():

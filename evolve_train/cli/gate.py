@@ -53,7 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="evolve-gate", description=__doc__.splitlines()[0])
     parser.add_argument("run_dir", metavar="RUN_DIR", type=Path, help="a finished run dir")
     parser.add_argument("--baseline", metavar="RUN_DIR", type=Path, default=None,
-                        help="run to beat: the paired-bootstrap CI low of EM(run) - EM(baseline) must exceed ci_low_min")
+                        help="run to beat: the paired-bootstrap CI low of EM(run) - EM(baseline) must "
+                             "exceed ci_low_min")
     parser.add_argument("--flip-rate-max", type=_threshold, default=argparse.SUPPRESS, metavar="X",
                         help="max flip rate (default: the run's eval.gate, else 0.10; 'none' = no check)")
     parser.add_argument("--contamination-gap-max", type=_threshold, default=argparse.SUPPRESS, metavar="X",
