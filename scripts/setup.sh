@@ -15,5 +15,5 @@ python -m pip install -q --upgrade pip 2>&1 | grep -v "^WARNING: Location" || tr
 if ! python -c "import torch" 2>/dev/null; then
   python -m pip install -q "torch==${TORCH_VERSION:-2.13.0}" 2>&1 | grep -v "^WARNING: Location" || true
 fi
-python -m pip install -q -e ".[test]" 2>&1 | grep -v "^WARNING: Location" || true
+python -m pip install -q -e ".[test,slurm]" 2>&1 | grep -v "^WARNING: Location" || true
 python -c "import torch, transformers, peft, accelerate, datasets, hydra, wandb; print(f'evolve-train env ready: torch {torch.__version__}, transformers {transformers.__version__}, peft {peft.__version__}')"
