@@ -22,6 +22,7 @@ from typing import Optional, Union
 
 from evolve_train.data.timeline import SET_KINDS
 from evolve_train.evaluation.metrics.stats import cohen_kappa, paired_bootstrap_diff
+from evolve_train.reporting.compare import same_question_outcomes
 from evolve_train.reporting.runs import ReportError, Run, load_run
 from evolve_train.reporting.summary import _column_key
 
@@ -68,13 +69,7 @@ def compare_runs(run_a: Union[Run, str, Path], run_b: Union[Run, str, Path], *, 
         raise ReportError(f"no split sets to compare at checkpoint {ka} of {a.path}")
     result, pooled_a, pooled_b = {}, {}, {}
     for column in columns_a:
-        first, second = a.outcomes(ka, column), b.outcomes(kb, column)
-        if set(first) != set(second):
-            only_a, only_b = sorted(set(first) - set(second)), sorted(set(second) - set(first))
-            example = "; ".join([f"'{only_a[0]}' only in {a.path}"] * bool(only_a)
-                                + [f"'{only_b[0]}' only in {b.path}"] * bool(only_b))
-            raise ReportError(f"runs are not comparable: split '{column}' has different question sets in "
-                              f"{a.path} ({len(first)} items) and {b.path} ({len(second)} items); e.g. {example}")
+        first, second = same_question_outcomes(a, ka, b, kb, column)
         result[column] = _stats(first, second, B, seed)
         if _kind(column) in POOLED_KINDS:
             pooled_a.update({f"{column}/{k}": v for k, v in first.items()})

@@ -40,6 +40,18 @@ class PairedDiff:
         return self.ci_low > 0 or self.ci_high < 0
 
 
+def same_question_outcomes(a: Run, ka: int, b: Run, kb: int, column: str) -> tuple[dict, dict]:
+    """Per-item 0/1 outcomes of ``column`` in both runs; a clear error when the question sets differ."""
+    first, second = a.outcomes(ka, column), b.outcomes(kb, column)
+    if set(first) != set(second):
+        only_a, only_b = sorted(set(first) - set(second)), sorted(set(second) - set(first))
+        example = "; ".join([f"'{only_a[0]}' only in {a.path}"] * bool(only_a)
+                            + [f"'{only_b[0]}' only in {b.path}"] * bool(only_b))
+        raise ReportError(f"runs are not comparable: split '{column}' has different question sets in "
+                          f"{a.path} ({len(first)} items) and {b.path} ({len(second)} items); e.g. {example}")
+    return first, second
+
+
 def compare_pair(a: Run, b: Run, B: int = 2000, seed: int = 0) -> list[PairedDiff]:
     """Every eval set both runs hold at their final checkpoints (in report order)."""
     ka, kb = a.final_checkpoint, b.final_checkpoint
@@ -47,13 +59,7 @@ def compare_pair(a: Run, b: Run, B: int = 2000, seed: int = 0) -> list[PairedDif
               and b.cell(kb, c) is not None]
     results = []
     for column in sorted(shared, key=_column_key):
-        first, second = a.outcomes(ka, column), b.outcomes(kb, column)
-        if set(first) != set(second):
-            only_a, only_b = sorted(set(first) - set(second)), sorted(set(second) - set(first))
-            example = "; ".join([f"'{only_a[0]}' only in {a.path}"] * bool(only_a)
-                                + [f"'{only_b[0]}' only in {b.path}"] * bool(only_b))
-            raise ReportError(f"runs are not comparable: split '{column}' has different question sets in "
-                              f"{a.path} ({len(first)} items) and {b.path} ({len(second)} items); e.g. {example}")
+        first, second = same_question_outcomes(a, ka, b, kb, column)
         stats = paired_bootstrap_diff(first, second, B=B, seed=seed)
         results.append(PairedDiff(run_a=a.label, run_b=b.label, column=column, checkpoint_a=ka, checkpoint_b=kb,
                                   em_a=sum(first.values()) / len(first), em_b=sum(second.values()) / len(second),
