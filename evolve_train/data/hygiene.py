@@ -287,10 +287,12 @@ def record_private_evaluations(run_dir: Path, checkpoint: int, sets: list[EvalSe
         if eval_set.name in evaluated and count:
             records.append({"time": now, "checkpoint": checkpoint, "set": eval_set.name, "count": count,
                             "n": len(eval_set.items), "evaluators": sorted(evaluated[eval_set.name])})
-    if records:
-        with (Path(run_dir) / PRIVATE_LOG).open("a", encoding="utf-8") as handle:
-            for record in records:
-                handle.write(json.dumps(record) + "\n")
+    if records:  # append by an atomic replace: a killed run never leaves half a line
+        from evolve_train.training.checkpoint import atomic_write_text
+
+        path = Path(run_dir) / PRIVATE_LOG
+        before = path.read_text(encoding="utf-8") if path.exists() else ""
+        atomic_write_text(path, before + "".join(json.dumps(record) + "\n" for record in records))
     return records
 
 
