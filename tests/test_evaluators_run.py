@@ -90,3 +90,20 @@ def test_bad_eval_settings_fail_before_training(tmp_path, override, key):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         train(tiny_cfg(tmp_path / "run", override))
     assert not (tmp_path / "run" / "steps").exists()
+
+
+@pytest.mark.parametrize("option", ["default", "full"])
+def test_every_shipped_eval_config_names_registered_evaluators(option):
+    """A fresh interpreter that imports only the evaluator module (as scripts/bench.py does) knows every
+    evaluator a shipped eval config names; a missing registration import once broke the benchmark."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import yaml
+
+    names = yaml.safe_load((Path(__file__).parents[1] / "configs/eval" / f"{option}.yaml").read_text())["evaluators"]
+    code = ("import sys; from evolve_train.evaluation.evaluator import check_evaluators; "
+            "check_evaluators(sys.argv[1:])")
+    result = subprocess.run([sys.executable, "-c", code, *names], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
