@@ -30,6 +30,9 @@ class ModelConfig:
     """Maximum sequence length of a built-from-config model."""
     dropout: float = 0.0
     """Dropout of a built-from-config model (0 is best for memorising facts)."""
+    activation: str = "gelu_pytorch_tanh"
+    """MLP activation of a built-from-config GPT-2 (a transformers ``ACT2FN`` name). The default is GPT-2's
+    ``gelu_new`` (tanh-approximated GELU) as one fused kernel: same function, much faster on CPU."""
     vocab_size: int = 2048
     """Vocabulary size of the tokenizer trained locally when no pretrained tokenizer is given."""
     tokenizer: Optional[str] = None

@@ -64,6 +64,11 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f"trainer.save_every_n_steps must be >= 0, got {cfg.trainer.save_every_n_steps}")
     if cfg.trainer.keep_last_states < 1:
         raise ConfigError(f"trainer.keep_last_states must be >= 1, got {cfg.trainer.keep_last_states}")
+    from transformers.activations import ACT2FN
+
+    if cfg.model.activation not in ACT2FN:
+        raise ConfigError(f"model.activation: unknown activation {cfg.model.activation!r} "
+                          "(a transformers ACT2FN name such as gelu_pytorch_tanh, gelu_new, relu)")
     check_eval_config(cfg.eval)  # evaluator names and eval.* ranges
     Method(cfg.method)  # validates method.* (each strategy checks its section)
 

@@ -206,5 +206,14 @@ def test_a_run_reports_gap_and_flip_rate_per_split_per_checkpoint_and_records_pr
     splits = {(r["checkpoint"], r["set_name"]): r["n"] for r in rows if r["group"] == "splits"}
     for record in private:
         assert 0 < record["count"] <= splits[(record["checkpoint"], record["set"])] == record["n"]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    for group, key in (("contamination", "contamination_gap"), ("flip_rate", "flip_rate")):
+        assert set(summary["groups"][group]["1"]) == {"unchanged", "new_1", "updated_1", "outdated_1", "all"}
+        pooled = next(r for r in rows if r["group"] == group and r["checkpoint"] == 1 and r["set_name"] == "all")
+        assert summary["groups"][group]["1"]["all"][key] == pooled[key]
+    from evolve_train.reporting.summary import format_summary_table
+
+    printed = format_summary_table(summary)
+    assert "contamination @ checkpoint 1: unchanged=" in printed and "flip_rate @ checkpoint 1: unchanged=" in printed
     spot = (run_dir / "contamination_spotcheck.jsonl").read_text().splitlines()
     assert {json.loads(line)["checkpoint"] for line in spot} == {0, 1}

@@ -119,6 +119,7 @@ def test_a_completed_run_resumes_to_the_same_summary_without_training(tiny_run):
     ("data.world.n_steps=0", "data.world.n_steps"),
     ("method.strategies=[nope]", "nope"),
     ("data.kind=nope", "data.kind"),
+    ("model.activation=nope", "model.activation"),
 ])
 def test_invalid_values_fail_before_training_naming_the_key(tmp_path, override, needle):
     with pytest.raises(ConfigError, match=needle.replace(".", r"\.")):

@@ -88,7 +88,8 @@ def _build_model(cfg: ModelConfig, tokenizer: PreTrainedTokenizerFast) -> PreTra
     if cfg.arch == "gpt2":
         config = GPT2Config(n_positions=cfg.n_positions, n_embd=cfg.n_embd, n_layer=cfg.n_layer,
                             n_head=cfg.n_head, resid_pdrop=cfg.dropout, embd_pdrop=cfg.dropout,
-                            attn_pdrop=cfg.dropout, bos_token_id=tokenizer.eos_token_id, **common)
+                            attn_pdrop=cfg.dropout, activation_function=cfg.activation,
+                            bos_token_id=tokenizer.eos_token_id, **common)
         config._attn_implementation = cfg.attn_implementation
         return GPT2LMHeadModel(config)
     if cfg.arch == "t5":

@@ -19,6 +19,7 @@ import random
 from dataclasses import dataclass
 
 import torch
+from torch.nn.utils.rnn import pad_sequence
 from datasets import Dataset
 
 from evolve_train.data.timeline import TimeStep
@@ -148,14 +149,13 @@ def as_tensor_rows(examples) -> list[dict[str, torch.Tensor]]:
 
 def collate(examples: list[dict], pad_id: int, seq2seq: bool = False) -> dict[str, torch.Tensor]:
     """Right-pad a batch (rows of lists or tensors); padded label positions are ignored by the loss."""
-    width = max(len(e["input_ids"]) for e in examples)
-    ids = torch.full((len(examples), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(examples), width), dtype=torch.long)
-    label_width = max(len(e["labels"]) for e in examples) if seq2seq else width
-    labels = torch.full((len(examples), label_width), IGNORE, dtype=torch.long)
-    for row, example in enumerate(examples):
-        n = len(example["input_ids"])
-        ids[row, :n] = torch.as_tensor(example["input_ids"])
-        mask[row, :n] = 1
-        labels[row, :len(example["labels"])] = torch.as_tensor(example["labels"])
-    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+    ids = [torch.as_tensor(e["input_ids"], dtype=torch.long) for e in examples]
+    labels = [torch.as_tensor(e["labels"], dtype=torch.long) for e in examples]
+    lengths = torch.tensor([len(t) for t in ids])
+    input_ids = pad_sequence(ids, batch_first=True, padding_value=pad_id)
+    mask = (torch.arange(input_ids.shape[1]) < lengths[:, None]).long()
+    padded_labels = pad_sequence(labels, batch_first=True, padding_value=IGNORE)
+    if not seq2seq and padded_labels.shape[1] < input_ids.shape[1]:  # a causal row's labels are as long as its ids
+        padded_labels = torch.nn.functional.pad(padded_labels, (0, input_ids.shape[1] - padded_labels.shape[1]),
+                                                value=IGNORE)
+    return {"input_ids": input_ids, "attention_mask": mask, "labels": padded_labels}

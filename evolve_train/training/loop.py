@@ -16,7 +16,7 @@ from tqdm.auto import tqdm
 from evolve_train.config import TrainerConfig
 from evolve_train.methods import Method
 from evolve_train.training import faults
-from evolve_train.training.distributed import configure_deepspeed
+from evolve_train.training.distributed import clip_gradients, configure_deepspeed
 from evolve_train.training.examples import LengthGroupedBatches, as_tensor_rows, collate
 from evolve_train.training.nonfinite import NonFiniteGuard, NonFiniteLossError  # noqa: F401  (re-exported)
 from evolve_train.training.train_state import Progress, StepStates
@@ -76,7 +76,8 @@ def train_time_step(model: torch.nn.Module, examples, *, step: int, epochs: floa
     import time
 
     start = time.perf_counter()
-    batches = LengthGroupedBatches([len(ids) for ids in examples["input_ids"]],
+    rows = as_tensor_rows(examples)
+    batches = LengthGroupedBatches([len(row["input_ids"]) for row in rows],
                                    batch_size=cfg.batch_size * accelerator.num_processes, seed=seed)
     total = planned_steps_for_method(batches, epochs, cfg.grad_accum, method)
     trainable = [p for p in model.parameters() if p.requires_grad]
@@ -93,7 +94,7 @@ def train_time_step(model: torch.nn.Module, examples, *, step: int, epochs: floa
     model.train()
 
     rank, world = accelerator.process_index, accelerator.num_processes
-    rows = as_tensor_rows(examples)
+    unwrapped = accelerator.unwrap_model(model)  # what methods' extra losses read (unwrapping per batch costs ~1 ms)
     guard = NonFiniteGuard(cfg.nonfinite, step, accelerator.device, total * cfg.grad_accum,
                            last_good=states.last_good if states is not None else None)
     resumed = Progress()
@@ -119,14 +120,14 @@ def train_time_step(model: torch.nn.Module, examples, *, step: int, epochs: floa
             batch = {k: v.to(accelerator.device, non_blocking=True) for k, v in batch.items()}
             with accelerator.accumulate(model):
                 loss = model(**batch).loss
-                extra = method.extra_loss(accelerator.unwrap_model(model), optimizer_steps)
+                extra = method.extra_loss(unwrapped, optimizer_steps)
                 if extra is not None:
                     loss = loss + extra
                 guard.observe_loss(loss, epoch, index, micro)
                 accelerator.backward(loss)
                 update = True
                 if accelerator.sync_gradients:
-                    norm = accelerator.clip_grad_norm_(model.parameters(), cfg.grad_clip) if cfg.grad_clip > 0 else None
+                    norm = clip_gradients(accelerator, model, trainable, cfg.grad_clip) if cfg.grad_clip > 0 else None
                     guard.observe_gradients(norm, trainable)
                     update = not guard.before_update(optimizer_steps + 1)  # skip: drop this update
                 if update:
@@ -161,7 +162,7 @@ def train_time_step(model: torch.nn.Module, examples, *, step: int, epochs: floa
         epoch += 1
     guard.check(optimizer_steps)
     progress.close()
-    model = accelerator.unwrap_model(model)
-    accelerator.free_memory()
+    seconds = time.perf_counter() - start
+    accelerator.free_memory()  # drops accelerate's references between time steps (a gc pass: not training time)
     return StepResult(optimizer_steps=optimizer_steps, tokens=int(tokens.item()) * world,
-                      final_loss=last_loss, seconds=time.perf_counter() - start, skipped_batches=skipped)
+                      final_loss=last_loss, seconds=seconds, skipped_batches=skipped)

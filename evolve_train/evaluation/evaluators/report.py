@@ -7,7 +7,9 @@ from typing import Any
 from evolve_train.evaluation.evaluators.common import ALL
 from evolve_train.evaluation.evaluators.matrix import format_matrix, matrix_summary
 
-GROUPS = ("paired", "ablation", "dimensions", "calibration", "grad_norms")
+GROUPS = ("paired", "ablation", "dimensions", "calibration", "grad_norms", "contamination", "flip_rate")
+PER_SET = {"grad_norms": "mean_grad_norm", "contamination": "contamination_gap", "flip_rate": "flip_rate"}
+"""Groups kept per set in ``summary.json`` (``{checkpoint: {set_name: row}}``), with the value printed per set."""
 HEADLINE = {
     "paired": ("update_adoption", "confusion_index", "n_pairs"),
     "ablation": ("true", "shuffled", "none", "timestamp_reliance", "timestamp_invariance"),
@@ -17,8 +19,8 @@ HEADLINE = {
 
 
 def groups_summary(rows: list[dict]) -> dict[str, Any]:
-    """``{group: {checkpoint: row}}``: each group's row over all its sets (``grad_norms``: ``{set_name: row}``
-    per checkpoint), metadata stripped; groups that did not run are absent."""
+    """``{group: {checkpoint: row}}``: each group's row over all its sets (groups in ``PER_SET``:
+    ``{set_name: row}`` per checkpoint, ``all`` included), metadata stripped; groups that did not run are absent."""
     out: dict[str, Any] = {}
     meta = {"group", "checkpoint", "set", "set_name", "set_step", "method", "seed", "train_seconds",
             "train_tokens", "num_processes"}
@@ -28,7 +30,7 @@ def groups_summary(rows: list[dict]) -> dict[str, Any]:
             continue
         body = {k: v for k, v in r.items() if k not in meta}
         per_checkpoint = out.setdefault(group, {})
-        if group == "grad_norms":
+        if group in PER_SET:
             per_checkpoint.setdefault(str(r["checkpoint"]), {})[r["set_name"]] = body
         elif r.get("set_name") == ALL:
             per_checkpoint[str(r["checkpoint"])] = body
@@ -55,8 +57,8 @@ def format_evaluation(summary: dict[str, Any]) -> str:
             continue
         last = max(per_checkpoint, key=int)
         body = per_checkpoint[last]
-        if group == "grad_norms":
-            cells = [f"{name}={_fmt(r.get('mean_grad_norm'))}" for name, r in body.items()]
+        if group in PER_SET:
+            cells = [f"{name}={_fmt(r.get(PER_SET[group]))}" for name, r in body.items()]
         elif group == "dimensions":
             cells = [f"{d}={_fmt(r.get('em'))}" for d, r in (body.get("dimensions") or {}).items()]
         else:
