@@ -142,9 +142,14 @@ class LengthGroupedBatches:
 
 
 def as_tensor_rows(examples) -> list[dict[str, torch.Tensor]]:
-    """The tokenized examples as one dict of tensors per example, converted once per time step."""
+    """The tokenized examples as one dict of tensors per example, converted once per time step (each column
+    becomes one flat tensor split into per-row views: one conversion instead of one per row)."""
     columns = examples.to_dict()
-    return [{name: torch.tensor(value) for name, value in zip(columns, values)} for values in zip(*columns.values())]
+    split = {}
+    for name, values in columns.items():
+        flat = torch.tensor([token for row in values for token in row], dtype=torch.long)
+        split[name] = flat.split([len(row) for row in values])
+    return [dict(zip(split, row)) for row in zip(*split.values())]
 
 
 def collate(examples: list[dict], pad_id: int, seq2seq: bool = False) -> dict[str, torch.Tensor]:
