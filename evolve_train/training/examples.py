@@ -152,10 +152,14 @@ def as_tensor_rows(examples) -> list[dict[str, torch.Tensor]]:
     return [dict(zip(split, row)) for row in zip(*split.values())]
 
 
+def _long_tensor(values) -> torch.Tensor:
+    return values if isinstance(values, torch.Tensor) else torch.tensor(values, dtype=torch.long)
+
+
 def collate(examples: list[dict], pad_id: int, seq2seq: bool = False) -> dict[str, torch.Tensor]:
     """Right-pad a batch (rows of lists or tensors); padded label positions are ignored by the loss."""
-    ids = [torch.as_tensor(e["input_ids"], dtype=torch.long) for e in examples]
-    labels = [torch.as_tensor(e["labels"], dtype=torch.long) for e in examples]
+    ids = [_long_tensor(e["input_ids"]) for e in examples]
+    labels = [_long_tensor(e["labels"]) for e in examples]
     lengths = torch.tensor([len(t) for t in ids])
     input_ids = pad_sequence(ids, batch_first=True, padding_value=pad_id)
     mask = (torch.arange(input_ids.shape[1]) < lengths[:, None]).long()
