@@ -113,6 +113,20 @@ def test_a_completed_run_resumes_to_the_same_summary_without_training(tiny_run):
     assert (tiny_run / "metrics.jsonl").read_text() == before
 
 
+# Losses of the tiny recipe as recorded on the reference machine (torch 2.13.0+cpu, one thread): the first
+# logged losses of each time step (steps 1 and 2 continue from the previous checkpoint). A change to the
+# loop, the data pipeline, the schedule or the model that moves training shows here first.
+RECORDED_LOSSES = {0: [5.712334, 5.562637, 5.443758, 5.317270], 1: [4.607755, 4.546485], 2: [4.198097, 4.125579]}
+
+
+def test_the_tiny_recipe_reproduces_its_recorded_losses(tiny_run):
+    log = rows(tiny_run, "train_log.jsonl")
+    for step, expected in RECORDED_LOSSES.items():
+        losses = [r["loss"] for r in log if r["time_step"] == step][:len(expected)]
+        assert losses == pytest.approx(expected, rel=1e-3), (step, losses)
+    assert [r["tokens"] for r in log if r["time_step"] == 0][:2] == [585, 1362]  # the same batches, in order
+
+
 @pytest.mark.parametrize("override, needle", [
     ("trainer.epochs=0", "trainer.epochs"),
     ("trainer.epochs_step0=-1", "trainer.epochs_step0"),
