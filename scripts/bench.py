@@ -154,15 +154,25 @@ def trained_model(cfg, tokenizer, examples, demo_run: Path | None):
     return model, tokenizer, f"trained here for {cfg.trainer.epochs} epoch(s) of step 0"
 
 
-SIZES = ((4, 128, 4), (4, 256, 4), (6, 384, 6))  # (layers, width, heads): ~1 M, ~4 M, ~13 M parameters
+SIZES = "4x128x4,4x256x4,6x384x6"  # layers x width x heads: ~1 M, ~3.5 M, ~11 M parameters
 
 
-def tokens_per_s_by_size(cfg, tokenizer, examples, batches, steps: int, repeats: int) -> list[dict]:
+def parse_sizes(text: str) -> list[tuple[int, int, int]]:
+    try:
+        sizes = [tuple(int(n) for n in size.split("x")) for size in text.split(",")]
+    except ValueError:
+        sizes = []
+    if not sizes or any(len(size) != 3 for size in sizes):
+        raise argparse.ArgumentTypeError(f"--sizes: expected LAYERSxWIDTHxHEADS[,...], got {text!r}")
+    return sizes
+
+
+def tokens_per_s_by_size(cfg, tokenizer, examples, batches, steps: int, repeats: int, sizes) -> list[dict]:
     """The framework loop and the plain loop on the same first ``steps`` batches, per model size (best of
     ``repeats``)."""
     out = []
     n_batches = len(batches)
-    for n_layer, n_embd, n_head in SIZES:
+    for n_layer, n_embd, n_head in sizes:
         sized = copy.deepcopy(cfg)
         sized.model.n_layer, sized.model.n_embd, sized.model.n_head = n_layer, n_embd, n_head
         sized.trainer.epochs = steps / n_batches * cfg.trainer.epochs
@@ -213,11 +223,17 @@ def main(argv=None) -> None:
     parser.add_argument("--quick", action="store_true", help="short timings (< 3 min on 2 cores)")
     parser.add_argument("--demo-run", type=Path, default=None, help="a finished demo run dir for eval_share")
     parser.add_argument("--repeats", type=int, default=None, help="interleaved timing repeats")
+    parser.add_argument("--sizes", type=parse_sizes, default=parse_sizes(SIZES),
+                        help=f"model sizes for tokens/s, LAYERSxWIDTHxHEADS,... (default {SIZES})")
+    parser.add_argument("--size-steps", type=int, default=None, help="optimizer steps per size (30; 60 without --quick)")
+    parser.add_argument("--growth-steps", type=int, default=None,
+                        help="time steps of the world for eval growth (4; 8 without --quick)")
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides of the benchmarked config, e.g. model.n_layer=2")
     args = parser.parse_args(argv)
     repeats = args.repeats or (6 if args.quick else 10)
     epochs = 1.0 if args.quick else 3.0
 
-    cfg = demo_config(f"trainer.epochs={epochs}", "trainer.log_every=1000000")
+    cfg = demo_config(f"trainer.epochs={epochs}", "trainer.log_every=1000000", *args.overrides)
     timeline = build_timeline(cfg.data)
     step0 = timeline.steps[0]
     tokenizer = train_tokenizer([t["text"] for t in step0.texts], cfg.model.vocab_size)
@@ -263,10 +279,11 @@ def main(argv=None) -> None:
     last = len(timeline.steps) - 1
     results["eval_speedup"] = {"model": source, **eval_speed(cfg, model, eval_tokenizer, timeline, last)}
 
-    size_steps = 30 if args.quick else 60
+    size_steps = args.size_steps or (30 if args.quick else 60)
     results["tokens_per_s_by_size"] = tokens_per_s_by_size(cfg, tokenizer, examples, batches, size_steps,
-                                                           repeats=2 if args.quick else 3)
-    results["eval_growth"] = eval_growth(cfg, model, eval_tokenizer, n_steps=4 if args.quick else 8)
+                                                           repeats=2 if args.quick else 3, sizes=args.sizes)
+    growth_steps = args.growth_steps or (4 if args.quick else 8)
+    results["eval_growth"] = eval_growth(cfg, model, eval_tokenizer, n_steps=growth_steps)
 
     share = eval_share_from_run(args.demo_run) if args.demo_run else None
     if share is None:  # estimate from this run: eval time of the last checkpoint vs a demo step's training

@@ -1,0 +1,41 @@
+"""scripts/bench.py end to end on a tiny config: it runs, and every figure it prints is a sane measurement."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from helpers import TINY
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+def test_bench_quick_runs_on_a_tiny_config_and_prints_every_figure():
+    overrides = [o for o in TINY if not o.startswith(("logger.", "trainer.log_every"))]
+    command = [sys.executable, "scripts/bench.py", "--quick", "--repeats", "2", "--sizes", "1x32x2,2x32x2",
+               "--size-steps", "3", "--growth-steps", "3", *overrides]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    figures = json.loads(result.stdout.strip().splitlines()[-1])
+    assert figures["loop_vs_torch"] > 0 and figures["tokens_per_s"]["framework"] > 0
+    assert len(figures["tokens_per_s"]["framework_runs"]) == 2
+    assert 0 < figures["lora_vs_full"]["training_state_memory_ratio"] < 1  # adapters hold less state than full
+    assert 0 < figures["packing_efficiency"]["default_world"] <= 1
+    speed = figures["eval_speedup"]
+    assert speed["n_prompts"] > 0 and speed["speedup"] > 0 and "trained here" in speed["model"]
+    assert [(r["n_layer"], r["n_embd"]) for r in figures["tokens_per_s_by_size"]] == [(1, 32), (2, 32)]
+    growth = figures["eval_growth"]
+    assert [(r["checkpoint"], r["max_items_per_set"]) for r in growth] == [(k, cap) for cap in (0, 100)
+                                                                           for k in range(3)]
+    # checkpoint 1 is asked every set of checkpoint 0 and step 2's (forward transfer); the last has no next step
+    assert growth[0]["items"] < growth[1]["items"] == growth[2]["items"]
+    assert "loop_vs_torch" in result.stdout and "evaluation time by checkpoint" in result.stdout
+
+
+def test_bench_rejects_a_malformed_size():
+    result = subprocess.run([sys.executable, "scripts/bench.py", "--sizes", "4x128"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and "LAYERSxWIDTHxHEADS" in result.stderr
