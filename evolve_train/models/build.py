@@ -66,15 +66,27 @@ def load_model(path: str, cfg: ModelConfig) -> PreTrainedModel:
     """Load a pretrained model or a saved checkpoint (safetensors only unless allowed)."""
     check_safe_weights(path, cfg.allow_pickle)
     auto = AutoModelForSeq2SeqLM if is_seq2seq(cfg) else AutoModelForCausalLM
-    return auto.from_pretrained(path, attn_implementation=cfg.attn_implementation,
-                                trust_remote_code=cfg.trust_remote_code,
-                                use_safetensors=None if cfg.allow_pickle else True,
-                                dtype=torch.float32)
+    return with_loss_type(auto.from_pretrained(path, attn_implementation=cfg.attn_implementation,
+                                               trust_remote_code=cfg.trust_remote_code,
+                                               use_safetensors=None if cfg.allow_pickle else True,
+                                               dtype=torch.float32))
+
+
+def with_loss_type(model: PreTrainedModel) -> PreTrainedModel:
+    """Name the causal-LM loss for classes transformers cannot infer it from (``GPT2LMHeadModel``): it would
+    pick the same loss, after warning on every run that ``loss_type=None`` is unrecognized."""
+    if getattr(model, "loss_type", "") is None and not is_seq2seq_model(model):
+        model.loss_type = "ForCausalLM"
+    return model
+
+
+def is_seq2seq_model(model: PreTrainedModel) -> bool:
+    return bool(getattr(model.config, "is_encoder_decoder", False))
 
 
 def build_model(cfg: ModelConfig, tokenizer: PreTrainedTokenizerFast) -> PreTrainedModel:
     """A fresh model from config (``name_or_path=null``) or the pretrained one."""
-    model = _build_model(cfg, tokenizer)
+    model = with_loss_type(_build_model(cfg, tokenizer))
     if cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable()
     return model
