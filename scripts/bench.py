@@ -31,7 +31,8 @@ from evolve_train.data.timeline import TimeStep, build_timeline  # noqa: E402
 from evolve_train.evaluation.evaluator import EvalContext, evaluate_checkpoint  # noqa: E402
 from evolve_train.evaluation.generation import generate_answers  # noqa: E402
 from evolve_train.methods import Method  # noqa: E402
-from evolve_train.models.build import build_model, load_model, load_tokenizer, train_tokenizer  # noqa: E402
+from evolve_train.models.build import (build_model, load_model, load_tokenizer, n_parameters,  # noqa: E402
+                                       train_tokenizer)
 from evolve_train.training.examples import LengthGroupedBatches, collate, tokenize_step  # noqa: E402
 from evolve_train.training.loop import train_time_step  # noqa: E402
 
@@ -176,10 +177,11 @@ def tokens_per_s_by_size(cfg, tokenizer, examples, batches, steps: int, repeats:
         sized = copy.deepcopy(cfg)
         sized.model.n_layer, sized.model.n_embd, sized.model.n_head = n_layer, n_embd, n_head
         sized.trainer.epochs = steps / n_batches * cfg.trainer.epochs
-        params = sum(p.numel() for p in fresh_model(sized, tokenizer).parameters())
         plain, ours = 0.0, 0.0
         for _ in range(repeats):  # best of ``repeats``, interleaved
-            plain = max(plain, plain_torch_tokens_per_s(fresh_model(sized, tokenizer), batches[:steps], sized))
+            model = fresh_model(sized, tokenizer)
+            params = n_parameters(model)
+            plain = max(plain, plain_torch_tokens_per_s(model, batches[:steps], sized))
             ours = max(ours, framework_tokens_per_s(fresh_model(sized, tokenizer), examples, sized)[0])
         out.append({"n_layer": n_layer, "n_embd": n_embd, "params": params, "optimizer_steps": steps,
                     "framework_tokens_per_s": ours, "plain_tokens_per_s": plain, "ratio": ours / plain})
@@ -225,7 +227,8 @@ def main(argv=None) -> None:
     parser.add_argument("--repeats", type=int, default=None, help="interleaved timing repeats")
     parser.add_argument("--sizes", type=parse_sizes, default=parse_sizes(SIZES),
                         help=f"model sizes for tokens/s, LAYERSxWIDTHxHEADS,... (default {SIZES})")
-    parser.add_argument("--size-steps", type=int, default=None, help="optimizer steps per size (30; 60 without --quick)")
+    parser.add_argument("--size-steps", type=int, default=None,
+                        help="optimizer steps per size (30; 60 without --quick)")
     parser.add_argument("--growth-steps", type=int, default=None,
                         help="time steps of the world for eval growth (4; 8 without --quick)")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides of the benchmarked config, e.g. model.n_layer=2")

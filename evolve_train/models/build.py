@@ -75,13 +75,9 @@ def load_model(path: str, cfg: ModelConfig) -> PreTrainedModel:
 def with_loss_type(model: PreTrainedModel) -> PreTrainedModel:
     """Name the causal-LM loss for classes transformers cannot infer it from (``GPT2LMHeadModel``): it would
     pick the same loss, after warning on every run that ``loss_type=None`` is unrecognized."""
-    if getattr(model, "loss_type", "") is None and not is_seq2seq_model(model):
+    if getattr(model, "loss_type", "") is None and not model.config.is_encoder_decoder:
         model.loss_type = "ForCausalLM"
     return model
-
-
-def is_seq2seq_model(model: PreTrainedModel) -> bool:
-    return bool(getattr(model.config, "is_encoder_decoder", False))
 
 
 def build_model(cfg: ModelConfig, tokenizer: PreTrainedTokenizerFast) -> PreTrainedModel:
