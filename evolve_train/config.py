@@ -285,6 +285,10 @@ class EvalConfig:
     """Evaluators run on every checkpoint, by registered name."""
     batch_size: int = 64
     """Prompts per generation batch."""
+    greedy_decoder: str = "pruned"
+    """``pruned``: the evaluator's greedy loop, which drops each answer's row from the batch once it ends
+    (decoder-only models; plain argmax, no ``generation_config`` processors); ``generate``: transformers'
+    ``generate`` (what seq2seq models always use)."""
     max_new_tokens: int = 12
     """Longest generated answer."""
     stop_strings: list[str] = field(default_factory=lambda: ["\n"])

@@ -26,6 +26,7 @@ def test_bench_quick_runs_on_a_tiny_config_and_prints_every_figure():
     assert 0 < figures["packing_efficiency"]["default_world"] <= 1
     speed = figures["eval_speedup"]
     assert speed["n_prompts"] > 0 and speed["speedup"] > 0 and "trained here" in speed["model"]
+    assert speed["sample_answers_differ"] == 0 and speed["batching_speedup"] > 0  # batching changes no answer
     assert [(r["n_layer"], r["n_embd"]) for r in figures["tokens_per_s_by_size"]] == [(1, 32), (2, 32)]
     growth = figures["eval_growth"]
     assert [(r["checkpoint"], r["max_items_per_set"]) for r in growth] == [(k, cap) for cap in (0, 100)

@@ -134,6 +134,7 @@ def test_the_tiny_recipe_reproduces_its_recorded_losses(tiny_run):
     ("method.strategies=[nope]", "nope"),
     ("data.kind=nope", "data.kind"),
     ("model.activation=nope", "model.activation"),
+    ("eval.greedy_decoder=nope", "eval.greedy_decoder"),
 ])
 def test_invalid_values_fail_before_training_naming_the_key(tmp_path, override, needle):
     with pytest.raises(ConfigError, match=needle.replace(".", r"\.")):

@@ -24,7 +24,7 @@ from evolve_train.config import EvalConfig
 from evolve_train.data.timeline import EvalSet, Timeline
 from evolve_train.data.world_probes import PROBE_KINDS
 from evolve_train.errors import ConfigError
-from evolve_train.evaluation.generation import generate_answers, prediction_of
+from evolve_train.evaluation.generation import GREEDY_DECODERS, generate_answers, prediction_of
 from evolve_train.evaluation.metrics.answer import exact_match, f1
 
 
@@ -60,7 +60,7 @@ class EvalContext:
                       dynamic_ncols=True) as bar:
                 raw = generate_answers(self.model, self.tokenizer, missing, batch_size=self.cfg.batch_size,
                                        max_new_tokens=self.cfg.max_new_tokens, stop_strings=self.cfg.stop_strings,
-                                       seq2seq=self.seq2seq, progress=bar)
+                                       seq2seq=self.seq2seq, decoder=self.cfg.greedy_decoder, progress=bar)
             self._answers.update(zip(missing, raw))
         return [self._answers[p] for p in prompts]
 
@@ -139,6 +139,8 @@ def check_eval_config(cfg: EvalConfig) -> None:
     from evolve_train.data.timestamps import parse_timestamp
 
     check_evaluators(evaluator_names(cfg))
+    if getattr(cfg, "greedy_decoder", "pruned") not in GREEDY_DECODERS:
+        raise ConfigError(f"eval.greedy_decoder must be one of {', '.join(GREEDY_DECODERS)}, got {cfg.greedy_decoder!r}")
     if getattr(cfg, "ablation_k", 1) < 1:
         raise ConfigError(f"eval.ablation_k must be >= 1, got {cfg.ablation_k}")
     for key in ("position_items", "position_rotations", "grad_norm_items"):

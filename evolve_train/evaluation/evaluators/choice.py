@@ -18,6 +18,8 @@ from typing import Sequence
 
 import torch
 
+from evolve_train.evaluation.generation import padded_batch
+
 
 def _encode(tokenizer, texts: Sequence[str], add_special_tokens: bool = False) -> list[list[int]]:
     return tokenizer(list(texts), add_special_tokens=add_special_tokens)["input_ids"]
@@ -57,22 +59,10 @@ def option_loglikelihoods(model, tokenizer, requests: Sequence[tuple[str, str]],
     return scores
 
 
-def _padded(sequences: list[list[int]], pad: int, left: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-    """Token lists as one ``(ids, attention_mask)`` pair, padded on the right (or the left)."""
-    width = max(len(tokens) for tokens in sequences)
-    ids = torch.full((len(sequences), width), pad, dtype=torch.long)
-    mask = torch.zeros((len(sequences), width), dtype=torch.long)
-    for row, tokens in enumerate(sequences):
-        span = slice(width - len(tokens), width) if left else slice(0, len(tokens))
-        ids[row, span] = torch.tensor(tokens)
-        mask[row, span] = 1
-    return ids, mask
-
-
 def _full_sequence_batch(model, members, pad: int, device):
     """One forward over every ``context + option`` sequence of the chunk (right padded)."""
     rows = [(context + target, len(target), index) for context, options in members for index, target in options]
-    ids, mask = _padded([tokens for tokens, _, _ in rows], pad)
+    ids, mask = padded_batch([tokens for tokens, _, _ in rows], pad)
     logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits.float()
     picked = torch.log_softmax(logits[:, :-1], dim=-1).gather(-1, ids[:, 1:].to(device).unsqueeze(-1)).squeeze(-1)
     for row, (tokens, n_target, index) in enumerate(rows):
@@ -81,7 +71,7 @@ def _full_sequence_batch(model, members, pad: int, device):
 
 def _shared_prefix_batch(model, members, pad: int, device):
     """Each prompt once (left padded, KV cache kept), then every option on the cache rows of its prompt."""
-    ids, mask = _padded([context for context, _ in members], pad, left=True)
+    ids, mask = padded_batch([context for context, _ in members], pad, left=True)
     ids, mask = ids.to(device), mask.to(device)
     out = model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0), use_cache=True)
     first = torch.log_softmax(out.logits[:, -1].float(), dim=-1)  # predicts each option's first token
@@ -89,7 +79,7 @@ def _shared_prefix_batch(model, members, pad: int, device):
     rows = torch.tensor([row for row, _, _ in owners], device=device)
     cache = out.cache if getattr(out, "cache", None) is not None else out.past_key_values
     cache.batch_select_indices(rows)
-    option_ids, option_mask = _padded([target for _, _, target in owners], pad)
+    option_ids, option_mask = padded_batch([target for _, _, target in owners], pad)
     span = option_ids.shape[1]
     option_ids, option_mask = option_ids.to(device), option_mask.to(device)
     positions = mask.sum(-1)[rows].unsqueeze(-1) + torch.arange(span, device=device)
