@@ -18,6 +18,7 @@ import logging
 import random
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch.nn.utils.rnn import pad_sequence
 from datasets import Dataset
@@ -142,13 +143,17 @@ class LengthGroupedBatches:
 
 
 def as_tensor_rows(examples) -> list[dict[str, torch.Tensor]]:
-    """The tokenized examples as one dict of tensors per example, converted once per time step (each column
-    becomes one flat tensor split into per-row views: one conversion instead of one per row)."""
-    columns = examples.to_dict()
+    """The tokenized examples as one dict of tensors per example, converted once per time step: each Arrow
+    column becomes one flat tensor (no Python pass over tokens) split into per-row views at its offsets."""
+    if len(examples) == 0:
+        return []
+    table = examples.with_format("arrow")[:]  # honours a select()/shuffle() index mapping
     split = {}
-    for name, values in columns.items():
-        flat = torch.tensor([token for row in values for token in row], dtype=torch.long)
-        split[name] = flat.split([len(row) for row in values])
+    for name in table.column_names:
+        column = table.column(name).combine_chunks()
+        offsets = column.offsets.to_numpy()
+        flat = torch.from_numpy(column.flatten().to_numpy(zero_copy_only=False).astype(np.int64))
+        split[name] = flat.split(np.diff(offsets).tolist())
     return [dict(zip(split, row)) for row in zip(*split.values())]
 
 

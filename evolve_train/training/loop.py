@@ -16,7 +16,7 @@ from tqdm.auto import tqdm
 from evolve_train.config import TrainerConfig
 from evolve_train.methods import Method
 from evolve_train.training import faults
-from evolve_train.training.distributed import clip_gradients, configure_deepspeed
+from evolve_train.training.distributed import clip_gradients, configure_deepspeed, update_steppers
 from evolve_train.training.examples import LengthGroupedBatches, as_tensor_rows, collate
 from evolve_train.training.nonfinite import NonFiniteGuard, NonFiniteLossError  # noqa: F401  (re-exported)
 from evolve_train.training.train_state import Progress, StepStates
@@ -95,6 +95,7 @@ def train_time_step(model: torch.nn.Module, examples, *, step: int, epochs: floa
 
     rank, world = accelerator.process_index, accelerator.num_processes
     unwrapped = accelerator.unwrap_model(model)  # what methods' extra losses read (unwrapping per batch costs ~1 ms)
+    step_optimizer, step_schedule = update_steppers(accelerator, optimizer, scheduler)
     guard = NonFiniteGuard(cfg.nonfinite, step, accelerator.device, total * cfg.grad_accum,
                            last_good=states.last_good if states is not None else None)
     resumed = Progress()
@@ -125,15 +126,14 @@ def train_time_step(model: torch.nn.Module, examples, *, step: int, epochs: floa
                     loss = loss + extra
                 guard.observe_loss(loss, epoch, index, micro)
                 accelerator.backward(loss)
-                update = True
-                if accelerator.sync_gradients:
+                if accelerator.sync_gradients:  # else gradients accumulate for the next micro-batch
                     norm = clip_gradients(accelerator, model, trainable, cfg.grad_clip) if cfg.grad_clip > 0 else None
                     guard.observe_gradients(norm, trainable)
                     update = not guard.before_update(optimizer_steps + 1)  # skip: drop this update
-                if update:
-                    optimizer.step()
-                    scheduler.step()
-                optimizer.zero_grad(set_to_none=True)
+                    if update:
+                        step_optimizer.step()
+                        step_schedule.step()
+                    step_optimizer.zero_grad(set_to_none=True)
             tokens += batch["attention_mask"].sum()
             micro += 1
             if not accelerator.sync_gradients:
