@@ -24,6 +24,7 @@ from evolve_train.config import EvalConfig
 from evolve_train.data.timeline import EvalSet, Timeline
 from evolve_train.data.world_probes import PROBE_KINDS
 from evolve_train.errors import ConfigError
+from evolve_train.evaluation.batching import AutoBatchSize
 from evolve_train.evaluation.generation import GREEDY_DECODERS, generate_answers, prediction_of
 from evolve_train.evaluation.metrics.answer import exact_match, f1
 
@@ -40,8 +41,13 @@ class EvalContext:
     seq2seq: bool = False
     rows: list[dict] = field(default_factory=list)
     """Rows produced so far at this checkpoint: an evaluator may read those of the ones listed before it."""
+    batch: AutoBatchSize = field(init=False)
+    """Generation/scoring batch size: ``eval.batch_size``, halved for the rest of the checkpoint on OOM."""
     _answers: dict[str, str] = field(default_factory=dict)
     _scores: dict[tuple[str, str], float] = field(default_factory=dict)
+
+    def __post_init__(self):
+        self.batch = AutoBatchSize(self.cfg.batch_size)
 
     def sets(self) -> list[EvalSet]:
         """Sets introduced so far (and the next step's with ``forward_transfer``); every set for the model
@@ -58,7 +64,7 @@ class EvalContext:
         if missing:
             with tqdm(total=len(missing), desc=f"eval ckpt {self.checkpoint}", leave=False,
                       dynamic_ncols=True) as bar:
-                raw = generate_answers(self.model, self.tokenizer, missing, batch_size=self.cfg.batch_size,
+                raw = generate_answers(self.model, self.tokenizer, missing, batch_size=self.batch,
                                        max_new_tokens=self.cfg.max_new_tokens, stop_strings=self.cfg.stop_strings,
                                        seq2seq=self.seq2seq, decoder=self.cfg.greedy_decoder, progress=bar)
             self._answers.update(zip(missing, raw))
@@ -71,7 +77,7 @@ class EvalContext:
 
         missing = sorted({(p, o) for p, options in questions for o in options} - set(self._scores))
         if missing:
-            scores = option_loglikelihoods(self.model, self.tokenizer, missing, batch_size=self.cfg.batch_size,
+            scores = option_loglikelihoods(self.model, self.tokenizer, missing, batch_size=self.batch,
                                            seq2seq=self.seq2seq)
             self._scores.update(zip(missing, scores))
         return [[self._scores[(p, o)] for o in options] for p, options in questions]

@@ -15,6 +15,7 @@ from typing import Sequence
 
 import torch
 
+from evolve_train.evaluation.batching import AutoBatchSize, as_auto
 from evolve_train.evaluation.metrics.answer import cut_at_stop
 from evolve_train.training.examples import seq2seq_source
 
@@ -87,14 +88,15 @@ def greedy_decode(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, 
 
 
 @torch.no_grad()
-def generate_answers(model, tokenizer, prompts: Sequence[str], *, batch_size: int = 64,
+def generate_answers(model, tokenizer, prompts: Sequence[str], *, batch_size: int | AutoBatchSize = 64,
                      max_new_tokens: int = 12, stop_strings: Sequence[str] = ("\n",),
                      seq2seq: bool = False, decoder: str = "pruned", progress=None) -> list[str]:
     """Greedy answers to ``prompts`` (raw generations, EOS removed, not yet cut at stop strings).
 
     ``decoder``: ``pruned`` (``greedy_decode``, decoder-only models) or ``generate``. Seq2seq prompts
     go through ``seq2seq_source`` (mask -> ``<extra_id_0>``, else the sentinel appended), the format the
-    model was trained on, and through ``generate``."""
+    model was trained on, and through ``generate``. ``batch_size`` halves on out-of-memory errors
+    (``evaluation/batching.py``)."""
     if decoder not in GREEDY_DECODERS:
         raise ValueError(f"unknown greedy decoder {decoder!r} (known: {', '.join(GREEDY_DECODERS)})")
     if not prompts:
@@ -108,8 +110,9 @@ def generate_answers(model, tokenizer, prompts: Sequence[str], *, batch_size: in
     outputs: list[str] = [""] * len(prompts)
     eos_ids = stop_token_ids(tokenizer, stop_strings)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_ids[0]
-    for start in range(0, len(order), batch_size):
-        chunk = order[start:start + batch_size]
+
+    def answer(start: int, stop: int) -> None:
+        chunk = order[start:stop]
         input_ids, attention_mask = padded_batch([token_ids[i] for i in chunk], pad_id, left=not seq2seq)
         encoded = {"input_ids": input_ids.to(device), "attention_mask": attention_mask.to(device)}
         if decoder == "pruned" and not seq2seq:
@@ -123,6 +126,8 @@ def generate_answers(model, tokenizer, prompts: Sequence[str], *, batch_size: in
             outputs[index] = text
         if progress is not None:
             progress.update(len(chunk))
+
+    as_auto(batch_size).run(len(order), answer)
     return outputs
 
 

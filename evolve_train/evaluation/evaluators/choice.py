@@ -18,6 +18,7 @@ from typing import Sequence
 
 import torch
 
+from evolve_train.evaluation.batching import AutoBatchSize, as_auto
 from evolve_train.evaluation.generation import padded_batch
 
 
@@ -26,7 +27,7 @@ def _encode(tokenizer, texts: Sequence[str], add_special_tokens: bool = False) -
 
 
 @torch.no_grad()
-def option_loglikelihoods(model, tokenizer, requests: Sequence[tuple[str, str]], *, batch_size: int = 64,
+def option_loglikelihoods(model, tokenizer, requests: Sequence[tuple[str, str]], *, batch_size: int | AutoBatchSize = 64,
                           seq2seq: bool = False, share_prefix: bool = True) -> list[float]:
     """Sum of option-token log-probabilities for each ``(prompt, option)`` request, in request order."""
     if not requests:
@@ -48,14 +49,20 @@ def option_loglikelihoods(model, tokenizer, requests: Sequence[tuple[str, str]],
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     scores = [0.0] * len(requests)
     score = _shared_prefix_batch if share_prefix else _full_sequence_batch
-    chunk: list[str] = []
-    for prompt in prompts:
-        chunk.append(prompt)
-        if sum(len(by_prompt[p]) for p in chunk) >= batch_size or prompt == prompts[-1]:
-            members = [(contexts[p], [(i, targets[i]) for i in by_prompt[p]]) for p in chunk]
-            for index, value in score(model, members, pad, device):
-                scores[index] = value
-            chunk = []
+
+    def span_end(start: int, size: int) -> int:  # prompts until their options fill a batch
+        stop, options = start, 0
+        while stop < len(prompts) and options < size:
+            options += len(by_prompt[prompts[stop]])
+            stop += 1
+        return stop
+
+    def score_span(start: int, stop: int) -> None:
+        members = [(contexts[p], [(i, targets[i]) for i in by_prompt[p]]) for p in prompts[start:stop]]
+        for index, value in score(model, members, pad, device):
+            scores[index] = value
+
+    as_auto(batch_size).run(len(prompts), score_span, span_end)
     return scores
 
 
@@ -90,12 +97,13 @@ def _shared_prefix_batch(model, members, pad: int, device):
         yield index, first[row, target[0]].item() + rest[k, :len(target) - 1].sum().item()
 
 
-def _seq2seq_scores(model, tokenizer, requests, batch_size: int, device) -> list[float]:
+def _seq2seq_scores(model, tokenizer, requests, batch_size, device) -> list[float]:
     from evolve_train.training.examples import seq2seq_source
 
-    scores = []
-    for start in range(0, len(requests), batch_size):
-        chunk = requests[start:start + batch_size]
+    scores = [0.0] * len(requests)
+
+    def score_span(start: int, stop: int) -> None:
+        chunk = requests[start:stop]
         encoded = tokenizer([seq2seq_source(p) for p, _ in chunk], return_tensors="pt", padding=True,
                             add_special_tokens=True).to(device)
         targets = _encode(tokenizer, [o.strip() for _, o in chunk])
@@ -107,5 +115,7 @@ def _seq2seq_scores(model, tokenizer, requests, batch_size: int, device) -> list
         logprobs = torch.log_softmax(logits, dim=-1)
         safe = labels.clamp(min=0).to(device)
         picked = logprobs.gather(-1, safe.unsqueeze(-1)).squeeze(-1) * (labels != -100).to(device)
-        scores.extend(picked.sum(-1).tolist())
+        scores[start:stop] = picked.sum(-1).tolist()
+
+    as_auto(batch_size).run(len(requests), score_span)
     return scores

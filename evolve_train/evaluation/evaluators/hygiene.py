@@ -184,7 +184,7 @@ def _sampled(ctx: EvalContext, prompts: list[str]) -> dict[str, list[str]]:
     cache = ctx.__dict__.setdefault("_hygiene_samples", {})
     missing = sorted({p for p in prompts if p not in cache})
     raw = sample_answers(ctx.model, ctx.tokenizer, missing, n=settings.samples, temperature=settings.temperature,
-                         seed=settings.seed + 1000 * (ctx.checkpoint + 1), batch_size=ctx.cfg.batch_size,
+                         seed=settings.seed + 1000 * (ctx.checkpoint + 1), batch_size=ctx.batch.size,
                          max_new_tokens=ctx.cfg.max_new_tokens, stop_strings=ctx.cfg.stop_strings,
                          seq2seq=ctx.seq2seq)
     for prompt, generations in zip(missing, raw):

@@ -1,0 +1,53 @@
+"""Evaluation batch size auto-tuned to memory: halve on out-of-memory, same results, other errors untouched."""
+
+import functools
+
+import pytest
+from test_generation import PROMPTS, tiny_model, tokenizer  # noqa: F401  (fixture)
+
+from evolve_train.evaluation.batching import AutoBatchSize
+from evolve_train.evaluation.evaluators.choice import option_loglikelihoods
+from evolve_train.evaluation.generation import generate_answers
+
+OOM = "CUDA out of memory. Tried to allocate 2.00 GiB"
+
+
+def failing_above(model, rows: int, error=RuntimeError(OOM)):
+    """``model`` whose forward raises ``error`` for batches of more than ``rows`` rows; the sizes it ran."""
+    original, seen = model.forward, []
+
+    @functools.wraps(original)  # generate() reads forward's signature
+    def forward(*args, **kwargs):
+        if kwargs["input_ids"].shape[0] > rows:
+            raise error
+        seen.append(kwargs["input_ids"].shape[0])
+        return original(*args, **kwargs)
+    model.forward = forward
+    return model, seen
+
+
+@pytest.mark.parametrize("decoder", ["pruned", "generate"])
+def test_generation_halves_the_batch_on_oom_and_gives_the_same_answers(tokenizer, decoder):  # noqa: F811
+    expected = generate_answers(tiny_model("gpt2", tokenizer), tokenizer, PROMPTS, batch_size=2, decoder=decoder)
+    model, seen = failing_above(tiny_model("gpt2", tokenizer), rows=2)
+    size = AutoBatchSize(8)
+    assert generate_answers(model, tokenizer, PROMPTS, batch_size=size, decoder=decoder) == expected
+    assert size.size == 2 and max(seen) == 2  # 8 -> 4 -> 2, kept for the rest
+
+
+def test_option_scores_halve_the_batch_on_oom_and_give_the_same_scores(tokenizer):  # noqa: F811
+    requests = [(p, o) for p in PROMPTS for o in ("City1", "Person2", "Company3")]
+    expected = option_loglikelihoods(tiny_model("gpt2", tokenizer), tokenizer, requests, batch_size=64)
+    model, seen = failing_above(tiny_model("gpt2", tokenizer), rows=6)
+    size = AutoBatchSize(64)
+    assert option_loglikelihoods(model, tokenizer, requests, batch_size=size) == pytest.approx(expected, abs=1e-4)
+    assert size.size <= 6 and max(seen) <= 6
+
+
+def test_other_errors_and_oom_at_batch_size_one_are_raised(tokenizer):  # noqa: F811
+    model, _ = failing_above(tiny_model("gpt2", tokenizer), rows=2, error=ValueError("bad input"))
+    with pytest.raises(ValueError, match="bad input"):
+        generate_answers(model, tokenizer, PROMPTS, batch_size=8)
+    model, _ = failing_above(tiny_model("gpt2", tokenizer), rows=0)
+    with pytest.raises(RuntimeError, match="out of memory"):
+        generate_answers(model, tokenizer, PROMPTS, batch_size=AutoBatchSize(4))
