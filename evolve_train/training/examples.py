@@ -20,7 +20,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from torch.nn.utils.rnn import pad_sequence
 from datasets import Dataset
 
 from evolve_train.data.timeline import TimeStep
@@ -142,34 +141,35 @@ class LengthGroupedBatches:
         return -(-len(self.lengths) // self.batch_size)
 
 
-def as_tensor_rows(examples) -> list[dict[str, torch.Tensor]]:
-    """The tokenized examples as one dict of tensors per example, converted once per time step: each Arrow
-    column becomes one flat tensor (no Python pass over tokens) split into per-row views at its offsets."""
+def as_array_rows(examples) -> list[dict[str, np.ndarray]]:
+    """The tokenized examples as one dict of int64 arrays per example, converted once per time step: each
+    Arrow column becomes one flat array (no Python pass over tokens) split into per-row views at its offsets."""
     if len(examples) == 0:
         return []
     table = examples.with_format("arrow")[:]  # honours a select()/shuffle() index mapping
     split = {}
     for name in table.column_names:
         column = table.column(name).combine_chunks()
-        offsets = column.offsets.to_numpy()
-        flat = torch.from_numpy(column.flatten().to_numpy(zero_copy_only=False).astype(np.int64))
-        split[name] = flat.split(np.diff(offsets).tolist())
+        flat = column.flatten().to_numpy(zero_copy_only=False).astype(np.int64)
+        split[name] = np.split(flat, column.offsets.to_numpy()[1:-1] - column.offsets[0].as_py())
     return [dict(zip(split, row)) for row in zip(*split.values())]
 
 
-def _long_tensor(values) -> torch.Tensor:
-    return values if isinstance(values, torch.Tensor) else torch.tensor(values, dtype=torch.long)
-
-
 def collate(examples: list[dict], pad_id: int, seq2seq: bool = False) -> dict[str, torch.Tensor]:
-    """Right-pad a batch (rows of lists or tensors); padded label positions are ignored by the loss."""
-    ids = [_long_tensor(e["input_ids"]) for e in examples]
-    labels = [_long_tensor(e["labels"]) for e in examples]
-    lengths = torch.tensor([len(t) for t in ids])
-    input_ids = pad_sequence(ids, batch_first=True, padding_value=pad_id)
-    mask = (torch.arange(input_ids.shape[1]) < lengths[:, None]).long()
-    padded_labels = pad_sequence(labels, batch_first=True, padding_value=IGNORE)
-    if not seq2seq and padded_labels.shape[1] < input_ids.shape[1]:  # a causal row's labels are as long as its ids
-        padded_labels = torch.nn.functional.pad(padded_labels, (0, input_ids.shape[1] - padded_labels.shape[1]),
-                                                value=IGNORE)
-    return {"input_ids": input_ids, "attention_mask": mask, "labels": padded_labels}
+    """Right-pad a batch (rows of lists, arrays or tensors); padded label positions are ignored by the loss.
+
+    Filled in numpy, then handed to torch without a copy: a few dozen small torch ops per batch cost
+    ~5x more (0.18 vs 0.04 ms per demo batch, ~1 % of the demo model's step)."""
+    lengths = [len(e["input_ids"]) for e in examples]
+    label_lengths = [len(e["labels"]) for e in examples]
+    width = max(lengths)
+    # a causal row's labels are as long as its ids; a seq2seq row's labels are its own (decoder) sequence
+    label_width = max(label_lengths) if seq2seq else max(width, max(label_lengths))
+    input_ids = np.full((len(examples), width), pad_id, dtype=np.int64)
+    labels = np.full((len(examples), label_width), IGNORE, dtype=np.int64)
+    for row, example in enumerate(examples):
+        input_ids[row, :lengths[row]] = example["input_ids"]
+        labels[row, :label_lengths[row]] = example["labels"]
+    mask = (np.arange(width) < np.array(lengths)[:, None]).astype(np.int64)
+    return {"input_ids": torch.from_numpy(input_ids), "attention_mask": torch.from_numpy(mask),
+            "labels": torch.from_numpy(labels)}

@@ -17,7 +17,7 @@ from evolve_train.config import TrainerConfig
 from evolve_train.methods import Method
 from evolve_train.training import faults
 from evolve_train.training.distributed import clip_gradients, configure_deepspeed, update_steppers
-from evolve_train.training.examples import LengthGroupedBatches, as_tensor_rows, collate
+from evolve_train.training.examples import LengthGroupedBatches, as_array_rows, collate
 from evolve_train.training.nonfinite import NonFiniteGuard, NonFiniteLossError  # noqa: F401  (re-exported)
 from evolve_train.training.train_state import Progress, StepStates
 
@@ -76,7 +76,7 @@ def train_time_step(model: torch.nn.Module, examples, *, step: int, epochs: floa
     import time
 
     start = time.perf_counter()
-    rows = as_tensor_rows(examples)
+    rows = as_array_rows(examples)
     batches = LengthGroupedBatches([len(row["input_ids"]) for row in rows],
                                    batch_size=cfg.batch_size * accelerator.num_processes, seed=seed)
     total = planned_steps_for_method(batches, epochs, cfg.grad_accum, method)
