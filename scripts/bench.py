@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import gc
 import json
 import random
 import statistics
@@ -46,8 +47,12 @@ def demo_config(*overrides: str):
 
 
 def fresh_model(cfg, tokenizer, seed=0):
+    """A newly initialised model, built after a full garbage collection: every timed run starts from the same
+    heap state (the framework's step ends in one, and a run that follows it would otherwise start cleaner)."""
     torch.manual_seed(seed)
-    return build_model(cfg.model, tokenizer)
+    model = build_model(cfg.model, tokenizer)
+    gc.collect()
+    return model
 
 
 def plain_torch_tokens_per_s(model, batches: list[dict], cfg) -> float:
@@ -243,7 +248,7 @@ def main(argv=None) -> None:
                         help="time steps of the world for eval growth (4; 8 without --quick)")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides of the benchmarked config, e.g. model.n_layer=2")
     args = parser.parse_args(argv)
-    repeats = args.repeats or (10 if args.quick else 16)
+    repeats = args.repeats or (14 if args.quick else 20)
     epochs = 1.0 if args.quick else 3.0
 
     cfg = demo_config(f"trainer.epochs={epochs}", "trainer.log_every=1000000", *args.overrides)
@@ -253,6 +258,8 @@ def main(argv=None) -> None:
     examples = tokenize_step(step0, cfg.data.objective, tokenizer, cfg.trainer.seq_len)
     batches = same_batches(examples, cfg, tokenizer.pad_token_id)
     results: dict = {"machine": {"threads": torch.get_num_threads(), "cuda": torch.cuda.is_available()}}
+    gc.collect()
+    gc.freeze()  # the set-up's objects: later collections (before each run, and each step's own) skip them
 
     plain_torch_tokens_per_s(fresh_model(cfg, tokenizer), batches, cfg)  # warm-up: allocator, thread pool, caches
     framework_tokens_per_s(fresh_model(cfg, tokenizer), examples, cfg)
