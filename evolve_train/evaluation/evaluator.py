@@ -146,7 +146,8 @@ def check_eval_config(cfg: EvalConfig) -> None:
 
     check_evaluators(evaluator_names(cfg))
     if getattr(cfg, "greedy_decoder", "pruned") not in GREEDY_DECODERS:
-        raise ConfigError(f"eval.greedy_decoder must be one of {', '.join(GREEDY_DECODERS)}, got {cfg.greedy_decoder!r}")
+        raise ConfigError(f"eval.greedy_decoder must be one of {', '.join(GREEDY_DECODERS)}, "
+                          f"got {cfg.greedy_decoder!r}")
     if getattr(cfg, "ablation_k", 1) < 1:
         raise ConfigError(f"eval.ablation_k must be >= 1, got {cfg.ablation_k}")
     for key in ("position_items", "position_rotations", "grad_norm_items"):

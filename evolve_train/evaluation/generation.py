@@ -44,6 +44,11 @@ def padded_batch(sequences: list[list[int]], pad: int, left: bool = False) -> tu
     return ids, mask
 
 
+def cache_of(output):
+    """The KV cache a forward returned (``cache`` in transformers 5, ``past_key_values`` before)."""
+    return output.cache if getattr(output, "cache", None) is not None else output.past_key_values
+
+
 def _accepts(model, argument: str) -> bool:
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     return argument in inspect.signature(base.forward).parameters
@@ -72,7 +77,7 @@ def greedy_decode(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, 
         if step == max_new_tokens - 1:
             break
         running = ~torch.isin(next_token, stop)
-        cache = out.cache if getattr(out, "cache", None) is not None else out.past_key_values
+        cache = cache_of(out)
         if not bool(running.all()):  # one host sync per step, as generate's stopping check
             keep = running.nonzero().squeeze(1)
             if keep.numel() == 0:

@@ -19,7 +19,7 @@ from typing import Sequence
 import torch
 
 from evolve_train.evaluation.batching import AutoBatchSize, as_auto
-from evolve_train.evaluation.generation import padded_batch
+from evolve_train.evaluation.generation import cache_of, padded_batch
 
 
 def _encode(tokenizer, texts: Sequence[str], add_special_tokens: bool = False) -> list[list[int]]:
@@ -84,7 +84,7 @@ def _shared_prefix_batch(model, members, pad: int, device):
     first = torch.log_softmax(out.logits[:, -1].float(), dim=-1)  # predicts each option's first token
     owners = [(row, index, target) for row, (_, options) in enumerate(members) for index, target in options]
     rows = torch.tensor([row for row, _, _ in owners], device=device)
-    cache = out.cache if getattr(out, "cache", None) is not None else out.past_key_values
+    cache = cache_of(out)
     cache.batch_select_indices(rows)
     option_ids, option_mask = padded_batch([target for _, _, target in owners], pad)
     span = option_ids.shape[1]
