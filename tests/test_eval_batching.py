@@ -51,3 +51,15 @@ def test_other_errors_and_oom_at_batch_size_one_are_raised(tokenizer):  # noqa: 
     model, _ = failing_above(tiny_model("gpt2", tokenizer), rows=0)
     with pytest.raises(RuntimeError, match="out of memory"):
         generate_answers(model, tokenizer, PROMPTS, batch_size=AutoBatchSize(4))
+
+
+def test_sampling_halves_the_batch_on_oom_and_still_draws_n_per_prompt(tokenizer):  # noqa: F811
+    from evolve_train.evaluation.evaluators.hygiene import sample_answers
+
+    options = dict(n=3, temperature=1.0, seed=0, max_new_tokens=4)
+    model, seen = failing_above(tiny_model("gpt2", tokenizer), rows=6)  # generate() sees prompts x n rows
+    size = AutoBatchSize(24)
+    samples = sample_answers(model, tokenizer, PROMPTS, batch_size=size, **options)
+    assert [len(s) for s in samples] == [3] * len(PROMPTS) and size.size == 6 and max(seen) <= 6
+    unconstrained = sample_answers(tiny_model("gpt2", tokenizer), tokenizer, PROMPTS, batch_size=6, **options)
+    assert samples == unconstrained  # the same spans as a run started at the size that fits: the same draw

@@ -31,6 +31,7 @@ import torch
 
 from evolve_train.data.timeline import SET_KINDS, EvalSet
 from evolve_train.errors import ConfigError
+from evolve_train.evaluation.batching import AutoBatchSize, as_auto
 from evolve_train.evaluation.evaluator import EvalContext, register_evaluator
 from evolve_train.evaluation.evaluators.common import ALL, row, sample, select
 from evolve_train.evaluation.generation import prediction_of
@@ -151,9 +152,13 @@ def _greedy(ctx: EvalContext, prompts: list[str]) -> dict[str, str]:
 
 @torch.no_grad()
 def sample_answers(model, tokenizer, prompts: list[str], *, n: int, temperature: float, seed: int,
-                   batch_size: int = 64, max_new_tokens: int = 12, stop_strings=("\n",),
+                   batch_size: int | AutoBatchSize = 64, max_new_tokens: int = 12, stop_strings=("\n",),
                    seq2seq: bool = False) -> list[list[str]]:
-    """n sampled raw generations per prompt (seeded), with the tokenization of ``generate_answers``."""
+    """n sampled raw generations per prompt (seeded), with the tokenization of ``generate_answers``.
+
+    ``batch_size`` counts sequences (prompts x n) and halves on out-of-memory errors; after a retry the
+    draw equals a run started at the smaller size, unless the error came mid-generation (random numbers
+    already drawn): then it is another, equally valid sample."""
     from evolve_train.evaluation.generation import stop_token_ids
     from evolve_train.training.examples import seq2seq_source
 
@@ -164,10 +169,10 @@ def sample_answers(model, tokenizer, prompts: list[str], *, n: int, temperature:
     tokenizer.padding_side = "right" if seq2seq else "left"
     eos_ids = stop_token_ids(tokenizer, stop_strings)
     torch.manual_seed(seed)
-    out: list[list[str]] = []
-    per_batch = max(1, batch_size // n)
-    for start in range(0, len(prompts), per_batch):
-        chunk = prompts[start:start + per_batch]
+    out: list[list[str]] = [[] for _ in prompts]
+
+    def sample_span(start: int, stop: int) -> None:
+        chunk = prompts[start:stop]
         texts = [seq2seq_source(p) if seq2seq else p for p in chunk]
         encoded = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=seq2seq).to(device)
         generated = model.generate(**encoded, max_new_tokens=max_new_tokens, do_sample=True, top_k=0, top_p=1.0,
@@ -175,7 +180,9 @@ def sample_answers(model, tokenizer, prompts: list[str], *, n: int, temperature:
                                    eos_token_id=eos_ids, pad_token_id=tokenizer.pad_token_id)
         new_tokens = generated if seq2seq else generated[:, encoded["input_ids"].shape[1]:]
         decoded = tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
-        out.extend(decoded[k * n:(k + 1) * n] for k in range(len(chunk)))
+        out[start:stop] = [decoded[k * n:(k + 1) * n] for k in range(len(chunk))]
+
+    as_auto(batch_size).run(len(prompts), sample_span, lambda start, size: start + max(1, size // n))
     return out
 
 
@@ -184,7 +191,7 @@ def _sampled(ctx: EvalContext, prompts: list[str]) -> dict[str, list[str]]:
     cache = ctx.__dict__.setdefault("_hygiene_samples", {})
     missing = sorted({p for p in prompts if p not in cache})
     raw = sample_answers(ctx.model, ctx.tokenizer, missing, n=settings.samples, temperature=settings.temperature,
-                         seed=settings.seed + 1000 * (ctx.checkpoint + 1), batch_size=ctx.batch.size,
+                         seed=settings.seed + 1000 * (ctx.checkpoint + 1), batch_size=ctx.batch,
                          max_new_tokens=ctx.cfg.max_new_tokens, stop_strings=ctx.cfg.stop_strings,
                          seq2seq=ctx.seq2seq)
     for prompt, generations in zip(missing, raw):
