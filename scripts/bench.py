@@ -1,7 +1,7 @@
 """Benchmark: ratios measured in one process, one run (these machines are noisy; ratios travel).
 
     python scripts/bench.py --quick          # < 3 minutes on a 2-core laptop
-    python scripts/bench.py                  # longer: 3 epochs, 10 repeats, 60 steps per size, 8-step world
+    python scripts/bench.py                  # longer: 3 epochs, 20 repeats, 60 steps per size, 8-step world
     python scripts/bench.py --demo-run runs/demo   # eval speed on the demo's final checkpoint, its eval_share
 
 Prints a table, then (last line) one JSON object with the keys loop_vs_torch, lora_vs_full,
@@ -34,7 +34,7 @@ from evolve_train.evaluation.generation import generate_answers  # noqa: E402
 from evolve_train.methods import Method  # noqa: E402
 from evolve_train.models.build import (build_model, load_model, load_tokenizer, n_parameters,  # noqa: E402
                                        train_tokenizer)
-from evolve_train.training.examples import LengthGroupedBatches, collate, tokenize_step  # noqa: E402
+from evolve_train.training.examples import LengthGroupedBatches, as_array_rows, collate, tokenize_step  # noqa: E402
 from evolve_train.training.loop import train_time_step  # noqa: E402
 
 CONFIGS = str(Path(__file__).resolve().parents[1] / "configs")
@@ -84,8 +84,7 @@ def framework_tokens_per_s(model, examples, cfg, method_name: str = "full") -> t
 
 def same_batches(examples, cfg, pad_id: int) -> list[dict]:
     """The batches the framework loop sees in its first epoch(s), collated once."""
-    columns = examples.to_dict()
-    rows = [dict(zip(columns, values)) for values in zip(*columns.values())]
+    rows = as_array_rows(examples)  # the loop's own rows
     batches = LengthGroupedBatches([len(r["input_ids"]) for r in rows], cfg.trainer.batch_size, cfg.seed + 1000)
     out, epoch = [], 0
     total = max(1, round(len(batches) * cfg.trainer.epochs))

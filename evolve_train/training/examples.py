@@ -164,7 +164,7 @@ def collate(examples: list[dict], pad_id: int, seq2seq: bool = False) -> dict[st
     label_lengths = [len(e["labels"]) for e in examples]
     width = max(lengths)
     # a causal row's labels are as long as its ids; a seq2seq row's labels are its own (decoder) sequence
-    label_width = max(label_lengths) if seq2seq else max(width, max(label_lengths))
+    label_width = max(label_lengths) if seq2seq else width
     input_ids = np.full((len(examples), width), pad_id, dtype=np.int64)
     labels = np.full((len(examples), label_width), IGNORE, dtype=np.int64)
     for row, example in enumerate(examples):

@@ -27,8 +27,9 @@ def _encode(tokenizer, texts: Sequence[str], add_special_tokens: bool = False) -
 
 
 @torch.no_grad()
-def option_loglikelihoods(model, tokenizer, requests: Sequence[tuple[str, str]], *, batch_size: int | AutoBatchSize = 64,
-                          seq2seq: bool = False, share_prefix: bool = True) -> list[float]:
+def option_loglikelihoods(model, tokenizer, requests: Sequence[tuple[str, str]], *,
+                          batch_size: int | AutoBatchSize = 64, seq2seq: bool = False,
+                          share_prefix: bool = True) -> list[float]:
     """Sum of option-token log-probabilities for each ``(prompt, option)`` request, in request order."""
     if not requests:
         return []
