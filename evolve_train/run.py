@@ -1,17 +1,26 @@
-"""``train(cfg)``: the whole continual-pretraining run, step after step, testable without Hydra.
+"""The run object: continual pretraining over the time steps of a timeline, step by step.
 
-config -> timeline (validated) -> for each time step: method.prepare_model -> train -> checkpoint
-``steps/<k>/`` -> evaluate every set introduced so far -> rows to the loggers -> after the last step,
-``summary.json`` and a table. A run dir with completed steps is resumed (``resume=auto``).
+:class:`ContinualRun` (in the spirit of torchtune's recipe classes) keeps the run's state on the object:
+
+- ``setup()``: validate config and data (before anything is written), open the run dir, restore
+  ``state.json`` (resume), build the accelerator, loggers, model and method;
+- ``train_step(k)``: train time step k with the one loop (or load step 0 from the sweep's step-0 cache);
+- ``save(k)``: the checkpoint ``steps/<k>/`` (atomic) and ``state.json``;
+- ``evaluate(k)``: score a checkpoint on every set introduced so far, rows to ``metrics.jsonl`` and the
+  loggers (a saved checkpoint can be evaluated without training: :meth:`ContinualRun.load_checkpoint`);
+- ``close(ok)``.
+
+``run()`` calls them in order for every step not yet done; ``train(cfg)`` is the entry point
+(``train.py`` calls it through Hydra).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import time
 from pathlib import Path
+from typing import Optional
 
 import torch
 from accelerate import Accelerator
@@ -19,10 +28,9 @@ from accelerate.utils import set_seed
 from omegaconf import DictConfig, OmegaConf
 
 from evolve_train.config import Config
-from evolve_train.data.timeline import Timeline, build_timeline
+from evolve_train.data.timeline import build_timeline
 from evolve_train.errors import ConfigError
-from evolve_train.evaluation.evaluator import (EvalContext, check_eval_config, evaluate_checkpoint,
-                                              evaluate_initial)
+from evolve_train.evaluation.evaluator import EvalContext, check_eval_config, evaluate_checkpoint
 from evolve_train.evaluation.evaluators.hygiene import preflight as hygiene_preflight, record_private
 from evolve_train.evaluation.evaluators.matrix import INITIAL
 from evolve_train.evaluation.qa_adaptation import QAAdaptation
@@ -35,11 +43,11 @@ from evolve_train.tracking.disk import DiskLogger
 from evolve_train.training import faults
 from evolve_train.training.checkpoint import (RunState, ensure_writable, gathered_state_dict, preflight,
                                               remove_stale_tmp, save_checkpoint, step_dir)
-from evolve_train.training.examples import tokenize_step
-from evolve_train.training.loop import train_time_step
+from evolve_train.training.examples import collate, tokenize_step
+from evolve_train.training.loop import StepResult, train_time_step
 from evolve_train.training.redact import redact_run
-from evolve_train.training.train_state import StepStates, TrainingInterrupted, prune_states
 from evolve_train.training.step0_cache import Step0Cache
+from evolve_train.training.train_state import StepStates, TrainingInterrupted, prune_states
 
 log = logging.getLogger(__name__)
 
@@ -83,151 +91,236 @@ def resolve_run_dir(cfg: Config) -> Path:
     raise ConfigError("run_dir is not set (and no Hydra run dir exists)")
 
 
-def check_run_dir(run_dir: Path, resume: str, state: RunState) -> None:
+def check_run_dir(run_dir: Path, resume: str) -> None:
     has_work = any((run_dir / name).exists() for name in ("steps", "metrics.jsonl", "train_state"))
     if str(resume).lower() == "false" and has_work:
         raise ConfigError(f"{run_dir} already holds a run (steps/ or metrics.jsonl) and resume=false; "
                           "choose another hydra.run.dir or delete it")
 
 
-def train(cfg: Config | DictConfig) -> dict:
-    """Run the whole timeline; returns the summary (also written to ``summary.json``)."""
-    if isinstance(cfg, DictConfig):
-        cfg = OmegaConf.to_object(cfg)
-    validate(cfg)
-    timeline = build_timeline(cfg.data)  # validates input before anything is written
-    qa_adaptation = QAAdaptation.from_config(cfg, timeline)  # checked up front too; None when off
-    hygiene_preflight(cfg, timeline, qa_adaptation)  # no private eval item in training/prompts (docs/hygiene.md)
-    run_dir = resolve_run_dir(cfg)
-    state = RunState.load(run_dir)
-    check_run_dir(run_dir, cfg.resume, state)
+class ContinualRun:
+    """One run: ``setup()``, then per step ``train_step(k)``, ``save(k)``, ``evaluate(k)``; ``close(ok)``."""
 
-    if cfg.trainer.num_threads > 0:
-        torch.set_num_threads(cfg.trainer.num_threads)
-    accelerator = Accelerator(mixed_precision=cfg.trainer.mixed_precision,
-                              gradient_accumulation_steps=cfg.trainer.grad_accum)
-    main = accelerator.is_main_process
-    seq2seq = is_seq2seq(cfg.model)
-    start = state.last_complete + 1
-    if main:
-        ensure_writable(run_dir)  # mkdir + a probe write: a clear error before anything else
-        for stale in remove_stale_tmp(run_dir):
-            log.warning("removed an incomplete checkpoint left by an interrupted run: %s", stale)
-        prune_states(run_dir, through_step=start - 1)  # states of finished steps (docs/reliability.md)
-        redact_run(dataclasses.asdict(cfg))  # secrets out of .hydra/*.yaml and sys.argv before loggers start
-    disk = DiskLogger(run_dir)
-    backends = ["disk"] + [name for name in cfg.logger.backends if name != "disk"]  # metrics.jsonl always
-    logger = build_logger(backends, run_dir=run_dir, cfg=cfg) if main else build_logger([])
-    if main:
-        if start > 0:
-            log.info("resuming %s after step %d", run_dir, start - 1)
-        disk.truncate_after(start - 1)  # rows of an interrupted attempt (a mid-step state logs its own again)
+    def __init__(self, cfg: Config | DictConfig):
+        self.cfg: Config = OmegaConf.to_object(cfg) if isinstance(cfg, DictConfig) else cfg
+        self.results: dict[int, StepResult] = {}
+        """What training each step took (its metric rows carry it); absent for a step trained earlier."""
 
-    model, tokenizer = _initial_model(cfg, timeline, run_dir, start)
-    method = Method(cfg.method)
-    method.load_state_dict(state.method_state)
-    if start > 0:
-        method.load_extra(model, step_dir(run_dir, start - 1))
-    model.to(accelerator.device)
-    if main:  # fail now, not at the first checkpoint: run dir writable, disk space for a checkpoint
-        preflight(run_dir, model, len(timeline.steps) - start, cfg.trainer.save_every_n_steps,
-                  cfg.trainer.keep_last_states)
-    ok = False
-    try:
-        if cfg.eval.eval_initial and start == 0 and main:  # A_init (METRICS.md §3): checkpoint -1
-            disk.truncate_after(INITIAL - 1)  # rows an interrupted attempt left before step 0 finished
-            initial_rows = evaluate_initial(model, tokenizer, timeline, cfg, run_dir, seq2seq)
-            logger.log_eval(INITIAL, record_private(run_dir, timeline, cfg.eval, INITIAL, initial_rows))
-        for step in range(start, len(timeline.steps)):
-            model = _run_step(cfg, timeline, step, model, tokenizer, method, accelerator, run_dir, state,
-                              logger, seq2seq, qa_adaptation)
-        summary = build_summary(run_dir, timeline, cfg)
-        if main:
-            logger.log_summary(summary)
+    # ----------------------------------------------------------------------------------- setup
+
+    def setup(self) -> "ContinualRun":
+        """Everything that can fail on bad input fails here, before the run dir is written."""
+        cfg = self.cfg
+        validate(cfg)
+        self.timeline = build_timeline(cfg.data)  # validates input before anything is written
+        self.qa_adaptation = QAAdaptation.from_config(cfg, self.timeline)  # checked up front too; None when off
+        hygiene_preflight(cfg, self.timeline, self.qa_adaptation)  # no private eval item in training/prompts
+        self.run_dir = resolve_run_dir(cfg)
+        self.state = RunState.load(self.run_dir)
+        check_run_dir(self.run_dir, cfg.resume)
+        if cfg.trainer.num_threads > 0:
+            torch.set_num_threads(cfg.trainer.num_threads)
+        self.accelerator = Accelerator(mixed_precision=cfg.trainer.mixed_precision,
+                                       gradient_accumulation_steps=cfg.trainer.grad_accum)
+        self.start = self.state.last_complete + 1
+        self.seq2seq = is_seq2seq(cfg.model)
+        self._open_run_dir()
+        self.model, self.tokenizer = self._initial_model()
+        self.method = Method(cfg.method)
+        self.method.load_state_dict(self.state.method_state)
+        if self.start > 0:
+            self.method.load_extra(self.model, step_dir(self.run_dir, self.start - 1))
+        self.model.to(self.accelerator.device)
+        if self.main:  # fail now, not at the first checkpoint: run dir writable, disk space for a checkpoint
+            preflight(self.run_dir, self.model, len(self.timeline.steps) - self.start,
+                      cfg.trainer.save_every_n_steps, cfg.trainer.keep_last_states)
+        return self
+
+    @property
+    def main(self) -> bool:
+        return self.accelerator.is_main_process
+
+    def _open_run_dir(self) -> None:
+        """Clean what an interrupted attempt left, redact secrets, start the loggers (main process writes)."""
+        cfg, run_dir = self.cfg, self.run_dir
+        if self.main:
+            ensure_writable(run_dir)  # mkdir + a probe write: a clear error before anything else
+            for stale in remove_stale_tmp(run_dir):
+                log.warning("removed an incomplete checkpoint left by an interrupted run: %s", stale)
+            prune_states(run_dir, through_step=self.start - 1)  # states of finished steps (docs/reliability.md)
+            redact_run(dataclasses.asdict(cfg))  # secrets out of .hydra/*.yaml and sys.argv before loggers start
+        backends = ["disk"] + [name for name in cfg.logger.backends if name != "disk"]  # metrics.jsonl always
+        self.logger = build_logger(backends, run_dir=run_dir, cfg=cfg) if self.main else build_logger([])
+        if self.main:
+            if self.start > 0:
+                log.info("resuming %s after step %d", run_dir, self.start - 1)
+            DiskLogger(run_dir).truncate_after(self.start - 1)  # rows of an interrupted attempt
+
+    def _initial_model(self):
+        cfg = self.cfg
+        if self.start > 0:
+            return self.load_checkpoint(self.start - 1)
+        set_seed(cfg.seed)
+        if cfg.model.tokenizer or cfg.model.name_or_path:
+            tokenizer = load_tokenizer(cfg.model.tokenizer or cfg.model.name_or_path, cfg.model)
+        else:
+            first = self.timeline.steps[0]
+            texts = [t["text"] for t in first.texts] + [p["input"] + " " + p["output"] for p in first.pairs]
+            tokenizer = train_tokenizer(texts, cfg.model.vocab_size, cfg.model.arch)
+        model = build_model(cfg.model, tokenizer)
+        log.info("model: %.2fM parameters", n_parameters(model) / 1e6)
+        return model, tokenizer
+
+    def load_checkpoint(self, step: int):
+        """``(model, tokenizer)`` of the saved checkpoint ``steps/<step>/``."""
+        path = str(step_dir(self.run_dir, step))
+        return load_model(path, self.cfg.model), load_tokenizer(path, self.cfg.model)
+
+    # ----------------------------------------------------------------------------------- the steps
+
+    def run(self) -> dict:
+        """Every remaining step (train, save, evaluate), then the summary; resumable after any interruption."""
+        self.setup()
+        ok = False
+        try:
+            if self.cfg.eval.eval_initial and self.start == 0:  # A_init (METRICS.md §3): checkpoint -1
+                self.evaluate(INITIAL)
+            for step in range(self.start, len(self.timeline.steps)):
+                self.train_step(step)
+                self.save(step)
+                self.evaluate(step)
+            summary = self.summarize()
+            ok = True
+            return summary
+        except KeyboardInterrupt as interrupt:  # Ctrl-C: resumable (mid-step state, or the last complete step)
+            log.error("%s", interrupt if isinstance(interrupt, TrainingInterrupted) else
+                      f"interrupted (Ctrl-C); the completed steps in {self.run_dir} are kept. Run the same "
+                      "command again to resume.")
+            raise SystemExit(130) from None
+        finally:
+            self.close(ok)
+
+    def train_step(self, step: int) -> StepResult:
+        """Train time step ``step`` on its corpus (mixed and wrapped by the method); the model stays on
+        the object, ready for :meth:`save`."""
+        cfg = self.cfg
+        set_seed(cfg.seed + step)
+        self.active = self.method.at_step(step)  # step 0: plain full training unless method.at_step0
+        examples = self._examples(step)
+        self.model = self.active.prepare_model(self.model, step)
+        cache = Step0Cache.for_run(cfg, self.tokenizer, self.accelerator.num_processes) if step == 0 else None
+        cached = cache.load(cfg.model, self.accelerator, self.logger.log_train) if cache else None
+        if cached:
+            self.model, result = cached
+        else:
+            result = self._train(step, examples, cache)
+        self.model = self.active.after_step(self.model, step, examples)
+        self.results[step] = result
+        return result
+
+    def _examples(self, step: int):
+        """Step ``step``'s tokenized examples, mixed by the method with earlier steps' (replay)."""
+        def tokenize(time_step):
+            return tokenize_step(time_step, self.cfg.data.objective, self.tokenizer, self.cfg.trainer.seq_len,
+                                 self.seq2seq)
+        history = TokenizedHistory(self.timeline.steps[:step], tokenize, self.tokenizer.pad_token_id,
+                                   self.seq2seq)
+        return self.active.mix_examples(step, tokenize(self.timeline.steps[step]), history)
+
+    def _train(self, step: int, examples, cache: Optional[Step0Cache]) -> StepResult:
+        cfg, accelerator = self.cfg, self.accelerator
+        log_fn = cache.recording(self.logger.log_train) if cache else self.logger.log_train
+        pad_id, seq2seq = self.tokenizer.pad_token_id, self.seq2seq
+        with StepStates(self.run_dir, step, cfg.trainer.save_every_n_steps, cfg.trainer.keep_last_states,
+                        accelerator, method=self.active, resume=str(cfg.resume).lower() != "false") as states:
+            result = train_time_step(self.model, examples, step=step,
+                                     epochs=cfg.trainer.epochs_step0 if step == 0 else cfg.trainer.epochs,
+                                     cfg=cfg.trainer, method=self.active, accelerator=accelerator,
+                                     collate_fn=lambda rows: collate(rows, pad_id, seq2seq),
+                                     seed=cfg.seed + 1000 * step, log_fn=log_fn, states=states)
+        if cache and self.main:
+            cache.store(self.model, self.tokenizer, result, trained_by=str(self.run_dir))
+        return result
+
+    def save(self, step: int) -> None:
+        """Checkpoint ``steps/<step>/`` (full weights gathered under FSDP / DeepSpeed) and mark it trained."""
+        self.accelerator.wait_for_everyone()
+        gathered = gathered_state_dict(self.accelerator, self.model)  # a collective: every process
+        if self.main:
+            save_checkpoint(self.run_dir, step, self.model, self.tokenizer,
+                            extra_files=lambda d: self.active.save_extra(self.model, d), state_dict=gathered)
+            self.state.trained = sorted(set(self.state.trained) | {step})
+            self.state.method_state = self.method.state_dict()
+            self.state.save(self.run_dir)
+
+    def evaluate(self, checkpoint: int, model=None) -> list[dict]:
+        """Score ``checkpoint`` (the model on the object, or ``model``) on every set introduced so far;
+        the rows go to ``metrics.jsonl`` and the loggers, and ``state.json`` marks the checkpoint evaluated.
+        The main process evaluates; the others wait."""
+        rows = []
+        if self.main:
+            model = model if model is not None else self.model
+            eval_model = (self.qa_adaptation.adapted(model, self.tokenizer, checkpoint=checkpoint,
+                                                     accelerator=self.accelerator, seq2seq=self.seq2seq)
+                          if self.qa_adaptation and checkpoint >= 0 else model)  # a copy; the chain is untouched
+            rows = self._score(checkpoint, eval_model)
+            self.logger.log_eval(checkpoint, rows)
+            if checkpoint >= 0:
+                self.state.evaluated = sorted(set(self.state.evaluated) | {checkpoint})
+                self.state.save(self.run_dir)
+                prune_states(self.run_dir, through_step=checkpoint)
+            model.train()
+        self.accelerator.wait_for_everyone()
+        return rows
+
+    def _score(self, checkpoint: int, model) -> list[dict]:
+        if checkpoint == INITIAL:
+            DiskLogger(self.run_dir).truncate_after(INITIAL - 1)  # rows an interrupted attempt left
+        ctx = EvalContext(model=model, tokenizer=self.tokenizer, timeline=self.timeline, checkpoint=checkpoint,
+                          cfg=self.cfg.eval, run_dir=self.run_dir, seq2seq=self.seq2seq)
+        start = time.perf_counter()
+        rows = record_private(self.run_dir, self.timeline, self.cfg.eval, checkpoint,
+                              evaluate_checkpoint(ctx))  # private_evaluations.jsonl
+        faults.point("evaluate")
+        return self._decorate(rows, checkpoint, round(time.perf_counter() - start, 2))
+
+    def _decorate(self, rows: list[dict], checkpoint: int, eval_seconds: float) -> list[dict]:
+        """Run metadata on every row: method, seed, the training that made the checkpoint, evaluation time."""
+        result = self.results.get(checkpoint)
+        if checkpoint == INITIAL:
+            result = StepResult(optimizer_steps=0, tokens=0, final_loss=float("nan"), seconds=0.0)
+        meta = {"method": self.cfg.method.name, "seed": self.cfg.seed}
+        if result is not None:
+            meta.update(train_seconds=round(result.seconds, 2), eval_seconds=eval_seconds,
+                        train_tokens=result.tokens, num_processes=self.accelerator.num_processes)
+            if self.cfg.trainer.nonfinite == "skip":  # batches dropped for a non-finite loss/gradient
+                meta["skipped_batches"] = result.skipped_batches
+        else:
+            meta.update(eval_seconds=eval_seconds, num_processes=self.accelerator.num_processes)
+        for row in rows:
+            row.update(meta)
+        return rows
+
+    def summarize(self) -> dict:
+        """``summary.json`` and the step x set table (printed by the main process)."""
+        summary = build_summary(self.run_dir, self.timeline, self.cfg)
+        if self.main:
+            self.logger.log_summary(summary)
             print(format_summary_table(summary))
-        ok = True
         return summary
-    except KeyboardInterrupt as interrupt:  # Ctrl-C: resumable (mid-step state, or the last complete step)
-        log.error("%s", interrupt if isinstance(interrupt, TrainingInterrupted) else
-                  f"interrupted (Ctrl-C); the completed steps in {run_dir} are kept. Run the same command "
-                  "again to resume.")
-        raise SystemExit(130) from None
-    finally:
-        logger.close(ok)
-        accelerator.wait_for_everyone()
-        accelerator.end_training()
+
+    def close(self, ok: bool) -> None:
+        logger = getattr(self, "logger", None)
+        if logger is not None:
+            logger.close(ok)
+        accelerator = getattr(self, "accelerator", None)
+        if accelerator is not None:
+            accelerator.wait_for_everyone()
+            accelerator.end_training()
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()  # without it, multi-process runs may abort at exit
 
 
-def _initial_model(cfg: Config, timeline: Timeline, run_dir: Path, start: int):
-    if start > 0:
-        last = str(step_dir(run_dir, start - 1))
-        return load_model(last, cfg.model), load_tokenizer(last, cfg.model)
-    set_seed(cfg.seed)
-    if cfg.model.tokenizer or cfg.model.name_or_path:
-        tokenizer = load_tokenizer(cfg.model.tokenizer or cfg.model.name_or_path, cfg.model)
-    else:
-        first = timeline.steps[0]
-        texts = [t["text"] for t in first.texts] + [p["input"] + " " + p["output"] for p in first.pairs]
-        tokenizer = train_tokenizer(texts, cfg.model.vocab_size, cfg.model.arch)
-    model = build_model(cfg.model, tokenizer)
-    log.info("model: %.2fM parameters", n_parameters(model) / 1e6)
-    return model, tokenizer
-
-
-def _run_step(cfg, timeline, step, model, tokenizer, method, accelerator, run_dir, state, logger, seq2seq,
-              qa_adaptation=None):
-    main = accelerator.is_main_process
-    set_seed(cfg.seed + step)
-    active = method.at_step(step)  # step 0: plain full training unless method.at_step0
-    tokenize = lambda s: tokenize_step(s, cfg.data.objective, tokenizer, cfg.trainer.seq_len, seq2seq)  # noqa: E731
-    examples = tokenize(timeline.steps[step])
-    history = TokenizedHistory(timeline.steps[:step], tokenize, tokenizer.pad_token_id, seq2seq)
-    examples = active.mix_examples(step, examples, history)
-    model = active.prepare_model(model, step)
-    epochs = cfg.trainer.epochs_step0 if step == 0 else cfg.trainer.epochs
-    cache = Step0Cache.for_run(cfg, tokenizer, accelerator.num_processes) if step == 0 else None
-    cached = cache.load(cfg.model, accelerator, logger.log_train) if cache else None
-    if cached:
-        model, result = cached
-    else:
-        with StepStates(run_dir, step, cfg.trainer.save_every_n_steps, cfg.trainer.keep_last_states,
-                        accelerator, method=active, resume=str(cfg.resume).lower() != "false") as states:
-            result = train_time_step(model, examples, step=step, epochs=epochs, cfg=cfg.trainer, method=active,
-                                     accelerator=accelerator, pad_id=tokenizer.pad_token_id,
-                                     seed=cfg.seed + 1000 * step, seq2seq=seq2seq,
-                                     log_fn=cache.recording(logger.log_train) if cache else logger.log_train,
-                                     states=states)
-        if cache and main:
-            cache.store(model, tokenizer, result, trained_by=str(run_dir))
-    model = active.after_step(model, step, examples)
-    accelerator.wait_for_everyone()
-    gathered = gathered_state_dict(accelerator, model)  # FSDP / DeepSpeed: full weights (every process)
-    if main:
-        save_checkpoint(run_dir, step, model, tokenizer, extra_files=lambda d: active.save_extra(model, d),
-                        state_dict=gathered)
-        state.trained = sorted(set(state.trained) | {step})
-        state.method_state = method.state_dict()
-        state.save(run_dir)
-        eval_model = (qa_adaptation.adapted(model, tokenizer, checkpoint=step, accelerator=accelerator,
-                                            seq2seq=seq2seq) if qa_adaptation else model)  # a copy; chain untouched
-        ctx = EvalContext(model=eval_model, tokenizer=tokenizer, timeline=timeline, checkpoint=step, cfg=cfg.eval,
-                          run_dir=run_dir, seq2seq=seq2seq)
-        eval_start = time.perf_counter()
-        rows = record_private(run_dir, timeline, cfg.eval, step, evaluate_checkpoint(ctx))  # private_evaluations.jsonl
-        faults.point("evaluate")
-        eval_seconds = round(time.perf_counter() - eval_start, 2)
-        for row in rows:
-            row.update(method=cfg.method.name, seed=cfg.seed, train_seconds=round(result.seconds, 2),
-                       eval_seconds=eval_seconds,
-                       train_tokens=result.tokens, num_processes=accelerator.num_processes)
-            if cfg.trainer.nonfinite == "skip":  # batches dropped for a non-finite loss/gradient
-                row["skipped_batches"] = result.skipped_batches
-        logger.log_eval(step, rows)
-        state.evaluated = sorted(set(state.evaluated) | {step})
-        state.save(run_dir)
-        prune_states(run_dir, through_step=step)
-        model.train()
-    accelerator.wait_for_everyone()
-    return model
+def train(cfg: Config | DictConfig) -> dict:
+    """Run the whole timeline; returns the summary (also written to ``summary.json``)."""
+    return ContinualRun(cfg).run()

@@ -78,7 +78,7 @@ def framework_tokens_per_s(model, examples, cfg, method_name: str = "full") -> t
     model = method.prepare_model(model, 1)
     accelerator = Accelerator(mixed_precision="no")
     result = train_time_step(model, examples, step=1, epochs=cfg.trainer.epochs, cfg=cfg.trainer, method=method,
-                             accelerator=accelerator, pad_id=0, seed=cfg.seed + 1000)
+                             accelerator=accelerator, collate_fn=lambda rows: collate(rows, 0), seed=cfg.seed + 1000)
     return result.tokens / result.seconds, model
 
 

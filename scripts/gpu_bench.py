@@ -90,6 +90,7 @@ def framework_loop(model, rows, batch: int, steps: int, compile_model: bool = Fa
 
     from evolve_train.config import MethodConfig, TrainerConfig
     from evolve_train.methods import Method
+    from evolve_train.training.examples import collate
     from evolve_train.training.loop import train_time_step
 
     n = batch * steps
@@ -99,10 +100,10 @@ def framework_loop(model, rows, batch: int, steps: int, compile_model: bool = Fa
     accelerator = Accelerator(mixed_precision="bf16")
     # a short warm-up step first (allocator, cuBLAS handles, compile), then the timed one
     train_time_step(model, examples.select(range(3 * batch)), step=0, epochs=1, cfg=cfg, method=Method(MethodConfig()),
-                    accelerator=accelerator, pad_id=0, seed=0)
+                    accelerator=accelerator, collate_fn=lambda rows: collate(rows, 0), seed=0)
     torch.cuda.synchronize()
     result = train_time_step(model, examples, step=1, epochs=1, cfg=cfg, method=Method(MethodConfig()),
-                             accelerator=accelerator, pad_id=0, seed=1)
+                             accelerator=accelerator, collate_fn=lambda rows: collate(rows, 0), seed=1)
     return result.tokens / result.seconds
 
 

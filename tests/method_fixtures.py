@@ -11,6 +11,7 @@ from transformers import GPT2Config, GPT2LMHeadModel
 
 from evolve_train.config import MethodConfig, TrainerConfig
 from evolve_train.methods import Method, TokenizedHistory
+from evolve_train.training.examples import collate
 from evolve_train.training.loop import train_time_step
 
 VOCAB = 64
@@ -65,7 +66,7 @@ def trainer_cfg(**overrides) -> TrainerConfig:
 
 def train(model, examples, m: Method, *, step: int = 1, epochs: float = 3, seed: int = 0, **trainer):
     return train_time_step(model, examples, step=step, epochs=epochs, cfg=trainer_cfg(**trainer), method=m,
-                           accelerator=Accelerator(cpu=True), pad_id=PAD, seed=seed)
+                           accelerator=Accelerator(cpu=True), collate_fn=lambda rows: collate(rows, PAD), seed=seed)
 
 
 def run_step(model, examples, m: Method, history, step: int = 1, **kwargs):

@@ -236,7 +236,7 @@ def test_replay_mixes_the_configured_share_from_earlier_steps():
 
 
 def test_replay_decay_is_applied_per_epoch_in_the_loop(monkeypatch):
-    import evolve_train.training.loop as loop
+    import method_fixtures
 
     history, current = make_history([token_rows(64, 2, 32, 1)]), token_rows(32, 32, 64, 2)
     m = method("full", "replay", replay={"ratio": 1.0, "decay": 0.5})
@@ -244,8 +244,8 @@ def test_replay_decay_is_applied_per_epoch_in_the_loop(monkeypatch):
     assert [len(m.epoch_rows(e, len(mixed))) for e in range(3)] == [32 + 32, 32 + 16, 32 + 8]
 
     seen = []
-    real_collate = loop.collate
-    monkeypatch.setattr(loop, "collate", lambda rows, *a: seen.extend(rows) or real_collate(rows, *a))
+    real_collate = method_fixtures.collate  # what the fixture's collate_fn calls
+    monkeypatch.setattr(method_fixtures, "collate", lambda rows, *a: seen.extend(rows) or real_collate(rows, *a))
     result = train(tiny_gpt2(), mixed, m, epochs=3, batch_size=8, grad_accum=1)
     replayed = sum(max(r["input_ids"]) < 32 for r in seen)
     assert replayed == 32 + 16 + 8 and len(seen) - replayed == 3 * 32

@@ -92,7 +92,7 @@ class QAAdaptation:
     def adapted(self, model, tokenizer, *, checkpoint: int, accelerator, seq2seq: bool):
         """A copy of ``model`` fine-tuned on the QA train set (all parameters trainable); ``model`` is untouched."""
         from evolve_train.methods import Method
-        from evolve_train.training.examples import tokenize_step
+        from evolve_train.training.examples import collate, tokenize_step
         from evolve_train.training.loop import train_time_step
 
         settings, trainer = self.cfg.eval.qa_adaptation, self.cfg.trainer
@@ -112,8 +112,8 @@ class QAAdaptation:
         trainer = dataclasses.replace(trainer, warmup_steps=min(trainer.warmup_steps, max(1, total // 10)))
         result = train_time_step(adapted, examples, step=checkpoint, epochs=epochs, cfg=trainer,
                                  method=Method(MethodConfig()), accelerator=accelerator,
-                                 pad_id=tokenizer.pad_token_id, seed=self.cfg.seed + 7919 * (checkpoint + 1),
-                                 seq2seq=seq2seq)
+                                 collate_fn=lambda rows: collate(rows, tokenizer.pad_token_id, seq2seq),
+                                 seed=self.cfg.seed + 7919 * (checkpoint + 1))
         log.info("QA adaptation of checkpoint %d: %d optimizer steps, final loss %.4f, %.1f s", checkpoint,
                  result.optimizer_steps, result.final_loss, result.seconds)
         adapted.eval()

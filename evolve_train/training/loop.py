@@ -1,13 +1,18 @@
 """The training loop: one time step of continual pretraining, for every method.
 
-Read top to bottom: optimizer and schedule, then epochs of length-grouped batches, each micro-batch
-adding the method's extra loss. The loss is read back to the host only every ``log_every`` steps.
+Read top to bottom: :func:`train_time_step` builds a :class:`StepTrainer` (optimizer, schedule, the
+non-finite guard and, on resume, the restored position), which runs epochs of length-grouped batches;
+each micro-batch adds the method's extra loss. The loss is read back to the host only every
+``log_every`` steps. The loop knows nothing of the text format: ``collate_fn`` turns rows into a batch.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import time
 from dataclasses import dataclass
+from typing import Callable, Optional
 
 import torch
 from accelerate import Accelerator
@@ -17,7 +22,7 @@ from evolve_train.config import TrainerConfig
 from evolve_train.methods import Method
 from evolve_train.training import faults
 from evolve_train.training.distributed import clip_gradients, configure_deepspeed, update_steppers
-from evolve_train.training.examples import LengthGroupedBatches, as_array_rows, collate
+from evolve_train.training.examples import LengthGroupedBatches, as_array_rows
 from evolve_train.training.nonfinite import NonFiniteGuard, NonFiniteLossError  # noqa: F401  (re-exported)
 from evolve_train.training.train_state import Progress, StepStates
 
@@ -66,103 +71,154 @@ def planned_steps_for_method(batches: LengthGroupedBatches, epochs: float, grad_
 
 
 def train_time_step(model: torch.nn.Module, examples, *, step: int, epochs: float, cfg: TrainerConfig,
-                    method: Method, accelerator: Accelerator, pad_id: int, seed: int,
-                    seq2seq: bool = False, log_fn=None, states: StepStates | None = None) -> StepResult:
+                    method: Method, accelerator: Accelerator, collate_fn: Callable[[list], dict], seed: int,
+                    log_fn=None, states: StepStates | None = None) -> StepResult:
     """Train ``model`` in place on one time step's tokenized ``examples``.
 
-    ``states`` (training/train_state.py) saves resumable mid-step states and restores the newest one;
+    ``collate_fn`` pads a list of rows into a batch (the model adapter's); ``states``
+    (training/train_state.py) saves resumable mid-step states and restores the newest one;
     ``trainer.nonfinite`` guards every loss and gradient (training/nonfinite.py).
     """
-    import time
-
     start = time.perf_counter()
-    rows = as_array_rows(examples)
-    batches = LengthGroupedBatches([len(row["input_ids"]) for row in rows],
-                                   batch_size=cfg.batch_size * accelerator.num_processes, seed=seed)
-    total = planned_steps_for_method(batches, epochs, cfg.grad_accum, method)
-    trainable = [p for p in model.parameters() if p.requires_grad]
-    fused = accelerator.device.type == "cuda"
-    optimizer = torch.optim.AdamW(trainable, lr=cfg.lr, weight_decay=cfg.weight_decay, fused=fused)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg.warmup_steps, total, cfg.min_lr_ratio))
-    if cfg.compile:  # trains the same parameters in place through a compiled graph
-        model = torch.compile(model)
-    configure_deepspeed(accelerator, cfg.batch_size)  # no-op unless launched with a DeepSpeed config
-    model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
-    # the loop splits each global batch across processes itself: one schedule step per optimizer step
-    # (accelerate otherwise steps it num_processes times, decaying the LR that much faster)
-    scheduler.split_batches = True
-    model.train()
-
-    rank, world = accelerator.process_index, accelerator.num_processes
-    unwrapped = accelerator.unwrap_model(model)  # what methods' extra losses read (unwrapping per batch costs ~1 ms)
-    step_optimizer, step_schedule = update_steppers(accelerator, optimizer, scheduler)
-    guard = NonFiniteGuard(cfg.nonfinite, step, accelerator.device, total * cfg.grad_accum,
-                           last_good=states.last_good if states is not None else None)
-    resumed = Progress()
-    if states is not None:  # restores model, optimizer, scheduler, RNG and the data position if a state exists
-        resumed, log_fn = states.begin(model, optimizer, scheduler, log_fn, planned_steps=total, rows=len(rows),
-                                       batch_size=cfg.batch_size, grad_accum=cfg.grad_accum, epochs=epochs,
-                                       seed=seed, lr=cfg.lr)
-    optimizer_steps, micro, skipped = resumed.optimizer_steps, resumed.micro, resumed.skipped
-    tokens = torch.full((), float(resumed.tokens), device=accelerator.device)
-    guard.skipped = skipped
-    last_loss = resumed.last_loss
-    progress = tqdm(total=total, initial=optimizer_steps, desc=f"step {step}",
-                    disable=None if accelerator.is_main_process else True, dynamic_ncols=True, leave=False)
-    epoch = resumed.epoch
-    while optimizer_steps < total:
-        for index, indices in enumerate(epoch_batches(batches, epoch, method.epoch_rows(epoch, len(batches.lengths)))):
-            if epoch == resumed.epoch and index < resumed.next_batch:
-                continue  # trained before the state this step resumed from
-            shard = indices[rank::world]
-            if not shard:
-                continue
-            batch = collate([rows[i] for i in shard], pad_id, seq2seq)
-            batch = {k: v.to(accelerator.device, non_blocking=True) for k, v in batch.items()}
-            with accelerator.accumulate(model):
-                loss = model(**batch).loss
-                extra = method.extra_loss(unwrapped, optimizer_steps)
-                if extra is not None:
-                    loss = loss + extra
-                guard.observe_loss(loss, epoch, index, micro)
-                accelerator.backward(loss)
-                if accelerator.sync_gradients:  # else gradients accumulate for the next micro-batch
-                    norm = clip_gradients(accelerator, model, trainable, cfg.grad_clip) if cfg.grad_clip > 0 else None
-                    guard.observe_gradients(norm, trainable)
-                    update = not guard.before_update(optimizer_steps + 1)  # skip: drop this update
-                    if update:
-                        step_optimizer.step()
-                        step_schedule.step()
-                    step_optimizer.zero_grad(set_to_none=True)
-            tokens += batch["attention_mask"].sum()
-            micro += 1
-            if not accelerator.sync_gradients:
-                continue
-            if not update:
-                skipped = guard.skipped
-                continue
-            optimizer_steps += 1
-            progress.update(1)
-            if optimizer_steps % cfg.log_every == 0 or optimizer_steps == total:
-                guard.check(optimizer_steps)
-                last_loss = loss.detach().float().item()
-                progress.set_postfix(loss=f"{last_loss:.3f}")
-                if log_fn is not None:
-                    log_fn({"time_step": step, "optimizer_step": optimizer_steps, "loss": last_loss,
-                            "lr": scheduler.get_last_lr()[0], "tokens": int(tokens.item()) * world,
-                            **({"skipped": skipped} if skipped else {})})
-            if states is not None:  # a due mid-step state (or Ctrl-C: save, then TrainingInterrupted)
-                states.after_optimizer_step(
-                    optimizer_steps, total, lambda: Progress(epoch, index + 1, optimizer_steps, micro,
-                                                             int(tokens.item()), skipped, last_loss),
-                    model, optimizer, scheduler, check=lambda: guard.check(optimizer_steps))
-            faults.point("optimizer_step")
-            if optimizer_steps >= total:
-                break
-        epoch += 1
-    guard.check(optimizer_steps)
-    progress.close()
+    trainer = StepTrainer(model, as_array_rows(examples), step=step, epochs=epochs, cfg=cfg, method=method,
+                          accelerator=accelerator, collate_fn=collate_fn, seed=seed)
+    trainer.begin(log_fn, states)
+    trainer.run()
     seconds = time.perf_counter() - start
     accelerator.free_memory()  # drops accelerate's references between time steps (a gc pass: not training time)
-    return StepResult(optimizer_steps=optimizer_steps, tokens=int(tokens.item()) * world,
-                      final_loss=last_loss, seconds=seconds, skipped_batches=skipped)
+    return trainer.result(seconds)
+
+
+class StepTrainer:
+    """One time step's training: what it trains (model, optimizer, schedule), on what (rows in
+    deterministic length-grouped batches), and where it stands (:class:`Progress`, restorable)."""
+
+    def __init__(self, model, rows, *, step: int, epochs: float, cfg: TrainerConfig, method: Method,
+                 accelerator: Accelerator, collate_fn, seed: int):
+        self.step, self.cfg, self.method, self.accelerator = step, cfg, method, accelerator
+        self.rows, self.collate_fn, self.epochs, self.seed = rows, collate_fn, epochs, seed
+        self.batches = LengthGroupedBatches([len(row["input_ids"]) for row in rows],
+                                            batch_size=cfg.batch_size * accelerator.num_processes, seed=seed)
+        self.total = planned_steps_for_method(self.batches, epochs, cfg.grad_accum, method)
+        self.trainable = [p for p in model.parameters() if p.requires_grad]
+        self._prepare(model)
+
+    def _prepare(self, model) -> None:
+        cfg, accelerator = self.cfg, self.accelerator
+        fused = accelerator.device.type == "cuda"
+        optimizer = torch.optim.AdamW(self.trainable, lr=cfg.lr, weight_decay=cfg.weight_decay, fused=fused)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer,
+                                                      lr_lambda(cfg.warmup_steps, self.total, cfg.min_lr_ratio))
+        if cfg.compile:  # trains the same parameters in place through a compiled graph
+            model = torch.compile(model)
+        configure_deepspeed(accelerator, cfg.batch_size)  # no-op unless launched with a DeepSpeed config
+        self.model, self.optimizer, self.scheduler = accelerator.prepare(model, optimizer, scheduler)
+        # the loop splits each global batch across processes itself: one schedule step per optimizer step
+        # (accelerate otherwise steps it num_processes times, decaying the LR that much faster)
+        self.scheduler.split_batches = True
+        self.model.train()
+        self.unwrapped = accelerator.unwrap_model(self.model)  # what extra losses read (~1 ms per unwrap)
+        self.step_optimizer, self.step_schedule = update_steppers(accelerator, self.optimizer, self.scheduler)
+
+    def begin(self, log_fn, states: Optional[StepStates]) -> None:
+        """Restore the newest mid-step state of this step, if any (model, optimizer, schedule, RNG, data
+        position), and set up the guard and counters from it."""
+        self.states, self.log_fn = states, log_fn
+        self.guard = NonFiniteGuard(self.cfg.nonfinite, self.step, self.accelerator.device,
+                                    self.total * self.cfg.grad_accum,
+                                    last_good=states.last_good if states is not None else None)
+        self.progress = Progress()
+        if states is not None:
+            self.progress, self.log_fn = states.begin(
+                self.model, self.optimizer, self.scheduler, log_fn, planned_steps=self.total, rows=len(self.rows),
+                batch_size=self.cfg.batch_size, grad_accum=self.cfg.grad_accum, epochs=self.epochs,
+                seed=self.seed, lr=self.cfg.lr)
+        self.resumed_at = (self.progress.epoch, self.progress.next_batch)
+        self.guard.skipped = self.progress.skipped
+        self.tokens = torch.full((), float(self.progress.tokens), device=self.accelerator.device)
+
+    def run(self) -> None:
+        """Epochs of batches until the planned number of optimizer steps."""
+        progress = self.progress
+        self.bar = tqdm(total=self.total, initial=progress.optimizer_steps, desc=f"step {self.step}",
+                        disable=None if self.accelerator.is_main_process else True, dynamic_ncols=True,
+                        leave=False)
+        while progress.optimizer_steps < self.total:
+            rows = self.method.epoch_rows(progress.epoch, len(self.batches.lengths))
+            for index, indices in enumerate(epoch_batches(self.batches, progress.epoch, rows)):
+                if progress.epoch == self.resumed_at[0] and index < self.resumed_at[1]:
+                    continue  # trained before the state this step resumed from
+                shard = indices[self.accelerator.process_index::self.accelerator.num_processes]
+                if shard and self.train_batch(index, shard):
+                    break
+            progress.epoch += 1
+        self.guard.check(progress.optimizer_steps)
+        self.bar.close()
+
+    def train_batch(self, index: int, shard: list[int]) -> bool:
+        """Forward, backward and (on a synced window) the update; True once the step's plan is done."""
+        progress, accelerator = self.progress, self.accelerator
+        batch = self.collate_fn([self.rows[i] for i in shard])
+        batch = {k: v.to(accelerator.device, non_blocking=True) for k, v in batch.items()}
+        with accelerator.accumulate(self.model):
+            loss = self.model(**batch).loss
+            extra = self.method.extra_loss(self.unwrapped, progress.optimizer_steps)
+            if extra is not None:
+                loss = loss + extra
+            self.guard.observe_loss(loss, progress.epoch, index, progress.micro)
+            accelerator.backward(loss)
+            updated = self._update() if accelerator.sync_gradients else False
+        self.tokens += batch["attention_mask"].sum()
+        progress.micro += 1
+        if not accelerator.sync_gradients:
+            return False
+        if not updated:
+            progress.skipped = self.guard.skipped
+            return False
+        return self._after_update(index, loss)
+
+    def _update(self) -> bool:
+        """Clip, check and apply the accumulated gradients; False when the guard drops the update."""
+        clip = self.cfg.grad_clip
+        norm = clip_gradients(self.accelerator, self.model, self.trainable, clip) if clip > 0 else None
+        self.guard.observe_gradients(norm, self.trainable)
+        update = not self.guard.before_update(self.progress.optimizer_steps + 1)  # skip: drop this update
+        if update:
+            self.step_optimizer.step()
+            self.step_schedule.step()
+        self.step_optimizer.zero_grad(set_to_none=True)
+        return update
+
+    def _after_update(self, index: int, loss: torch.Tensor) -> bool:
+        """Count the update, log every ``log_every`` steps, save a due mid-step state."""
+        progress = self.progress
+        progress.optimizer_steps += 1
+        self.bar.update(1)
+        if progress.optimizer_steps % self.cfg.log_every == 0 or progress.optimizer_steps == self.total:
+            self._log(loss)
+        if self.states is not None:  # a due mid-step state (or Ctrl-C: save, then TrainingInterrupted)
+            self.states.after_optimizer_step(
+                progress.optimizer_steps, self.total,
+                lambda: dataclasses.replace(progress, next_batch=index + 1, tokens=int(self.tokens.item()),
+                                            rows=[]),
+                self.model, self.optimizer, self.scheduler,
+                check=lambda: self.guard.check(progress.optimizer_steps))
+        faults.point("optimizer_step")
+        return progress.optimizer_steps >= self.total
+
+    def _log(self, loss: torch.Tensor) -> None:
+        progress = self.progress
+        self.guard.check(progress.optimizer_steps)
+        progress.last_loss = loss.detach().float().item()
+        self.bar.set_postfix(loss=f"{progress.last_loss:.3f}")
+        if self.log_fn is not None:
+            self.log_fn({"time_step": self.step, "optimizer_step": progress.optimizer_steps,
+                         "loss": progress.last_loss, "lr": self.scheduler.get_last_lr()[0],
+                         "tokens": int(self.tokens.item()) * self.accelerator.num_processes,
+                         **({"skipped": progress.skipped} if progress.skipped else {})})
+
+    def result(self, seconds: float) -> StepResult:
+        world = self.accelerator.num_processes
+        return StepResult(optimizer_steps=self.progress.optimizer_steps, tokens=int(self.tokens.item()) * world,
+                          final_loss=self.progress.last_loss, seconds=seconds,
+                          skipped_batches=self.progress.skipped)
