@@ -8,17 +8,99 @@ registered in Hydra's ConfigStore as ``base_config``, an override naming a key t
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from enum import Enum
+from typing import Any, Callable, ClassVar, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
+
+from evolve_train.errors import ConfigError
+
+
+class Choice(str, Enum):
+    """A closed set of string values: Hydra rejects any other value while composing, naming the key.
+    A member compares equal to (and prints as) its string value."""
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+
+class Arch(Choice):
+    gpt2 = "gpt2"
+    t5 = "t5"
+
+
+class AcrossSteps(Choice):
+    merge = "merge"
+    stack = "stack"
+
+
+class ReplaySource(Choice):
+    all = "all"
+    initial = "initial"
+
+
+class DataKind(Choice):
+    synthetic_world = "synthetic_world"
+    evolvingqa = "evolvingqa"
+    temporal_qa = "temporal_qa"
+
+
+class Objective(Choice):
+    masked_entity = "masked_entity"
+    clm = "clm"
+
+
+class Split(Choice):
+    dev = "dev"
+    private = "private"
+
+
+class Precision(Choice):
+    no = "no"
+    bf16 = "bf16"
+    fp16 = "fp16"
+
+
+class NonFinite(Choice):
+    stop = "stop"
+    skip = "skip"
+
+
+class GreedyDecoder(Choice):
+    pruned = "pruned"
+    generate = "generate"
+
+
+POSITIVE = (lambda v: v > 0, "positive")
+NON_NEGATIVE = (lambda v: v >= 0, ">= 0")
+AT_LEAST_ONE = (lambda v: v >= 1, ">= 1")
+UNIT = (lambda v: 0.0 <= v <= 1.0, "in [0, 1]")
+
+
+def check_ranges(section: str, rules: dict[str, tuple[Any, tuple[Callable[[Any], bool], str]]]) -> None:
+    """Range checks of one config section: ``{field: (value, (predicate, rule))}``; the error names the key."""
+    for name, (value, (ok, rule)) in rules.items():
+        if not ok(value):
+            raise ConfigError(f"{section}.{name} must be {rule}, got {value!r}")
+
+
+def as_choice(key: str, enum: type[Choice], value) -> Choice:
+    """``value`` as a member of ``enum`` (configs built in Python pass plain strings)."""
+    try:
+        return enum(value)
+    except ValueError:
+        raise ConfigError(f"{key} must be one of {', '.join(m.value for m in enum)}, got {value!r}") from None
 
 
 @dataclass
 class ModelConfig:
     name_or_path: Optional[str] = None
     """Hub name or local directory of a pretrained model. ``null`` builds a fresh model from the fields below."""
-    arch: str = "gpt2"
+    arch: Arch = Arch.gpt2
     """Architecture of a model built from config: ``gpt2`` (causal) or ``t5`` (seq2seq)."""
     n_layer: int = 4
     """Transformer blocks (built-from-config models only)."""
@@ -46,6 +128,13 @@ class ModelConfig:
     gradient_checkpointing: bool = False
     """Trade compute for memory on large models."""
 
+    def __post_init__(self):
+        self.arch = as_choice("model.arch", Arch, self.arch)
+        check_ranges("model", {"n_layer": (self.n_layer, POSITIVE), "n_embd": (self.n_embd, POSITIVE),
+                               "n_head": (self.n_head, POSITIVE), "n_positions": (self.n_positions, POSITIVE),
+                               "vocab_size": (self.vocab_size, POSITIVE),
+                               "dropout": (self.dropout, (lambda v: 0 <= v < 1, "in [0, 1)"))})
+
 
 @dataclass
 class LoraConfig:
@@ -58,9 +147,16 @@ class LoraConfig:
     target_modules: Optional[list[str]] = None
     """Module names to adapt; ``null`` picks per architecture (GPT-2 ``c_attn,c_proj,c_fc``, llama-style
     ``q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj``, T5 ``q,k,v,o,wi,wo``, GPT-NeoX)."""
-    across_steps: str = "merge"
+    across_steps: AcrossSteps = AcrossSteps.merge
     """``merge``: merge into the base after each time step and start a fresh adapter; ``stack``: keep training
     one adapter on the frozen base across steps (checkpoints hold the merged weights plus ``adapter/``)."""
+
+    def __post_init__(self):
+        self.across_steps = as_choice("method.lora.across_steps", AcrossSteps, self.across_steps)
+        check_ranges("method.lora", {"r": (self.r, AT_LEAST_ONE), "alpha": (self.alpha, POSITIVE),
+                                     "dropout": (self.dropout, (lambda v: 0 <= v < 1, "in [0, 1)"))})
+        if self.target_modules is not None and not list(self.target_modules):
+            raise ConfigError("method.lora.target_modules is empty; use null for the architecture's default")
 
 
 @dataclass
@@ -69,8 +165,13 @@ class ReplayConfig:
     """Earlier steps' examples mixed into each step's corpus, as a multiple of its size (0.25 adds 25%)."""
     decay: float = 1.0
     """CKL-style decaying schedule: the ratio at epoch e is ratio * decay**e (1.0 = fixed ratio; 0 < decay <= 1)."""
-    source: str = "all"
+    source: ReplaySource = ReplaySource.all
     """Where replayed examples come from: ``all`` earlier steps, or ``initial`` (step 0 only, as Mix-review)."""
+
+    def __post_init__(self):
+        self.source = as_choice("method.replay.source", ReplaySource, self.source)
+        check_ranges("method.replay", {"ratio": (self.ratio, NON_NEGATIVE),
+                                       "decay": (self.decay, (lambda v: 0 < v <= 1, "in (0, 1]"))})
 
 
 @dataclass
@@ -83,6 +184,13 @@ class L2InitConfig:
     anneal_k: float = 0.1
     """Steepness of the annealing sigmoid (RecAdam's k)."""
 
+    section: ClassVar[str] = "method.l2_init"
+
+    def __post_init__(self):
+        check_ranges(self.section, {"coef": (self.coef, NON_NEGATIVE), "anneal_t0": (self.anneal_t0, NON_NEGATIVE)})
+        if self.anneal_t0 > 0 and not self.anneal_k > 0:
+            raise ConfigError(f"{self.section}.anneal_k must be positive when annealing, got {self.anneal_k}")
+
 
 @dataclass
 class EwcConfig(L2InitConfig):
@@ -91,6 +199,13 @@ class EwcConfig(L2InitConfig):
     fisher_batch_size: int = 8
     """Rows per Fisher batch."""
 
+    section: ClassVar[str] = "method.ewc"
+
+    def __post_init__(self):
+        super().__post_init__()
+        check_ranges(self.section, {"fisher_batches": (self.fisher_batches, AT_LEAST_ONE),
+                                    "fisher_batch_size": (self.fisher_batch_size, AT_LEAST_ONE)})
+
 
 @dataclass
 class FreezeConfig:
@@ -98,6 +213,9 @@ class FreezeConfig:
     """Freeze the token and position embeddings (for GPT-2 this also freezes the tied output head)."""
     lower_blocks: int = 0
     """Freeze the lowest N transformer blocks (of encoder and decoder for T5)."""
+
+    def __post_init__(self):
+        check_ranges("method.freeze", {"lower_blocks": (self.lower_blocks, NON_NEGATIVE)})
 
 
 @dataclass
@@ -145,12 +263,19 @@ class WorldConfig:
     dev_share: float = 0.2
     """Share of eval items marked ``dev`` (usable for tuning); the rest are ``private``."""
 
+    def __post_init__(self):
+        check_ranges("data.world", {"n_entities": (self.n_entities, POSITIVE), "n_steps": (self.n_steps, POSITIVE),
+                                    "change_share": (self.change_share, UNIT),
+                                    "new_entities_per_step": (self.new_entities_per_step, NON_NEGATIVE),
+                                    "n_people": (self.n_people, POSITIVE), "n_cities": (self.n_cities, POSITIVE),
+                                    "dev_share": (self.dev_share, UNIT)})
+
 
 @dataclass
 class DataConfig:
-    kind: str = "synthetic_world"
+    kind: DataKind = DataKind.synthetic_world
     """Data source: ``synthetic_world``, ``evolvingqa`` or ``temporal_qa``."""
-    objective: str = "masked_entity"
+    objective: Objective = Objective.masked_entity
     """``masked_entity``: loss on the masked entity of each pair; ``clm``: loss on all text."""
     world: WorldConfig = field(default_factory=WorldConfig)
     """Settings of the embedded world (``kind=synthetic_world``)."""
@@ -171,8 +296,13 @@ class DataConfig:
     eval_files: list[str] = field(default_factory=list)
     """``kind=temporal_qa``: QA item files (JSONL/CSV of the item contract, or EvolveBench-style event
     files, recognised by their ``knowledge_event``/``questions`` fields), relative to ``root``."""
-    default_split: str = "private"
+    default_split: Split = Split.private
     """Split (``dev``/``private``) of loaded items that do not name one."""
+
+    def __post_init__(self):
+        self.kind = as_choice("data.kind", DataKind, self.kind)
+        self.objective = as_choice("data.objective", Objective, self.objective)
+        self.default_split = as_choice("data.default_split", Split, self.default_split)
 
 
 @dataclass
@@ -197,7 +327,7 @@ class TrainerConfig:
     """Final learning rate of each time step, as a share of ``lr``."""
     grad_clip: float = 1.0
     """Gradient-norm clipping (0 = off)."""
-    mixed_precision: str = "no"
+    mixed_precision: Precision = Precision.no
     """Passed to accelerate: ``no``, ``bf16`` or ``fp16``."""
     num_threads: int = 0
     """torch CPU threads (0 = torch's default)."""
@@ -211,9 +341,22 @@ class TrainerConfig:
     still saves one). See docs/reliability.md."""
     keep_last_states: int = 2
     """Mid-step training states kept for the step in progress (>= 1); a finished step's are deleted."""
-    nonfinite: str = "stop"
+    nonfinite: NonFinite = NonFinite.stop
     """On a non-finite loss or gradient: ``stop`` (error naming step, batch and last good checkpoint) or
     ``skip`` (drop that update, count it in ``skipped_batches``)."""
+
+    def __post_init__(self):
+        self.mixed_precision = as_choice("trainer.mixed_precision", Precision, self.mixed_precision)
+        self.nonfinite = as_choice("trainer.nonfinite", NonFinite, self.nonfinite)
+        check_ranges("trainer", {
+            "epochs_step0": (self.epochs_step0, POSITIVE), "epochs": (self.epochs, POSITIVE),
+            "batch_size": (self.batch_size, POSITIVE), "grad_accum": (self.grad_accum, POSITIVE),
+            "seq_len": (self.seq_len, POSITIVE), "lr": (self.lr, POSITIVE),
+            "weight_decay": (self.weight_decay, NON_NEGATIVE), "warmup_steps": (self.warmup_steps, NON_NEGATIVE),
+            "min_lr_ratio": (self.min_lr_ratio, UNIT), "grad_clip": (self.grad_clip, NON_NEGATIVE),
+            "num_threads": (self.num_threads, NON_NEGATIVE), "log_every": (self.log_every, AT_LEAST_ONE),
+            "save_every_n_steps": (self.save_every_n_steps, NON_NEGATIVE),
+            "keep_last_states": (self.keep_last_states, AT_LEAST_ONE)})
 
 
 @dataclass
@@ -237,6 +380,10 @@ class QAAdaptationConfig:
     max_items: int = 0
     """Use at most this many QA train items (a fixed seeded sample; 0 = all)."""
 
+    def __post_init__(self):
+        check_ranges("eval.qa_adaptation", {"epochs": (self.epochs, POSITIVE), "steps": (self.steps, NON_NEGATIVE),
+                                            "max_items": (self.max_items, NON_NEGATIVE)})
+
 
 @dataclass
 class ContaminationConfig:
@@ -251,6 +398,11 @@ class ContaminationConfig:
     max_items_per_set: int = 0
     """Items per split set asked with variants by ``contamination``/``flip_rate`` (seeded sample; 0 = all)."""
 
+    def __post_init__(self):
+        check_ranges("eval.contamination", {"variants": (self.variants, AT_LEAST_ONE),
+                                            "spotcheck": (self.spotcheck, NON_NEGATIVE),
+                                            "max_items_per_set": (self.max_items_per_set, NON_NEGATIVE)})
+
 
 @dataclass
 class FlipRateConfig:
@@ -262,6 +414,13 @@ class FlipRateConfig:
     """Sampling temperature when ``samples`` > 1."""
     seed: int = 0
     """Seed of sampled decoding (plus the checkpoint)."""
+
+    def __post_init__(self):
+        check_ranges("eval.flip_rate", {
+            "templates": (self.templates, (lambda v: v >= 2, ">= 2 (the original and a variant)")),
+            "samples": (self.samples, (lambda v: v >= 1, ">= 1 (1 = greedy)"))})
+        if self.samples > 1 and not self.temperature > 0:
+            raise ConfigError(f"eval.flip_rate.temperature must be > 0 when sampling, got {self.temperature}")
 
 
 @dataclass
@@ -285,7 +444,7 @@ class EvalConfig:
     """Evaluators run on every checkpoint, by registered name."""
     batch_size: int = 64
     """Prompts per generation batch."""
-    greedy_decoder: str = "pruned"
+    greedy_decoder: GreedyDecoder = GreedyDecoder.pruned
     """``pruned``: the evaluator's greedy loop, which drops each answer's row from the batch once it ends
     (decoder-only models; plain argmax, no ``generation_config`` processors); ``generate``: transformers'
     ``generate`` (what seq2seq models always use)."""
@@ -327,6 +486,16 @@ class EvalConfig:
     """``flip_rate``: K equivalent templates and n repeats (docs/hygiene.md)."""
     gate: GateConfig = field(default_factory=GateConfig)
     """Release-gate thresholds (METRICS.md §8 defaults), read by ``evolve-gate`` (docs/hygiene.md)."""
+
+    def __post_init__(self):
+        self.greedy_decoder = as_choice("eval.greedy_decoder", GreedyDecoder, self.greedy_decoder)
+        check_ranges("eval", {
+            "batch_size": (self.batch_size, POSITIVE), "max_new_tokens": (self.max_new_tokens, POSITIVE),
+            "max_items_per_set": (self.max_items_per_set, NON_NEGATIVE),
+            "ablation_k": (self.ablation_k, AT_LEAST_ONE),
+            "overconfidence_tau": (self.overconfidence_tau, UNIT),
+            "position_items": (self.position_items, NON_NEGATIVE), "position_rotations": (self.position_rotations, NON_NEGATIVE),
+            "grad_norm_items": (self.grad_norm_items, NON_NEGATIVE)})
 
 
 @dataclass

@@ -50,6 +50,6 @@ def test_bad_method_value_fails_before_anything_is_written(tmp_path):
 
     from evolve_train.run import train as run_train
 
-    with pytest.raises(ConfigError, match=r"method\.lora\.across_steps"):
-        run_train(tiny_cfg(tmp_path / "run", "method=lora", "method.lora.across_steps=sideways"))
+    with pytest.raises(ConfigError, match=r"method\.lora\.dropout"):
+        run_train(tiny_cfg(tmp_path / "run", "method=lora", "method.lora.dropout=1.5"))
     assert not (tmp_path / "run").exists()

@@ -132,9 +132,10 @@ def test_the_tiny_recipe_reproduces_its_recorded_losses(tiny_run):
     ("trainer.epochs_step0=-1", "trainer.epochs_step0"),
     ("data.world.n_steps=0", "data.world.n_steps"),
     ("method.strategies=[nope]", "nope"),
-    ("data.kind=nope", "data.kind"),
     ("model.activation=nope", "model.activation"),
-    ("eval.greedy_decoder=nope", "eval.greedy_decoder"),
+    ("trainer.min_lr_ratio=2", "trainer.min_lr_ratio"),
+    ("method.lora.r=0", "method.lora.r"),
+    ("eval.flip_rate.templates=1", "eval.flip_rate.templates"),
 ])
 def test_invalid_values_fail_before_training_naming_the_key(tmp_path, override, needle):
     with pytest.raises(ConfigError, match=needle.replace(".", r"\.")):
@@ -143,9 +144,34 @@ def test_invalid_values_fail_before_training_naming_the_key(tmp_path, override, 
 
 
 @pytest.mark.parametrize("override, needle", [
+    ("data.kind=nope", "data.kind"),
+    ("eval.greedy_decoder=nope", "eval.greedy_decoder"),
+    ("trainer.mixed_precision=fp8", "trainer.mixed_precision"),
+    ("method.lora.across_steps=sideways", "method.lora.across_steps"),
+])
+def test_a_value_outside_a_choice_fails_while_composing_naming_the_key_and_the_choices(tmp_path, override, needle):
+    from hydra.errors import ConfigCompositionException
+
+    with pytest.raises(ConfigCompositionException) as error:
+        tiny_cfg(tmp_path / "run", override)
+    cause = str(error.value.__cause__)
+    assert f"full_key: {needle}" in cause and "expected one of" in cause
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_config_built_in_python_gets_the_same_checks():
+    from evolve_train.config import Precision, TrainerConfig
+
+    assert TrainerConfig(mixed_precision="bf16").mixed_precision is Precision.bf16
+    with pytest.raises(ConfigError, match=r"trainer\.mixed_precision must be one of no, bf16, fp16, got 'fp8'"):
+        TrainerConfig(mixed_precision="fp8")
+
+
+@pytest.mark.parametrize("override, needle", [
     ("trainer.lr_rate=1", "lr_rate"),
     ("model=no_such_model", "no_such_model"),
     ("trainer.epochs=abc", "trainer.epochs"),
+    ("data.objective=mlm", "expected one of [masked_entity, clm]"),
 ])
 def test_cli_config_typos_fail_before_any_work(tmp_path, override, needle):
     result = subprocess.run([sys.executable, "train.py", f"hydra.run.dir={tmp_path / 'run'}", override],
