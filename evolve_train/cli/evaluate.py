@@ -1,0 +1,100 @@
+"""`evolve-eval`: evaluate saved checkpoints without training (same Hydra config groups as train.py).
+
+    evolve-eval RUN_DIR [--steps 0,2] [--name NAME | --out DIR | --replace] [OVERRIDE ...]
+    evolve-eval model.name_or_path=MODEL_DIR --out DIR [--steps K] [OVERRIDE ...]
+
+RUN_DIR's config is composed again from its ``.hydra/overrides.yaml``, then the overrides given here
+(e.g. ``eval=full``, ``eval.max_items_per_set=100``) are applied; a group chosen anew (``eval=full``) drops
+the run's own settings inside that group. Rows go to ``RUN_DIR/evaluations/NAME/``
+(NAME defaults to the ``eval=`` option given, else ``eval``), readable by evolve-report and evolve-gate;
+``--replace`` replaces the run's own rows of those checkpoints instead. Without a run dir, the model in
+``model.name_or_path`` is scored as checkpoint K (default: the last step) of the timeline given by the
+``data=...`` overrides. ``python evaluate.py`` is the same command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Optional, Sequence
+
+CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="evolve-eval", description=__doc__.splitlines()[0])
+    parser.add_argument("args", nargs="*", metavar="RUN_DIR | OVERRIDE",
+                        help="an optional run dir, then Hydra overrides (key=value, group=option)")
+    parser.add_argument("--steps", metavar="K,K", help="checkpoints to evaluate (default: every saved one)")
+    parser.add_argument("--name", help="evaluation name: rows go to RUN_DIR/evaluations/NAME/")
+    parser.add_argument("--out", metavar="DIR", help="write the rows here instead")
+    parser.add_argument("--replace", action="store_true", help="replace the run's own rows of these checkpoints")
+    return parser
+
+
+def parse_steps(text: Optional[str]) -> Optional[list[int]]:
+    if not text:
+        return None
+    try:
+        return sorted({int(part) for part in text.split(",") if part.strip()})
+    except ValueError:
+        raise SystemExit(f"evolve-eval: error: --steps takes checkpoint numbers such as 0,2; got {text!r}")
+
+
+def compose_config(run_dir: Optional[Path], overrides: list[str]):
+    """The run's own overrides (from ``.hydra/overrides.yaml``), then ``overrides``, on configs/."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    import evolve_train.config  # noqa: F401  (registers the typed schema)
+    from evolve_train.errors import ConfigError
+
+    base: list[str] = []
+    if run_dir is not None:
+        saved = run_dir / ".hydra" / "overrides.yaml"
+        if not saved.is_file():
+            raise ConfigError(f"{run_dir} is not a run dir made by train.py: {saved} is missing")
+        base = without_replaced([str(o) for o in OmegaConf.load(saved)], overrides)
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        return compose(config_name="config", overrides=[*base, *overrides])
+
+
+def override_key(override: str) -> str:
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def without_replaced(base: list[str], overrides: list[str]) -> list[str]:
+    """The run's overrides minus those the new ones replace: the same key, or any key inside a group
+    chosen anew (``eval=full`` drops the run's ``eval.*`` settings: a new evaluation config)."""
+    keys = {override_key(o) for o in overrides}
+    return [o for o in base if override_key(o) not in keys
+            and not any(override_key(o).startswith(key + ".") for key in keys)]
+
+
+def default_name(overrides: list[str]) -> str:
+    chosen = [o.split("=", 1)[1] for o in overrides if o.startswith("eval=")]
+    return chosen[-1] if chosen else "eval"
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_intermixed_args(argv)
+    positional = [a for a in args.args if "=" not in a]
+    overrides = [a for a in args.args if "=" in a]
+    if len(positional) > 1:
+        print(f"evolve-eval: error: one run dir at most, got {positional}", file=sys.stderr)
+        return 2
+    from evolve_train.cli.errors import exit_on_user_error
+    from evolve_train.saved_eval import evaluate_saved
+
+    run_dir = Path(positional[0]) if positional else None
+    with exit_on_user_error():
+        cfg = compose_config(run_dir, overrides)
+        evaluate_saved(cfg, source=run_dir, steps=parse_steps(args.steps), name=args.name or default_name(overrides),
+                       out=args.out, replace=args.replace, argv=argv)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

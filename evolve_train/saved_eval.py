@@ -1,0 +1,151 @@
+"""Evaluate checkpoints that are already saved, without training: ``evolve-eval`` / ``python evaluate.py``.
+
+:class:`SavedCheckpoints` is a :class:`~evolve_train.run.ContinualRun` whose steps are loaded instead of
+trained: each requested checkpoint (a run's ``steps/<k>/``, or any Hugging Face model dir given as
+``model.name_or_path``, scored as checkpoint k) goes through the same ``evaluate(k)`` as in training.
+
+Where the rows go: ``<run>/evaluations/<name>/`` by default (``metrics.jsonl``, ``predictions/``,
+``summary.json``, ``state.json``, ``.hydra/config.yaml`` and ``evaluation.json`` with the command), a dir
+that ``evolve-report`` and ``evolve-gate`` read like a run dir; the run's own training rows are never
+touched. With ``replace=True`` the rows of the requested checkpoints in the run's own ``metrics.jsonl``
+are replaced instead (atomically, per checkpoint). A checkpoint already evaluated under that name is
+skipped, so running the same command twice leaves the same files.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shlex
+import sys
+from pathlib import Path
+from typing import Optional, Sequence
+
+from omegaconf import DictConfig, OmegaConf
+
+from evolve_train.data.timeline import build_timeline
+from evolve_train.errors import ConfigError
+from evolve_train.evaluation.evaluators.hygiene import preflight as hygiene_preflight
+from evolve_train.evaluation.qa_adaptation import QAAdaptation
+from evolve_train.models.build import is_seq2seq, load_model, load_tokenizer
+from evolve_train.run import ContinualRun, validate
+from evolve_train.tracking import build_logger
+from evolve_train.tracking.disk import read_jsonl, write_jsonl
+from evolve_train.training.checkpoint import RunState, atomic_write_text, ensure_writable, step_dir
+
+log = logging.getLogger(__name__)
+
+
+class SavedCheckpoints(ContinualRun):
+    """Score saved checkpoints on the timeline's sets: ``setup()``, then ``evaluate(k)`` per checkpoint."""
+
+    def __init__(self, cfg: DictConfig, *, out: Path, source: Optional[Path] = None,
+                 steps: Optional[Sequence[int]] = None, replace: bool = False, command: str = ""):
+        super().__init__(cfg)
+        self.dict_cfg, self.out, self.source = cfg, Path(out), Path(source) if source else None
+        self.requested, self.replace, self.command = steps, replace, command
+
+    def setup(self) -> "SavedCheckpoints":
+        from accelerate import Accelerator
+
+        cfg = self.cfg
+        validate(cfg)
+        self.timeline = build_timeline(cfg.data)
+        self.qa_adaptation = QAAdaptation.from_config(cfg, self.timeline)
+        hygiene_preflight(cfg, self.timeline, self.qa_adaptation)
+        self.steps = self._steps()
+        self.run_dir = self.out
+        self.accelerator = Accelerator(mixed_precision=cfg.trainer.mixed_precision)
+        self.seq2seq = is_seq2seq(cfg.model)
+        self.state = RunState.load(self.run_dir)
+        if self.main:
+            ensure_writable(self.run_dir)
+            self._write_metadata()
+        backends = ["disk"] + [name for name in cfg.logger.backends if name != "disk"]
+        self.logger = build_logger(backends, run_dir=self.run_dir, cfg=cfg) if self.main else build_logger([])
+        return self
+
+    def _steps(self) -> list[int]:
+        last = len(self.timeline.steps) - 1
+        steps = list(self.requested) if self.requested else (
+            sorted(int(p.name) for p in (self.source / "steps").iterdir() if p.name.isdigit())
+            if self.source else [last])
+        bad = [k for k in steps if not 0 <= k <= last]
+        if bad:
+            raise ConfigError(f"--steps: checkpoint {bad[0]} is not a step of this timeline (0..{last})")
+        if self.source is not None:
+            missing = [k for k in steps if not (step_dir(self.source, k) / "config.json").is_file()]
+            if missing:
+                raise ConfigError(f"--steps: {step_dir(self.source, missing[0])} holds no saved checkpoint")
+        return steps
+
+    def _write_metadata(self) -> None:
+        if self.replace:
+            return  # the run dir keeps its own config
+        hydra_dir = self.run_dir / ".hydra"
+        hydra_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(hydra_dir / "config.yaml", OmegaConf.to_yaml(self.dict_cfg))
+        meta = {"source": str(self.source) if self.source else None, "model": self.cfg.model.name_or_path,
+                "steps": self.steps, "command": self.command}
+        atomic_write_text(self.run_dir / "evaluation.json", json.dumps(meta, indent=2) + "\n")
+
+    def run(self) -> dict:
+        self.setup()
+        ok = False
+        try:
+            todo = [k for k in self.steps if self.replace or k not in self.state.evaluated]
+            for k in [k for k in self.steps if k not in todo]:
+                log.info("checkpoint %d: already evaluated in %s; skipped", k, self.run_dir)
+            for k in todo:
+                self.model, self.tokenizer = self.load(k)
+                if self.replace and self.main:
+                    drop_checkpoint_rows(self.run_dir / "metrics.jsonl", k)
+                self.evaluate(k)
+            summary = self.summarize() if todo or not (self.run_dir / "summary.json").exists() else {}
+            ok = True
+            return summary
+        finally:
+            self.close(ok)
+
+    def load(self, step: int):
+        """The model and tokenizer scored as checkpoint ``step``."""
+        path = str(step_dir(self.source, step)) if self.source else self.cfg.model.name_or_path
+        model = load_model(path, self.cfg.model).to(self.accelerator.device)
+        return model, load_tokenizer(self.cfg.model.tokenizer or path, self.cfg.model)
+
+
+def drop_checkpoint_rows(path: Path, checkpoint: int) -> None:
+    """Remove one checkpoint's rows from ``metrics.jsonl`` (one atomic replace), before it is re-evaluated."""
+    rows = read_jsonl(path)
+    kept = [row for row in rows if row.get("checkpoint") != checkpoint]
+    if len(kept) != len(rows):
+        write_jsonl(path, kept)
+
+
+def output_dir(source: Optional[Path], name: str, out: Optional[str], replace: bool) -> Path:
+    if replace:
+        if source is None:
+            raise ConfigError("--replace needs a run dir (it replaces that run's own rows)")
+        return source
+    if out:
+        return Path(out)
+    if source is None:
+        raise ConfigError("--out DIR is needed when no run dir is given (model.name_or_path=...)")
+    return source / "evaluations" / name
+
+
+def command_line(argv: Sequence[str]) -> str:
+    return " ".join(shlex.quote(a) for a in ["evolve-eval", *argv])
+
+
+def evaluate_saved(cfg: DictConfig, *, source: Optional[Path], steps: Optional[Sequence[int]], name: str,
+                   out: Optional[str] = None, replace: bool = False, argv: Sequence[str] = ()) -> dict:
+    """Evaluate saved checkpoints (see the module docstring); returns the summary of the output dir."""
+    if source is not None and cfg.model.name_or_path:
+        raise ConfigError("give a run dir or model.name_or_path=..., not both")
+    if source is None and not cfg.model.name_or_path:
+        raise ConfigError("nothing to evaluate: give a run dir (evolve-eval RUN_DIR ...) or model.name_or_path=DIR")
+    target = output_dir(source, name, out, replace)
+    runner = SavedCheckpoints(cfg, out=target, source=source, steps=steps, replace=replace,
+                              command=command_line(argv or sys.argv[1:]))
+    return runner.run()
