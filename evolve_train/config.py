@@ -478,6 +478,11 @@ class EvalConfig:
     """Also run the ``grad_norms`` evaluator (per-example gradient norms per split) on every checkpoint."""
     grad_norm_items: int = 64
     """``grad_norms``: items per split set (seeded sample)."""
+    heldout_text: list[str] = field(default_factory=lambda: ["general"])
+    """``heldout``: plain-text files scored for perplexity per checkpoint (general-knowledge forgetting);
+    ``general`` = the general text shipped with the package (not about the world's organisations)."""
+    heldout_window: int = 128
+    """``heldout``: tokens per scored window (at most the model's context length)."""
     qa_adaptation: QAAdaptationConfig = field(default_factory=QAAdaptationConfig)
     """QA adaptation of each checkpoint before evaluation (off by default)."""
     contamination: ContaminationConfig = field(default_factory=ContaminationConfig)
@@ -495,7 +500,8 @@ class EvalConfig:
             "ablation_k": (self.ablation_k, AT_LEAST_ONE),
             "overconfidence_tau": (self.overconfidence_tau, UNIT),
             "position_items": (self.position_items, NON_NEGATIVE), "position_rotations": (self.position_rotations, NON_NEGATIVE),
-            "grad_norm_items": (self.grad_norm_items, NON_NEGATIVE)})
+            "grad_norm_items": (self.grad_norm_items, NON_NEGATIVE),
+            "heldout_window": (self.heldout_window, (lambda v: v >= 2, ">= 2"))})
 
 
 @dataclass
