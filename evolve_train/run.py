@@ -107,7 +107,7 @@ class ContinualRun:
             torch.set_num_threads(cfg.trainer.num_threads)
         self.accelerator = Accelerator(mixed_precision=cfg.trainer.mixed_precision,
                                        gradient_accumulation_steps=cfg.trainer.grad_accum)
-        self.start = self.state.last_complete + 1
+        self.start = self._agreed_start()
         self.seq2seq = is_seq2seq(cfg.model)
         self._open_run_dir()
         self.model, self.tokenizer = self._initial_model()
@@ -120,6 +120,15 @@ class ContinualRun:
             preflight(self.run_dir, self.model, len(self.timeline.steps) - self.start,
                       cfg.trainer.save_every_n_steps, cfg.trainer.keep_last_states)
         return self
+
+    def _agreed_start(self) -> int:
+        """The first step to train, as the main process reads ``state.json`` (broadcast: every rank agrees)."""
+        start = [self.state.last_complete + 1]
+        if self.accelerator.num_processes > 1:
+            from accelerate.utils import broadcast_object_list
+
+            broadcast_object_list(start)
+        return start[0]
 
     @property
     def main(self) -> bool:
@@ -177,11 +186,11 @@ class ContinualRun:
             summary = self.summarize()
             ok = True
             return summary
-        except KeyboardInterrupt as interrupt:  # Ctrl-C: resumable (mid-step state, or the last complete step)
-            log.error("%s", interrupt if isinstance(interrupt, TrainingInterrupted) else
-                      f"interrupted (Ctrl-C); the completed steps in {self.run_dir} are kept. Run the same "
-                      "command again to resume.")
-            raise SystemExit(130) from None
+        except KeyboardInterrupt as interrupt:  # Ctrl-C / SIGTERM: resumable (mid-step state, or the last step)
+            deferred = isinstance(interrupt, TrainingInterrupted)
+            log.error("%s", interrupt if deferred else f"interrupted (Ctrl-C); the completed steps in "
+                      f"{self.run_dir} are kept. Run the same command again to resume.")
+            raise SystemExit(interrupt.exit_code if deferred else 130) from None
         finally:
             self.close(ok)
 

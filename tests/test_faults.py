@@ -113,6 +113,7 @@ CASES = [
     ("lora", "optimizer_step:43", "resuming time step 2 from the training state"),       # mid-step 2 (adapter)
     ("lora", "checkpoint_saved:2", "resuming time step 1 from the training state"),      # steps/1 not recorded
     ("lora", "evaluate:3", "resuming time step 2 from the training state"),              # evaluating ckpt 2
+    ("full", "optimizer_step:42:SIGTERM", "resuming time step 2 from the training state"),  # preempted in step 2
 ]
 
 
@@ -125,6 +126,9 @@ def test_killed_run_rerun_with_the_same_command_matches_the_uninterrupted_run(re
     if fault.endswith("SIGINT"):
         assert killed.returncode == 130, killed.stdout[-3000:]
         assert "resumable state saved to" in killed.stdout and "step1-opt7" in killed.stdout
+    elif fault.endswith("SIGTERM"):  # a scheduler's preemption: a state at the end of the update, exit 128 + 15
+        assert killed.returncode == 143, killed.stdout[-3000:]
+        assert "interrupted (SIGTERM)" in killed.stdout and "step2-opt7" in killed.stdout
     else:
         assert killed.returncode == -signal.SIGKILL, killed.stdout[-3000:]
 

@@ -20,9 +20,11 @@ kept, and a step's states are deleted once the step is checkpointed and evaluate
 (``resume=auto``) the step being resumed restarts from its newest complete state whose fingerprint
 matches; a state dir with missing or short files, or a different plan, is ignored with a warning naming it.
 
-Ctrl-C (SIGINT) inside the loop of a single-process run is deferred to the end of the optimizer step in
-progress: a state is saved there (whatever ``save_every_n_steps``) and :class:`TrainingInterrupted` is
-raised; a second Ctrl-C stops at once. FSDP / DeepSpeed runs save their sharded states through
+Ctrl-C (SIGINT) and SIGTERM (what SLURM and most schedulers send before they kill a preempted or timed-out
+job) inside the loop of a single-process run are deferred to the end of the optimizer step in progress: a
+state is saved there (whatever ``save_every_n_steps``) and :class:`TrainingInterrupted` is raised; the run
+exits with 128 + the signal's number (130 for Ctrl-C, 143 for SIGTERM) and the same command resumes. A
+second signal stops at once. FSDP / DeepSpeed runs save their sharded states through
 ``accelerator.save_state`` into the same directory layout (``accelerate/``), not tested on CPU.
 """
 
@@ -57,7 +59,19 @@ FORMAT = 1
 
 
 class TrainingInterrupted(KeyboardInterrupt):
-    """Ctrl-C during training: a resumable state was saved (the message says where)."""
+    """Ctrl-C or SIGTERM during training: a resumable state was saved (the message says where)."""
+
+    def __init__(self, message: str, signum: int = signal.SIGINT):
+        super().__init__(message)
+        self.signum = int(signum)
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+
+DEFERRED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+SIGNAL_NAMES = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM"}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -240,34 +254,38 @@ class StepStates:
         self.fingerprint: dict = {}
         self.rows: list[dict] = []
         self.saved: Optional[Path] = None
-        self.interrupt_requested = False
-        self._previous_handler = None
+        self.interrupt_requested: Optional[int] = None
+        """The deferred signal's number, once one arrived."""
+        self._previous_handlers: dict[int, Any] = {}
         self._log_fn: Optional[Callable] = None
 
-    # -- Ctrl-C ---------------------------------------------------------------------------------
+    # -- Ctrl-C and SIGTERM -------------------------------------------------------------------------
     def __enter__(self) -> "StepStates":
         single = self.accelerator.num_processes == 1
         if single and threading.current_thread() is threading.main_thread():
-            self._previous_handler = signal.getsignal(signal.SIGINT)
-            signal.signal(signal.SIGINT, self._on_sigint)
+            for signum in DEFERRED_SIGNALS:
+                self._previous_handlers[signum] = signal.getsignal(signum)
+                signal.signal(signum, self._on_signal)
         return self
 
     def __exit__(self, exc_type, exc, traceback) -> None:
-        if self._previous_handler is not None:
-            signal.signal(signal.SIGINT, self._previous_handler)
-            self._previous_handler = None
-        if self.interrupt_requested and exc_type is None:  # Ctrl-C after the step's last optimizer step
-            raise TrainingInterrupted(f"interrupted (Ctrl-C) at the end of time step {self.step}, before its "
-                                      f"checkpoint; it resumes from {self.last_good()}. Run the same command "
-                                      "again to resume.")
+        self._restore_handlers()
+        if self.interrupt_requested and exc_type is None:  # the signal came after the step's last update
+            raise TrainingInterrupted(f"interrupted ({SIGNAL_NAMES[self.interrupt_requested]}) at the end of time "
+                                      f"step {self.step}, before its checkpoint; it resumes from "
+                                      f"{self.last_good()}. Run the same command again to resume.",
+                                      self.interrupt_requested)
 
-    def _on_sigint(self, signum, frame) -> None:
-        self.interrupt_requested = True
-        log.warning("Ctrl-C: saving a resumable state at the end of this optimizer step (Ctrl-C again to stop "
-                    "at once, losing the step's progress since the last saved state)")
-        if self._previous_handler is not None:
-            signal.signal(signal.SIGINT, self._previous_handler)
-            self._previous_handler = None
+    def _restore_handlers(self) -> None:
+        for signum, handler in self._previous_handlers.items():
+            signal.signal(signum, handler)
+        self._previous_handlers = {}
+
+    def _on_signal(self, signum, frame) -> None:
+        self.interrupt_requested = signum
+        log.warning("%s: saving a resumable state at the end of this optimizer step (a second signal stops at "
+                    "once, losing the step's progress since the last saved state)", SIGNAL_NAMES[signum])
+        self._restore_handlers()
 
     # -- the loop's hooks -------------------------------------------------------------------------
     def begin(self, model, optimizer, scheduler, log_fn, **fingerprint) -> tuple[Progress, Optional[Callable]]:
@@ -305,8 +323,9 @@ class StepStates:
             self.save(current, model, optimizer, scheduler)
         if interrupted:
             raise TrainingInterrupted(
-                f"interrupted (Ctrl-C) in time step {self.step} after optimizer step {optimizer_steps} of "
-                f"{total}; resumable state saved to {self.saved}. Run the same command again to resume.")
+                f"interrupted ({SIGNAL_NAMES[interrupted]}) in time step {self.step} after optimizer step "
+                f"{optimizer_steps} of {total}; resumable state saved to {self.saved}. Run the same command "
+                "again to resume.", interrupted)
 
     def last_good(self) -> str:
         """The newest saved point a rerun resumes from (for error messages)."""
