@@ -27,7 +27,7 @@ from evolve_train.evaluation.evaluators.hygiene import preflight as hygiene_pref
 from evolve_train.evaluation.evaluators.matrix import INITIAL
 from evolve_train.evaluation.qa_adaptation import QAAdaptation
 from evolve_train.methods import Method, TokenizedHistory
-from evolve_train.models.build import (build_model, is_seq2seq, load_model, load_tokenizer,
+from evolve_train.models.build import (build_adapter, build_model, load_model, load_tokenizer,
                                        n_parameters, train_tokenizer)
 from evolve_train.reporting.summary import build_summary, format_summary_table
 from evolve_train.tracking import build_logger
@@ -35,7 +35,6 @@ from evolve_train.tracking.disk import DiskLogger
 from evolve_train.training import faults
 from evolve_train.training.checkpoint import (RunState, ensure_writable, gathered_state_dict, preflight,
                                               remove_stale_tmp, save_checkpoint, step_dir)
-from evolve_train.training.examples import tokenize_step
 from evolve_train.training.loop import train_time_step
 from evolve_train.training.redact import redact_run
 from evolve_train.training.train_state import StepStates, TrainingInterrupted, prune_states
@@ -107,7 +106,6 @@ def train(cfg: Config | DictConfig) -> dict:
     accelerator = Accelerator(mixed_precision=cfg.trainer.mixed_precision,
                               gradient_accumulation_steps=cfg.trainer.grad_accum)
     main = accelerator.is_main_process
-    seq2seq = is_seq2seq(cfg.model)
     start = state.last_complete + 1
     if main:
         ensure_writable(run_dir)  # mkdir + a probe write: a clear error before anything else
@@ -124,6 +122,7 @@ def train(cfg: Config | DictConfig) -> dict:
         disk.truncate_after(start - 1)  # rows of an interrupted attempt (a mid-step state logs its own again)
 
     model, tokenizer = _initial_model(cfg, timeline, run_dir, start)
+    adapter = build_adapter(cfg.model, tokenizer)  # the model's text format (models/adapter.py)
     method = Method(cfg.method)
     method.load_state_dict(state.method_state)
     if start > 0:
@@ -136,11 +135,11 @@ def train(cfg: Config | DictConfig) -> dict:
     try:
         if cfg.eval.eval_initial and start == 0 and main:  # A_init (METRICS.md §3): checkpoint -1
             disk.truncate_after(INITIAL - 1)  # rows an interrupted attempt left before step 0 finished
-            initial_rows = evaluate_initial(model, tokenizer, timeline, cfg, run_dir, seq2seq)
+            initial_rows = evaluate_initial(model, adapter, timeline, cfg, run_dir)
             logger.log_eval(INITIAL, record_private(run_dir, timeline, cfg.eval, INITIAL, initial_rows))
         for step in range(start, len(timeline.steps)):
             model = _run_step(cfg, timeline, step, model, tokenizer, method, accelerator, run_dir, state,
-                              logger, seq2seq, qa_adaptation)
+                              logger, adapter, qa_adaptation)
         summary = build_summary(run_dir, timeline, cfg)
         if main:
             logger.log_summary(summary)
@@ -176,14 +175,14 @@ def _initial_model(cfg: Config, timeline: Timeline, run_dir: Path, start: int):
     return model, tokenizer
 
 
-def _run_step(cfg, timeline, step, model, tokenizer, method, accelerator, run_dir, state, logger, seq2seq,
+def _run_step(cfg, timeline, step, model, tokenizer, method, accelerator, run_dir, state, logger, adapter,
               qa_adaptation=None):
     main = accelerator.is_main_process
     set_seed(cfg.seed + step)
     active = method.at_step(step)  # step 0: plain full training unless method.at_step0
-    tokenize = lambda s: tokenize_step(s, cfg.data.objective, tokenizer, cfg.trainer.seq_len, seq2seq)  # noqa: E731
+    tokenize = lambda s: adapter.encode_step(s, cfg.data.objective, cfg.trainer.seq_len)  # noqa: E731
     examples = tokenize(timeline.steps[step])
-    history = TokenizedHistory(timeline.steps[:step], tokenize, tokenizer.pad_token_id, seq2seq)
+    history = TokenizedHistory(timeline.steps[:step], tokenize, tokenizer.pad_token_id)
     examples = active.mix_examples(step, examples, history)
     model = active.prepare_model(model, step)
     epochs = cfg.trainer.epochs_step0 if step == 0 else cfg.trainer.epochs
@@ -196,7 +195,7 @@ def _run_step(cfg, timeline, step, model, tokenizer, method, accelerator, run_di
                         accelerator, method=active, resume=str(cfg.resume).lower() != "false") as states:
             result = train_time_step(model, examples, step=step, epochs=epochs, cfg=cfg.trainer, method=active,
                                      accelerator=accelerator, pad_id=tokenizer.pad_token_id,
-                                     seed=cfg.seed + 1000 * step, seq2seq=seq2seq,
+                                     seed=cfg.seed + 1000 * step,
                                      log_fn=cache.recording(logger.log_train) if cache else logger.log_train,
                                      states=states)
         if cache and main:
@@ -210,10 +209,10 @@ def _run_step(cfg, timeline, step, model, tokenizer, method, accelerator, run_di
         state.trained = sorted(set(state.trained) | {step})
         state.method_state = method.state_dict()
         state.save(run_dir)
-        eval_model = (qa_adaptation.adapted(model, tokenizer, checkpoint=step, accelerator=accelerator,
-                                            seq2seq=seq2seq) if qa_adaptation else model)  # a copy; chain untouched
-        ctx = EvalContext(model=eval_model, tokenizer=tokenizer, timeline=timeline, checkpoint=step, cfg=cfg.eval,
-                          run_dir=run_dir, seq2seq=seq2seq)
+        eval_model = (qa_adaptation.adapted(model, adapter, checkpoint=step, accelerator=accelerator)
+                      if qa_adaptation else model)  # a copy; chain untouched
+        ctx = EvalContext(model=eval_model, adapter=adapter, timeline=timeline, checkpoint=step, cfg=cfg.eval,
+                          run_dir=run_dir)
         eval_start = time.perf_counter()
         rows = record_private(run_dir, timeline, cfg.eval, step, evaluate_checkpoint(ctx))  # private_evaluations.jsonl
         faults.point("evaluate")

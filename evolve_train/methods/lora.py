@@ -88,13 +88,14 @@ class LoRA(Strategy):
         from peft import LoraConfig as PeftLoraConfig
         from peft import TaskType
 
+        from evolve_train.models.adapter import is_encoder_decoder
+
         c = self.cfg.lora
         model_type = getattr(model.config, "model_type", "")
-        seq2seq = bool(getattr(model.config, "is_encoder_decoder", False))
         return PeftLoraConfig(r=c.r, lora_alpha=c.alpha, lora_dropout=c.dropout,
                               target_modules=list(c.target_modules or default_targets(model)),
                               fan_in_fan_out=model_type == "gpt2",  # GPT-2 uses Conv1D (weights transposed)
-                              task_type=TaskType.SEQ_2_SEQ_LM if seq2seq else TaskType.CAUSAL_LM)
+                              task_type=TaskType.SEQ_2_SEQ_LM if is_encoder_decoder(model) else TaskType.CAUSAL_LM)
 
     def prepare_model(self, model, step):
         from peft import PeftModel, get_peft_model, set_peft_model_state_dict

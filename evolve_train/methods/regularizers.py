@@ -113,10 +113,10 @@ class EWC(AnchorPenalty):
             raise RuntimeError("ewc needs the previous step's examples: mix_examples must run before "
                                "prepare_model (as in run.py), and not at step 0")
         return diagonal_fisher(model, [p for _, p in params], self._history[-1], self._history.pad_id,
-                               self._history.seq2seq, self.c.fisher_batches, self.c.fisher_batch_size)
+                               self.c.fisher_batches, self.c.fisher_batch_size)
 
 
-def diagonal_fisher(model, params, examples, pad_id: int, seq2seq: bool, n_batches: int, batch_size: int,
+def diagonal_fisher(model, params, examples, pad_id: int, n_batches: int, batch_size: int,
                     seed: int = 0) -> list[torch.Tensor]:
     """Empirical diagonal Fisher: mean over batches of squared loss gradients, normalised to mean 1."""
     from evolve_train.training.examples import collate
@@ -130,7 +130,7 @@ def diagonal_fisher(model, params, examples, pad_id: int, seq2seq: bool, n_batch
     used = 0
     for start in range(0, min(len(order), n_batches * batch_size), batch_size):
         rows = [examples[i] for i in order[start:start + batch_size]]
-        batch = {k: v.to(device) for k, v in collate(rows, pad_id, seq2seq).items()}
+        batch = {k: v.to(device) for k, v in collate(rows, pad_id).items()}
         grads = torch.autograd.grad(model(**batch).loss, params, allow_unused=True)
         for f, g in zip(fisher, grads):
             if g is not None:

@@ -67,7 +67,7 @@ def planned_steps_for_method(batches: LengthGroupedBatches, epochs: float, grad_
 
 def train_time_step(model: torch.nn.Module, examples, *, step: int, epochs: float, cfg: TrainerConfig,
                     method: Method, accelerator: Accelerator, pad_id: int, seed: int,
-                    seq2seq: bool = False, log_fn=None, states: StepStates | None = None) -> StepResult:
+                    log_fn=None, states: StepStates | None = None) -> StepResult:
     """Train ``model`` in place on one time step's tokenized ``examples``.
 
     ``states`` (training/train_state.py) saves resumable mid-step states and restores the newest one;
@@ -117,7 +117,7 @@ def train_time_step(model: torch.nn.Module, examples, *, step: int, epochs: floa
             shard = indices[rank::world]
             if not shard:
                 continue
-            batch = collate([rows[i] for i in shard], pad_id, seq2seq)
+            batch = collate([rows[i] for i in shard], pad_id)
             batch = {k: v.to(accelerator.device, non_blocking=True) for k, v in batch.items()}
             with accelerator.accumulate(model):
                 loss = model(**batch).loss
