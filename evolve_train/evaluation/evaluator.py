@@ -18,8 +18,8 @@ from evolve_train.config import EvalConfig
 from evolve_train.data.timeline import Timeline
 from evolve_train.errors import ConfigError
 from evolve_train.evaluation import evaluators  # noqa: F401  (registers every evaluator by name)
-from evolve_train.evaluation.context import EvalContext, sample_items, write_predictions  # noqa: F401
-from evolve_train.evaluation.registry import EVALUATORS, register_evaluator  # noqa: F401
+from evolve_train.evaluation.context import EvalContext
+from evolve_train.evaluation.registry import EVALUATORS
 from evolve_train.models.adapter import ModelAdapter
 from evolve_train.models.generation import GREEDY_DECODERS
 
