@@ -35,7 +35,7 @@ from evolve_train.evaluation.evaluators.hygiene import preflight as hygiene_pref
 from evolve_train.evaluation.evaluators.matrix import INITIAL
 from evolve_train.evaluation.qa_adaptation import QAAdaptation
 from evolve_train.methods import Method, TokenizedHistory
-from evolve_train.models.build import (build_model, is_seq2seq, load_model, load_tokenizer,
+from evolve_train.models.build import (build_adapter, build_model, load_model, load_tokenizer,
                                        n_parameters, train_tokenizer)
 from evolve_train.reporting.summary import build_summary, format_summary_table
 from evolve_train.tracking import build_logger
@@ -43,7 +43,7 @@ from evolve_train.tracking.disk import DiskLogger
 from evolve_train.training import faults
 from evolve_train.training.checkpoint import (RunState, ensure_writable, gathered_state_dict, preflight,
                                               remove_stale_tmp, save_checkpoint, step_dir)
-from evolve_train.training.examples import collate, tokenize_step
+from evolve_train.training.examples import collate
 from evolve_train.training.loop import StepResult, train_time_step
 from evolve_train.training.redact import redact_run
 from evolve_train.training.step0_cache import Step0Cache
@@ -108,9 +108,9 @@ class ContinualRun:
         self.accelerator = Accelerator(mixed_precision=cfg.trainer.mixed_precision,
                                        gradient_accumulation_steps=cfg.trainer.grad_accum)
         self.start = self._agreed_start()
-        self.seq2seq = is_seq2seq(cfg.model)
         self._open_run_dir()
         self.model, self.tokenizer = self._initial_model()
+        self.adapter = build_adapter(cfg.model, self.tokenizer)  # the model's text format (models/adapter.py)
         self.method = Method(cfg.method)
         self.method.load_state_dict(self.state.method_state)
         if self.start > 0:
@@ -215,22 +215,20 @@ class ContinualRun:
     def _examples(self, step: int):
         """Step ``step``'s tokenized examples, mixed by the method with earlier steps' (replay)."""
         def tokenize(time_step):
-            return tokenize_step(time_step, self.cfg.data.objective, self.tokenizer, self.cfg.trainer.seq_len,
-                                 self.seq2seq)
-        history = TokenizedHistory(self.timeline.steps[:step], tokenize, self.tokenizer.pad_token_id,
-                                   self.seq2seq)
+            return self.adapter.encode_step(time_step, self.cfg.data.objective, self.cfg.trainer.seq_len)
+        history = TokenizedHistory(self.timeline.steps[:step], tokenize, self.adapter.pad_id)
         return self.active.mix_examples(step, tokenize(self.timeline.steps[step]), history)
 
     def _train(self, step: int, examples, cache: Optional[Step0Cache]) -> StepResult:
         cfg, accelerator = self.cfg, self.accelerator
         log_fn = cache.recording(self.logger.log_train) if cache else self.logger.log_train
-        pad_id, seq2seq = self.tokenizer.pad_token_id, self.seq2seq
+        pad_id = self.adapter.pad_id
         with StepStates(self.run_dir, step, cfg.trainer.save_every_n_steps, cfg.trainer.keep_last_states,
                         accelerator, method=self.active, resume=str(cfg.resume).lower() != "false") as states:
             result = train_time_step(self.model, examples, step=step,
                                      epochs=cfg.trainer.epochs_step0 if step == 0 else cfg.trainer.epochs,
                                      cfg=cfg.trainer, method=self.active, accelerator=accelerator,
-                                     collate_fn=lambda rows: collate(rows, pad_id, seq2seq),
+                                     collate_fn=lambda rows: collate(rows, pad_id),
                                      seed=cfg.seed + 1000 * step, log_fn=log_fn, states=states)
         if cache and self.main:
             cache.store(self.model, self.tokenizer, result, trained_by=str(self.run_dir))
@@ -254,8 +252,8 @@ class ContinualRun:
         rows = []
         if self.main:
             model = model if model is not None else self.model
-            eval_model = (self.qa_adaptation.adapted(model, self.tokenizer, checkpoint=checkpoint,
-                                                     accelerator=self.accelerator, seq2seq=self.seq2seq)
+            eval_model = (self.qa_adaptation.adapted(model, self.adapter, checkpoint=checkpoint,
+                                                     accelerator=self.accelerator)
                           if self.qa_adaptation and checkpoint >= 0 else model)  # a copy; the chain is untouched
             rows = self._score(checkpoint, eval_model)
             self.logger.log_eval(checkpoint, rows)
@@ -270,8 +268,8 @@ class ContinualRun:
     def _score(self, checkpoint: int, model) -> list[dict]:
         if checkpoint == INITIAL:
             DiskLogger(self.run_dir).truncate_after(INITIAL - 1)  # rows an interrupted attempt left
-        ctx = EvalContext(model=model, tokenizer=self.tokenizer, timeline=self.timeline, checkpoint=checkpoint,
-                          cfg=self.cfg.eval, run_dir=self.run_dir, seq2seq=self.seq2seq)
+        ctx = EvalContext(model=model, adapter=self.adapter, timeline=self.timeline, checkpoint=checkpoint,
+                          cfg=self.cfg.eval, run_dir=self.run_dir)
         start = time.perf_counter()
         rows = record_private(self.run_dir, self.timeline, self.cfg.eval, checkpoint,
                               evaluate_checkpoint(ctx))  # private_evaluations.jsonl

@@ -27,7 +27,7 @@ from evolve_train.data.timeline import build_timeline
 from evolve_train.errors import ConfigError
 from evolve_train.evaluation.evaluators.hygiene import preflight as hygiene_preflight
 from evolve_train.evaluation.qa_adaptation import QAAdaptation
-from evolve_train.models.build import is_seq2seq, load_model, load_tokenizer
+from evolve_train.models.build import build_adapter, load_model, load_tokenizer
 from evolve_train.run import ContinualRun, validate
 from evolve_train.tracking import build_logger
 from evolve_train.tracking.disk import read_jsonl, write_jsonl
@@ -56,7 +56,6 @@ class SavedCheckpoints(ContinualRun):
         self.steps = self._steps()
         self.run_dir = self.out
         self.accelerator = Accelerator(mixed_precision=cfg.trainer.mixed_precision)
-        self.seq2seq = is_seq2seq(cfg.model)
         self.state = RunState.load(self.run_dir)
         if self.main:
             ensure_writable(self.run_dir)
@@ -98,6 +97,7 @@ class SavedCheckpoints(ContinualRun):
                 log.info("checkpoint %d: already evaluated in %s; skipped", k, self.run_dir)
             for k in todo:
                 self.model, self.tokenizer = self.load(k)
+                self.adapter = build_adapter(self.cfg.model, self.tokenizer)
                 if self.replace and self.main:
                     drop_checkpoint_rows(self.run_dir / "metrics.jsonl", k)
                 self.evaluate(k)

@@ -30,11 +30,10 @@ from omegaconf import OmegaConf  # noqa: E402
 
 from evolve_train.data.timeline import TimeStep, build_timeline  # noqa: E402
 from evolve_train.evaluation.evaluator import EvalContext, evaluate_checkpoint  # noqa: E402
-from evolve_train.evaluation.generation import generate_answers  # noqa: E402
 from evolve_train.methods import Method  # noqa: E402
-from evolve_train.models.build import (build_model, load_model, load_tokenizer, n_parameters,  # noqa: E402
-                                       train_tokenizer)
-from evolve_train.training.examples import LengthGroupedBatches, as_array_rows, collate, tokenize_step  # noqa: E402
+from evolve_train.models.build import (build_adapter, build_model, load_model, load_tokenizer,  # noqa: E402
+                                       n_parameters, train_tokenizer)
+from evolve_train.training.examples import LengthGroupedBatches, as_array_rows, collate  # noqa: E402
 from evolve_train.training.loop import train_time_step  # noqa: E402
 
 CONFIGS = str(Path(__file__).resolve().parents[1] / "configs")
@@ -125,11 +124,12 @@ def varied_pairs(n: int = 2000, seed: int = 0) -> TimeStep:
 
 def eval_speed(cfg, model, tokenizer, timeline, checkpoint: int) -> dict:
     """Greedy answers to every distinct split prompt of ``checkpoint``'s eval sets: the evaluator's batched
-    path (``generate_answers`` at ``eval.batch_size`` with ``eval.greedy_decoder``) vs one prompt at a time
+    path (``ModelAdapter.generate`` at ``eval.batch_size`` with ``eval.greedy_decoder``) vs one prompt at a time
     with transformers' ``generate`` (what research code does), and vs one at a time with the evaluator's own
     decoder (batching alone). Same stop tokens and ``max_new_tokens``; one-at-a-time runs a 96-prompt sample
     and is extrapolated; best of 3, interleaved. The full evaluation (every group) is timed once."""
-    ctx = EvalContext(model=model, tokenizer=tokenizer, timeline=timeline, checkpoint=checkpoint, cfg=cfg.eval,
+    adapter = build_adapter(cfg.model, tokenizer)
+    ctx = EvalContext(model=model, adapter=adapter, timeline=timeline, checkpoint=checkpoint, cfg=cfg.eval,
                       run_dir=None)
     prompts = sorted({timeline.prompt(i) for s in ctx.sets() for i in s.items})
     options = dict(max_new_tokens=cfg.eval.max_new_tokens, stop_strings=cfg.eval.stop_strings)
@@ -138,14 +138,13 @@ def eval_speed(cfg, model, tokenizer, timeline, checkpoint: int) -> dict:
     best = {"batched": float("inf"), "generate_one_at_a_time": float("inf"), "same_decoder_one_at_a_time": float("inf")}
     for _ in range(3):
         start = time.perf_counter()
-        answers = generate_answers(model, tokenizer, prompts, batch_size=cfg.eval.batch_size,
-                                   decoder=cfg.eval.greedy_decoder, **options)
+        answers = adapter.generate(model, prompts, batch_size=cfg.eval.batch_size, decoder=cfg.eval.greedy_decoder,
+                                   **options)
         best["batched"] = min(best["batched"], time.perf_counter() - start)
         for key, decoder in (("generate_one_at_a_time", "generate"),
                              ("same_decoder_one_at_a_time", cfg.eval.greedy_decoder)):
             start = time.perf_counter()
-            single = [generate_answers(model, tokenizer, [p], batch_size=1, decoder=decoder, **options)[0]
-                      for p in sample]
+            single = [adapter.generate(model, [p], batch_size=1, decoder=decoder, **options)[0] for p in sample]
             best[key] = min(best[key], (time.perf_counter() - start) * scale)
     by_prompt = dict(zip(prompts, answers))
     start = time.perf_counter()
@@ -212,8 +211,8 @@ def eval_growth(cfg, model, tokenizer, n_steps: int) -> list[dict]:
     for cap in (0, 100):
         grown.eval.max_items_per_set = cap
         for checkpoint in range(n_steps):
-            ctx = EvalContext(model=model, tokenizer=tokenizer, timeline=timeline, checkpoint=checkpoint,
-                              cfg=grown.eval, run_dir=None)
+            ctx = EvalContext(model=model, adapter=build_adapter(cfg.model, tokenizer), timeline=timeline,
+                              checkpoint=checkpoint, cfg=grown.eval, run_dir=None)
             sets = ctx.sets()
             start = time.perf_counter()
             evaluate_checkpoint(ctx)
@@ -254,7 +253,7 @@ def main(argv=None) -> None:
     timeline = build_timeline(cfg.data)
     step0 = timeline.steps[0]
     tokenizer = train_tokenizer([t["text"] for t in step0.texts], cfg.model.vocab_size)
-    examples = tokenize_step(step0, cfg.data.objective, tokenizer, cfg.trainer.seq_len)
+    examples = build_adapter(cfg.model, tokenizer).encode_step(step0, cfg.data.objective, cfg.trainer.seq_len)
     batches = same_batches(examples, cfg, tokenizer.pad_token_id)
     results: dict = {"machine": {"threads": torch.get_num_threads(), "cuda": torch.cuda.is_available()}}
     gc.collect()
@@ -290,7 +289,7 @@ def main(argv=None) -> None:
     results["lora_vs_full"] = {"tokens_per_s_ratio": max(lora_speed) / max(full_speed),
                                "training_state_memory_ratio": lora_mem / full_mem}
 
-    varied = tokenize_step(varied_pairs(), "masked_entity", tokenizer, cfg.trainer.seq_len)
+    varied = build_adapter(cfg.model, tokenizer).encode_step(varied_pairs(), "masked_entity", cfg.trainer.seq_len)
     results["packing_efficiency"] = {"default_world": packing_efficiency(examples, cfg.trainer.batch_size),
                                      "varied_masked_pairs": packing_efficiency(varied, cfg.trainer.batch_size)}
 

@@ -9,9 +9,9 @@ from evolve_train.config import EvalConfig, ModelConfig
 from evolve_train.data.timeline import EvalSet, Timeline, TimeStep
 from evolve_train.evaluation.evaluator import EvalContext, evaluate_checkpoint
 from evolve_train.evaluation.evaluators.calibration import lettered_prompt
-from evolve_train.evaluation.evaluators.choice import option_loglikelihoods
 from evolve_train.evaluation.evaluators.grad_norms import example_grad_norms
 from evolve_train.evaluation.metrics.calibration import cyclic_rotations
+from evolve_train.models.adapter import CausalLMAdapter, Seq2SeqAdapter, seq2seq_source
 from evolve_train.models.build import build_model, train_tokenizer
 
 TEXTS = ["The director of Acme Guild is Ann Lee.", "Bob Stone leads Brix Works in 2019.",
@@ -44,7 +44,8 @@ REQUESTS = [("The director of Acme Guild is", option) for option in ("Ann Lee", 
 @pytest.mark.parametrize("batch_size", [2, 64])
 def test_batched_option_scores_equal_the_unbatched_definition(tiny, share_prefix, batch_size):
     model, tokenizer = tiny
-    scores = option_loglikelihoods(model, tokenizer, REQUESTS, batch_size=batch_size, share_prefix=share_prefix)
+    scores = CausalLMAdapter(tokenizer).score_options(model, REQUESTS, batch_size=batch_size,
+                                                      share_prefix=share_prefix)
     expected = [reference_score(model, tokenizer, p, o) for p, o in REQUESTS]
     assert scores == pytest.approx(expected, abs=1e-4)
 
@@ -58,8 +59,7 @@ def mc_item(key, dimension, prompt, options, gold):
 
 def context(items, answers=None, scores=None, **cfg):
     timeline = Timeline(steps=[TimeStep(0, "2018")], eval_sets=[EvalSet("dimension_0", "dimension", 0, items)])
-    ctx = EvalContext(model=None, tokenizer=None, timeline=timeline, checkpoint=0, cfg=EvalConfig(**cfg),
-                      run_dir=None)
+    ctx = EvalContext(timeline=timeline, checkpoint=0, cfg=EvalConfig(**cfg), run_dir=None)
     ctx._answers.update(answers or {})
     ctx._scores.update(scores or {})
     return ctx
@@ -107,8 +107,8 @@ def test_lettered_prompt_format():
 def test_per_example_grad_norms_match_a_manual_backward(tiny):
     model, tokenizer = tiny
     timeline = Timeline(steps=[TimeStep(0, "2018")], eval_sets=[])
-    ctx = EvalContext(model=model, tokenizer=tokenizer, timeline=timeline, checkpoint=0, cfg=EvalConfig(),
-                      run_dir=None)
+    ctx = EvalContext(model=model, adapter=CausalLMAdapter(tokenizer), timeline=timeline, checkpoint=0,
+                      cfg=EvalConfig(), run_dir=None)
     norms, losses = example_grad_norms(ctx, ["The director of Acme Guild is", "Cal Dee was"], ["Ann Lee", "founded"])
     assert all(p.grad is None for p in model.parameters())  # cleared afterwards
     context = tokenizer("Cal Dee was", add_special_tokens=False)["input_ids"]
@@ -127,8 +127,8 @@ def test_grad_norms_of_a_frozen_model_use_every_parameter_and_restore_the_flags(
     for p in model.parameters():
         p.requires_grad_(False)
     try:
-        ctx = EvalContext(model=model, tokenizer=tokenizer, timeline=Timeline(steps=[], eval_sets=[]), checkpoint=0,
-                          cfg=EvalConfig(), run_dir=None)
+        ctx = EvalContext(model=model, adapter=CausalLMAdapter(tokenizer), timeline=Timeline(steps=[], eval_sets=[]),
+                          checkpoint=0, cfg=EvalConfig(), run_dir=None)
         norms, _ = example_grad_norms(ctx, ["Cal Dee was"], ["founded"])
         assert norms[0] > 0
         assert not any(p.requires_grad for p in model.parameters())
@@ -138,12 +138,10 @@ def test_grad_norms_of_a_frozen_model_use_every_parameter_and_restore_the_flags(
 
 
 def test_seq2seq_option_scores_are_the_decoder_log_likelihood():
-    from evolve_train.training.examples import seq2seq_source
-
     tokenizer = train_tokenizer(TEXTS, 200, "t5")
     model = build_model(ModelConfig(arch="t5", n_layer=1, n_embd=32, n_head=2, vocab_size=200), tokenizer).eval()
     requests = REQUESTS[:3] + REQUESTS[5:6]
-    scores = option_loglikelihoods(model, tokenizer, requests, batch_size=2, seq2seq=True)
+    scores = Seq2SeqAdapter(tokenizer).score_options(model, requests, batch_size=2)
     expected = []
     for prompt, option in requests:
         encoded = tokenizer([seq2seq_source(prompt)], return_tensors="pt", add_special_tokens=True)

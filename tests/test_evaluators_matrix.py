@@ -67,8 +67,7 @@ def test_evaluator_reads_earlier_checkpoints_from_the_run_dir(tmp_path):
     earlier = [r for r in ROWS if r["checkpoint"] < 2]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in earlier))
     timeline = Timeline(steps=[TimeStep(k, str(2018 + k)) for k in range(3)], eval_sets=[])
-    ctx = EvalContext(model=None, tokenizer=None, timeline=timeline, checkpoint=2, cfg=EvalConfig(),
-                      run_dir=tmp_path)
+    ctx = EvalContext(timeline=timeline, checkpoint=2, cfg=EvalConfig(), run_dir=tmp_path)
     ctx.rows = [r for r in ROWS if r["checkpoint"] == 2]  # this checkpoint's splits rows
     rows = {r["set"]: r for r in matrix_evaluator(ctx)}
     assert set(rows) == {"unchanged", "new", "updated", "outdated", "learned"}

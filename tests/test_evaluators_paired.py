@@ -28,8 +28,7 @@ def probe(key, entity, year, answer, *, pair=None, stable=False, by_step=None):
 def context(items, answers, checkpoint=1, **cfg):
     timeline = Timeline(steps=[TimeStep(0, "2018"), TimeStep(1, "2019"), TimeStep(2, "2020")],
                         eval_sets=[EvalSet("paired_1", "paired", 1, items)])
-    ctx = EvalContext(model=None, tokenizer=None, timeline=timeline, checkpoint=checkpoint,
-                      cfg=EvalConfig(**cfg), run_dir=None)
+    ctx = EvalContext(timeline=timeline, checkpoint=checkpoint, cfg=EvalConfig(**cfg), run_dir=None)
     ctx._answers.update(answers)  # the "model": any prompt not listed here would need a real model
     return ctx
 

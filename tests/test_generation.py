@@ -1,11 +1,13 @@
-"""The pruned greedy decoder answers exactly as transformers' ``generate`` does, while dropping rows."""
+"""The pruned greedy decoder answers exactly as transformers' ``generate`` does, while dropping rows; generation
+through the model adapter equals ``generate`` on the same ids."""
 
 import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
-from evolve_train.evaluation.generation import generate_answers, greedy_decode
+from evolve_train.models.adapter import CausalLMAdapter
 from evolve_train.models.build import train_tokenizer
+from evolve_train.models.generation import greedy_decode
 
 TEXTS = [f"The director of Company{i} is Person{i % 7} and it is based in City{i % 5}." for i in range(50)]
 PROMPTS = ["Company3 is based in", "Who directs Company12?", "The director of Company40 in the year 2021 is",
@@ -60,13 +62,29 @@ def test_pruned_decoder_matches_generate_and_drops_finished_rows(tokenizer, kind
 
 
 @pytest.mark.parametrize("kind", ["gpt2", "llama"])
-def test_generate_answers_is_the_same_with_either_decoder(tokenizer, kind):
+def test_adapter_generation_is_the_same_with_either_decoder(tokenizer, kind):
     model = tiny_model(kind, tokenizer)
     options = dict(batch_size=4, max_new_tokens=6, stop_strings=["\n", "."])
-    assert (generate_answers(model, tokenizer, PROMPTS, decoder="pruned", **options)
-            == generate_answers(model, tokenizer, PROMPTS, decoder="generate", **options))
+    adapter = CausalLMAdapter(tokenizer)
+    assert (adapter.generate(model, PROMPTS, decoder="pruned", **options)
+            == adapter.generate(model, PROMPTS, decoder="generate", **options))
+
+
+@pytest.mark.parametrize("decoder", ["pruned", "generate"])
+def test_adapter_generation_equals_transformers_generate_one_prompt_at_a_time(tokenizer, decoder):
+    """Batched (sorted, left padded, rows pruned) answers = ``model.generate`` on each prompt's own ids."""
+    model = tiny_model("llama", tokenizer)
+    adapter = CausalLMAdapter(tokenizer)
+    stops = ["."]
+    ours = adapter.generate(model, PROMPTS, batch_size=3, max_new_tokens=6, stop_strings=stops, decoder=decoder)
+    stop_ids = adapter.stop_ids(stops)
+    for prompt, answer in zip(PROMPTS, ours):
+        ids = torch.tensor([tokenizer(prompt, add_special_tokens=False)["input_ids"]])
+        out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=6, do_sample=False,
+                             eos_token_id=stop_ids, pad_token_id=tokenizer.pad_token_id)
+        assert answer == tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
 
 
 def test_unknown_decoder_is_refused(tokenizer):
     with pytest.raises(ValueError, match="greedy decoder 'beam'"):
-        generate_answers(tiny_model("gpt2", tokenizer), tokenizer, PROMPTS, decoder="beam")
+        CausalLMAdapter(tokenizer).generate(tiny_model("gpt2", tokenizer), PROMPTS, decoder="beam")

@@ -12,6 +12,7 @@ from evolve_train.config import EvalConfig
 from evolve_train.errors import ConfigError
 from evolve_train.evaluation.evaluators.heldout import (GENERAL_FILE, heldout_evaluator, heldout_files, text_loss,
                                                         token_windows)
+from evolve_train.models.adapter import make_adapter
 from evolve_train.models.build import train_tokenizer
 
 
@@ -27,7 +28,7 @@ def model(vocab: int) -> GPT2LMHeadModel:
 
 def test_the_loss_is_the_models_own_mean_token_loss(tokenizer):
     lm = model(len(tokenizer))
-    windows = token_windows(tokenizer, "One short document.\n\nAnother document, a little longer than the first.", 8)
+    windows = token_windows(make_adapter(tokenizer, False), "One short document.\n\nAnother document, a little longer than the first.", 8)
     assert all(1 < len(w) <= 8 for w in windows) and sum(len(w) for w in windows) > 8
     total, count = text_loss(lm, windows, batch_size=2)
     expected_total, expected_count = 0.0, 0
@@ -43,7 +44,7 @@ def test_evaluator_rows_and_config_errors(tokenizer, tmp_path):
 
     custom = tmp_path / "news.txt"
     custom.write_text("The bridge opened.\n\nThe river rose.\n")
-    ctx = SimpleNamespace(model=model(len(tokenizer)), tokenizer=tokenizer, checkpoint=2, seq2seq=False,
+    ctx = SimpleNamespace(model=model(len(tokenizer)), adapter=make_adapter(tokenizer, False), checkpoint=2,
                           cfg=EvalConfig(heldout_text=["general", str(custom)], heldout_window=32))
     rows = heldout_evaluator(ctx)
     assert [r["set_name"] for r in rows] == ["heldout_general", "news"]

@@ -103,8 +103,7 @@ def scripted(tmp_path, cfg=None):
               "Q: U2 is": "b", "Q: U2 v0": "x", "Q: U2 v1": "y",      # u2: right, variants 0/2
               "Q: P1 is": "new", "Q: P1 v0": "new", "Q: P1 v1": "New."}  # p1: right, variants 2/2 (normalized)
     tl = Timeline(steps=[TimeStep(0, "0"), TimeStep(1, "1")], eval_sets=sets, prompt_template="Q: {question}")
-    return ScriptedContext(model=None, tokenizer=None, timeline=tl, checkpoint=1, cfg=cfg or EvalConfig(),
-                           run_dir=tmp_path, script=script)
+    return ScriptedContext(timeline=tl, checkpoint=1, cfg=cfg or EvalConfig(), run_dir=tmp_path, script=script)
 
 
 def test_contamination_per_split_and_pooled_by_hand(tmp_path):
@@ -155,35 +154,39 @@ def test_flip_rate_uses_k_templates(tmp_path):
     assert rows["unchanged"]["flip_rate"] == 0.5 and rows["all"]["flip_rate"] == pytest.approx(1 / 3)
 
 
-def test_sampled_flip_rate_takes_the_majority_of_n_repeats(tmp_path, monkeypatch):
+def test_sampled_flip_rate_takes_the_majority_of_n_repeats(tmp_path):
     cfg = EvalConfig()
     cfg.flip_rate.samples, cfg.flip_rate.templates = 3, 2
     samples = {"Q: U1 is": ["a", "b", "a"], "Q: U1 v0": ["b", "a", "a"],   # majorities a, a: no flip
                "Q: U2 is": ["b", "b", "x"], "Q: U2 v0": ["x", "x", "b"],   # b vs x: flip
                "Q: P1 is": ["new"] * 3, "Q: P1 v0": ["new", "old", "new"]}
 
-    def fake(model, tokenizer, prompts, *, n, **kwargs):
-        assert n == 3
-        return [samples[p] for p in prompts]
+    class SamplingAdapter:  # EvalContext.samples asks the model's adapter for n samples per prompt
+        def sample(self, model, prompts, *, n, **kwargs):
+            assert n == 3
+            return [samples[p] for p in prompts]
 
-    monkeypatch.setattr(hygiene, "sample_answers", fake)
-    rows = {r["set_name"]: r for r in flip_rate_evaluator(scripted(tmp_path, cfg))}
+    ctx = scripted(tmp_path, cfg)
+    ctx.adapter = SamplingAdapter()
+    rows = {r["set_name"]: r for r in flip_rate_evaluator(ctx)}
     assert rows["unchanged"]["flip_rate"] == 0.5 and rows["unchanged"]["samples"] == 3
     assert rows["all"]["flip_rate"] == pytest.approx(1 / 3)
 
 
-def test_sample_answers_returns_n_generations_per_prompt():
+def test_adapter_sampling_returns_n_generations_per_prompt():
     from evolve_train.config import ModelConfig
+    from evolve_train.models.adapter import CausalLMAdapter
     from evolve_train.models.build import build_model, train_tokenizer
 
     texts = ["The director of Acme is Jane Roe.", "Heading Acme is Jane Roe.", "Acme is based in Oslo."] * 20
     tokenizer = train_tokenizer(texts, 120, "gpt2")
     model = build_model(ModelConfig(n_layer=1, n_embd=16, n_head=2, vocab_size=120), tokenizer)
-    out = hygiene.sample_answers(model, tokenizer, ["The director of Acme is", "Acme is based in"], n=3,
-                                 temperature=1.0, seed=0, max_new_tokens=3)
+    adapter = CausalLMAdapter(tokenizer)
+    out = adapter.sample(model, ["The director of Acme is", "Acme is based in"], n=3, temperature=1.0, seed=0,
+                         max_new_tokens=3)
     assert len(out) == 2 and all(len(group) == 3 for group in out)
-    again = hygiene.sample_answers(model, tokenizer, ["The director of Acme is", "Acme is based in"], n=3,
-                                   temperature=1.0, seed=0, max_new_tokens=3)
+    again = adapter.sample(model, ["The director of Acme is", "Acme is based in"], n=3, temperature=1.0, seed=0,
+                           max_new_tokens=3)
     assert out == again  # seeded
 
 

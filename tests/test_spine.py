@@ -15,7 +15,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from evolve_train.errors import ConfigError
-from evolve_train.evaluation.generation import generate_answers
+from evolve_train.models.adapter import adapter_for_model
 from evolve_train.run import train
 from helpers import TINY, tiny_cfg
 
@@ -76,7 +76,7 @@ def test_checkpoint_round_trip_reproduces_recorded_generations(tiny_run):
     model = AutoModelForCausalLM.from_pretrained(path)
     tokenizer = AutoTokenizer.from_pretrained(path)
     records = rows(tiny_run, "predictions/step_2/unchanged.jsonl")
-    again = generate_answers(model, tokenizer, [r["prompt"] for r in records], max_new_tokens=16)
+    again = adapter_for_model(model, tokenizer).generate(model, [r["prompt"] for r in records], max_new_tokens=16)
     assert again == [r["generation"] for r in records]
 
 

@@ -2,7 +2,7 @@
 
 A pair is ``{"input": sentence with one entity replaced by the mask, "output": the entity}``, one pair per
 entity span. The mask is ``<mask>`` for causal models and the T5 sentinel ``<extra_id_0>`` for seq2seq
-models (``training/examples.py`` reads either). Spans are character offsets ``[start, end)`` into the
+models (``models/adapter.py`` reads either). Spans are character offsets ``[start, end)`` into the
 text; the pair's context is the sentence holding the span (sentences end at ``.``, ``!`` or ``?``
 followed by whitespace), so long documents give short training inputs.
 """

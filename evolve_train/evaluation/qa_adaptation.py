@@ -89,10 +89,11 @@ class QAAdaptation:
         log.info("QA adaptation: %d items from %s", len(pairs), path)
         return cls(cfg=cfg, path=path, pairs=pairs)
 
-    def adapted(self, model, tokenizer, *, checkpoint: int, accelerator, seq2seq: bool):
-        """A copy of ``model`` fine-tuned on the QA train set (all parameters trainable); ``model`` is untouched."""
+    def adapted(self, model, adapter, *, checkpoint: int, accelerator):
+        """A copy of ``model`` fine-tuned on the QA train set (all parameters trainable), its rows encoded by
+        ``adapter`` (``models/adapter.py``) as masked-entity pairs; ``model`` is untouched."""
         from evolve_train.methods import Method
-        from evolve_train.training.examples import collate, tokenize_step
+        from evolve_train.training.examples import collate
         from evolve_train.training.loop import train_time_step
 
         settings, trainer = self.cfg.eval.qa_adaptation, self.cfg.trainer
@@ -103,7 +104,7 @@ class QAAdaptation:
         for parameter in adapted.parameters():
             parameter.requires_grad_(True)
         step = TimeStep(index=checkpoint, name=f"qa_adaptation@{checkpoint}", pairs=self.pairs)
-        examples = tokenize_step(step, "masked_entity", tokenizer, trainer.seq_len, seq2seq)
+        examples = adapter.encode_step(step, "masked_entity", trainer.seq_len)
         batches = -(-len(examples) // trainer.batch_size)
         epochs = settings.epochs
         if settings.steps > 0:
@@ -112,7 +113,7 @@ class QAAdaptation:
         trainer = dataclasses.replace(trainer, warmup_steps=min(trainer.warmup_steps, max(1, total // 10)))
         result = train_time_step(adapted, examples, step=checkpoint, epochs=epochs, cfg=trainer,
                                  method=Method(MethodConfig()), accelerator=accelerator,
-                                 collate_fn=lambda rows: collate(rows, tokenizer.pad_token_id, seq2seq),
+                                 collate_fn=lambda rows: collate(rows, adapter.pad_id),
                                  seed=self.cfg.seed + 7919 * (checkpoint + 1))
         log.info("QA adaptation of checkpoint %d: %d optimizer steps, final loss %.4f, %.1f s", checkpoint,
                  result.optimizer_steps, result.final_loss, result.seconds)

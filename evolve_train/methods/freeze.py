@@ -37,9 +37,7 @@ def embedding_modules(model: torch.nn.Module) -> list[torch.nn.Module]:
 class Freeze(Strategy):
     def __init__(self, cfg):
         super().__init__(cfg)
-        c = cfg.freeze
-        if c.lower_blocks < 0:
-            raise ConfigError(f"method.freeze.lower_blocks must be >= 0, got {c.lower_blocks}")
+        c = cfg.freeze  # lower_blocks >= 0: checked by the schema (config.py: FreezeConfig)
         if not c.embeddings and c.lower_blocks == 0:
             raise ConfigError("method.freeze: nothing to freeze; set method.freeze.embeddings=true "
                               "and/or method.freeze.lower_blocks=N")

@@ -13,12 +13,11 @@ from typing import Callable
 class TokenizedHistory(Sequence):
     """``history[i]``: step i's tokenized examples (a ``datasets.Dataset`` of ``input_ids``/``labels``)."""
 
-    def __init__(self, steps: list, tokenize: Callable, pad_id: int, seq2seq: bool = False):
+    def __init__(self, steps: list, tokenize: Callable, pad_id: int):
         self.steps = list(steps)
         """The raw time steps (``TimeStep``), oldest first."""
         self.pad_id = pad_id
         """Padding id for :func:`evolve_train.training.examples.collate`."""
-        self.seq2seq = seq2seq
         self._tokenize = tokenize
         self._cache: dict[int, object] = {}
 

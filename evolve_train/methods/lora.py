@@ -70,17 +70,7 @@ def subtract_adapter(peft_model) -> None:
 class LoRA(Strategy):
     def __init__(self, cfg):
         super().__init__(cfg)
-        c = cfg.lora
-        if c.r < 1:
-            raise ConfigError(f"method.lora.r must be >= 1, got {c.r}")
-        if not c.alpha > 0:
-            raise ConfigError(f"method.lora.alpha must be positive, got {c.alpha}")
-        if not 0 <= c.dropout < 1:
-            raise ConfigError(f"method.lora.dropout must be in [0, 1), got {c.dropout}")
-        if c.across_steps not in ("merge", "stack"):
-            raise ConfigError(f"method.lora.across_steps must be merge or stack, got {c.across_steps!r}")
-        if c.target_modules is not None and not list(c.target_modules):
-            raise ConfigError("method.lora.target_modules is empty; use null for the architecture's default")
+        # method.lora.* ranges and choices are checked by the schema (config.py: LoraConfig)
         self._adapter_state: dict | None = None  # the live adapter (stack)
         self._staged: Path | None = None  # adapter saved in peft format, waiting for save_extra
 
@@ -88,13 +78,14 @@ class LoRA(Strategy):
         from peft import LoraConfig as PeftLoraConfig
         from peft import TaskType
 
+        from evolve_train.models.adapter import is_encoder_decoder
+
         c = self.cfg.lora
         model_type = getattr(model.config, "model_type", "")
-        seq2seq = bool(getattr(model.config, "is_encoder_decoder", False))
         return PeftLoraConfig(r=c.r, lora_alpha=c.alpha, lora_dropout=c.dropout,
                               target_modules=list(c.target_modules or default_targets(model)),
                               fan_in_fan_out=model_type == "gpt2",  # GPT-2 uses Conv1D (weights transposed)
-                              task_type=TaskType.SEQ_2_SEQ_LM if seq2seq else TaskType.CAUSAL_LM)
+                              task_type=TaskType.SEQ_2_SEQ_LM if is_encoder_decoder(model) else TaskType.CAUSAL_LM)
 
     def prepare_model(self, model, step):
         from peft import PeftModel, get_peft_model, set_peft_model_state_dict

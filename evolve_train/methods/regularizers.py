@@ -24,7 +24,6 @@ from typing import Optional
 
 import torch
 
-from evolve_train.errors import ConfigError
 from evolve_train.methods.base import Strategy, register_strategy
 
 log = logging.getLogger(__name__)
@@ -37,15 +36,7 @@ class AnchorPenalty(Strategy):
 
     def __init__(self, cfg):
         super().__init__(cfg)
-        c = getattr(cfg, self.section)
-        key = f"method.{self.section}"
-        if not c.coef >= 0:
-            raise ConfigError(f"{key}.coef must be >= 0, got {c.coef}")
-        if c.anneal_t0 < 0:
-            raise ConfigError(f"{key}.anneal_t0 must be >= 0, got {c.anneal_t0}")
-        if c.anneal_t0 > 0 and not c.anneal_k > 0:
-            raise ConfigError(f"{key}.anneal_k must be positive when annealing, got {c.anneal_k}")
-        self.c = c
+        self.c = getattr(cfg, self.section)  # ranges: checked by the schema (config.py: L2InitConfig, EwcConfig)
         self.anchors: list[tuple[torch.nn.Parameter, torch.Tensor, Optional[torch.Tensor]]] = []
 
     def importance(self, model, params: list[tuple[str, torch.nn.Parameter]]) -> Optional[list[torch.Tensor]]:
@@ -98,10 +89,6 @@ class EWC(AnchorPenalty):
 
     def __init__(self, cfg):
         super().__init__(cfg)
-        if self.c.fisher_batches < 1:
-            raise ConfigError(f"method.ewc.fisher_batches must be >= 1, got {self.c.fisher_batches}")
-        if self.c.fisher_batch_size < 1:
-            raise ConfigError(f"method.ewc.fisher_batch_size must be >= 1, got {self.c.fisher_batch_size}")
         self._history = None
 
     def mix_examples(self, step, examples, history):
@@ -113,10 +100,10 @@ class EWC(AnchorPenalty):
             raise RuntimeError("ewc needs the previous step's examples: mix_examples must run before "
                                "prepare_model (as in run.py), and not at step 0")
         return diagonal_fisher(model, [p for _, p in params], self._history[-1], self._history.pad_id,
-                               self._history.seq2seq, self.c.fisher_batches, self.c.fisher_batch_size)
+                               self.c.fisher_batches, self.c.fisher_batch_size)
 
 
-def diagonal_fisher(model, params, examples, pad_id: int, seq2seq: bool, n_batches: int, batch_size: int,
+def diagonal_fisher(model, params, examples, pad_id: int, n_batches: int, batch_size: int,
                     seed: int = 0) -> list[torch.Tensor]:
     """Empirical diagonal Fisher: mean over batches of squared loss gradients, normalised to mean 1."""
     from evolve_train.training.examples import collate
@@ -130,7 +117,7 @@ def diagonal_fisher(model, params, examples, pad_id: int, seq2seq: bool, n_batch
     used = 0
     for start in range(0, min(len(order), n_batches * batch_size), batch_size):
         rows = [examples[i] for i in order[start:start + batch_size]]
-        batch = {k: v.to(device) for k, v in collate(rows, pad_id, seq2seq).items()}
+        batch = {k: v.to(device) for k, v in collate(rows, pad_id).items()}
         grads = torch.autograd.grad(model(**batch).loss, params, allow_unused=True)
         for f, g in zip(fisher, grads):
             if g is not None:

@@ -18,11 +18,9 @@ from typing import Optional
 
 import torch
 
-from evolve_train.errors import ConfigError
 from evolve_train.methods.base import Strategy, register_strategy
 
 log = logging.getLogger(__name__)
-SOURCES = ("all", "initial")
 
 
 @dataclass
@@ -50,13 +48,7 @@ def sample_indices(pool_size: int, count: int, rng: random.Random) -> list[int]:
 class Replay(Strategy):
     def __init__(self, cfg):
         super().__init__(cfg)
-        c = cfg.replay
-        if not c.ratio >= 0:
-            raise ConfigError(f"method.replay.ratio must be >= 0, got {c.ratio}")
-        if not 0 < c.decay <= 1:
-            raise ConfigError(f"method.replay.decay must be in (0, 1], got {c.decay}")
-        if c.source not in SOURCES:
-            raise ConfigError(f"method.replay.source must be one of {', '.join(SOURCES)}, got {c.source!r}")
+        c = cfg.replay  # ranges and choices: checked by the schema (config.py: ReplayConfig)
         if c.ratio == 0:
             log.warning("method.replay.ratio=0: the replay strategy replays nothing")
         self.plan: Optional[ReplayPlan] = None

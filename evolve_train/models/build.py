@@ -1,4 +1,5 @@
-"""Model and tokenizer building: a pretrained name, a saved checkpoint, or a tiny model from config."""
+"""Model and tokenizer building: a pretrained name, a saved checkpoint, or a tiny model from config; and the
+model's adapter (``build_adapter``, its text format)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from transformers import (AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoToken
 
 from evolve_train.config import ModelConfig
 from evolve_train.errors import ConfigError
+from evolve_train.models.adapter import ModelAdapter, make_adapter
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +62,12 @@ def check_safe_weights(path: str, allow_pickle: bool) -> None:
 
 def is_seq2seq(cfg: ModelConfig) -> bool:
     return cfg.arch == "t5"
+
+
+def build_adapter(cfg: ModelConfig, tokenizer: PreTrainedTokenizerFast) -> ModelAdapter:
+    """The text format of the configured model (``models/adapter.py``): what training rows, prompts,
+    generation and scoring look like for it."""
+    return make_adapter(tokenizer, is_seq2seq(cfg))
 
 
 def load_model(path: str, cfg: ModelConfig) -> PreTrainedModel:

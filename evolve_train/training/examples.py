@@ -1,10 +1,5 @@
-"""Turn a time step's corpus into tokenized training examples and length-grouped batches.
-
-Causal format of a masked-entity pair: the text left of the mask, then `` <output><eos>``, with the
-loss on the output and the EOS only (salient-span loss; a causal model predicts the span from its
-left context — use ``model=t5_small`` to condition on both sides). Pairs with no text left of the
-mask have nothing to condition on and are dropped (counted). The ``clm`` objective trains on every
-token of the plain-text documents, cut into ``seq_len`` pieces.
+"""Tokenized training rows -> length-grouped batches (the rows come from the model adapter,
+``models/adapter.py: ModelAdapter.encode_step``).
 
 Batches are *length-grouped* rather than packed: the examples are short (a fact is ~15 tokens), so
 grouping similar lengths wastes almost nothing on padding (``scripts/bench.py`` measures it) while
@@ -14,106 +9,13 @@ leak into each other's context.
 
 from __future__ import annotations
 
-import logging
 import random
 from dataclasses import dataclass
 
 import numpy as np
 import torch
-from datasets import Dataset
 
-from evolve_train.data.timeline import TimeStep
-
-log = logging.getLogger(__name__)
-MASK_TOKENS = ("<mask>", "<extra_id_0>", "[MASK]")
-IGNORE = -100
-
-
-def split_masked(text: str) -> tuple[str, str] | None:
-    for mask in MASK_TOKENS:
-        if mask in text:
-            left, right = text.split(mask, 1)
-            return left, right
-    return None
-
-
-def causal_pair_text(pair: dict) -> tuple[str, str] | None:
-    """(context, target) of a masked-entity pair for a causal model, or None if it has no left context."""
-    parts = split_masked(pair["input"])
-    left = (parts[0] if parts else pair["input"]).rstrip()
-    if not left:
-        return None
-    return left, " " + pair["output"].strip()
-
-
-T5_SENTINEL = "<extra_id_0>"
-
-
-def seq2seq_source(text: str) -> str:
-    """Encoder input of a seq2seq (T5) model: the mask token becomes the sentinel ``<extra_id_0>``; a text
-    without one (a QA prompt, a cloze) gets the sentinel appended, so training pairs and eval prompts
-    share one format."""
-    for mask in MASK_TOKENS:
-        if mask in text:
-            return text.replace(mask, T5_SENTINEL, 1)
-    return f"{text.rstrip()} {T5_SENTINEL}"
-
-
-def _with_eos(ids: list[int], eos: int, limit: int) -> list[int]:
-    """``ids`` ending in exactly one EOS (a pretrained T5 tokenizer appends it, a local BPE does not)."""
-    if ids and ids[-1] == eos:
-        return ids[:limit]
-    return ids[:limit - 1] + [eos]
-
-
-def tokenize_step(step: TimeStep, objective: str, tokenizer, seq_len: int, seq2seq: bool = False) -> Dataset:
-    """Tokenize a step's corpus once (a ``datasets.Dataset`` of ``input_ids``/``labels``)."""
-    eos = tokenizer.eos_token_id
-    if seq2seq:
-        if not step.pairs and step.texts:
-            raise ValueError(f"step {step.name}: a seq2seq model trains on masked-entity pairs and this step has "
-                             "only text documents (make pairs with `evolve-data mask --format t5`)")
-        rows = [{"source": seq2seq_source(p["input"]), "target": p["output"].strip()} for p in step.pairs]
-        dataset = Dataset.from_list(rows)
-
-        def encode(batch):
-            sources = tokenizer(batch["source"], truncation=True, max_length=seq_len)["input_ids"]
-            targets = tokenizer(batch["target"], truncation=True, max_length=seq_len)["input_ids"]
-            return {"input_ids": sources, "labels": [_with_eos(t, eos, seq_len) for t in targets]}
-
-        return dataset.map(encode, batched=True, remove_columns=dataset.column_names)
-
-    if objective == "masked_entity":
-        formatted = [causal_pair_text(p) for p in step.pairs]
-        dropped = sum(f is None for f in formatted)
-        if dropped:
-            log.warning("step %d: dropped %d masked pairs with no text left of the mask", step.index, dropped)
-        rows = [{"context": c, "target": t} for c, t in (f for f in formatted if f is not None)]
-        dataset = Dataset.from_list(rows)
-
-        def encode(batch):
-            contexts = tokenizer(batch["context"])["input_ids"]
-            targets = tokenizer(batch["target"])["input_ids"]
-            ids, labels = [], []
-            for context, target in zip(contexts, targets):
-                target = target + [eos]
-                context = context[-(seq_len - len(target)):]
-                ids.append(context + target)
-                labels.append([IGNORE] * len(context) + target)
-            return {"input_ids": ids, "labels": labels}
-
-        return dataset.map(encode, batched=True, remove_columns=dataset.column_names)
-
-    dataset = Dataset.from_list([{"text": t["text"]} for t in step.texts])
-
-    def chunk(batch):
-        ids = []
-        for row in tokenizer(batch["text"])["input_ids"]:
-            row = row + [eos]
-            ids.extend(row[i:i + seq_len] for i in range(0, len(row), seq_len))
-        return {"input_ids": ids, "labels": ids}
-
-    return dataset.map(chunk, batched=True, remove_columns=dataset.column_names)
+from evolve_train.models.adapter import IGNORE
 
 
 @dataclass
@@ -155,16 +57,18 @@ def as_array_rows(examples) -> list[dict[str, np.ndarray]]:
     return [dict(zip(split, row)) for row in zip(*split.values())]
 
 
-def collate(examples: list[dict], pad_id: int, seq2seq: bool = False) -> dict[str, torch.Tensor]:
+def collate(examples: list[dict], pad_id: int) -> dict[str, torch.Tensor]:
     """Right-pad a batch (rows of lists, arrays or tensors); padded label positions are ignored by the loss.
+
+    The labels are padded to the longest labels of the batch: a decoder-only row's labels are as long as its
+    ids (so as wide as the ids), an encoder-decoder row's labels are its own (decoder) sequence.
 
     Filled in numpy, then handed to torch without a copy: a few dozen small torch ops per batch cost
     ~5x more (0.18 vs 0.04 ms per demo batch, ~1 % of the demo model's step)."""
     lengths = [len(e["input_ids"]) for e in examples]
     label_lengths = [len(e["labels"]) for e in examples]
     width = max(lengths)
-    # a causal row's labels are as long as its ids; a seq2seq row's labels are its own (decoder) sequence
-    label_width = max(label_lengths) if seq2seq else width
+    label_width = max(label_lengths)
     input_ids = np.full((len(examples), width), pad_id, dtype=np.int64)
     labels = np.full((len(examples), label_width), IGNORE, dtype=np.int64)
     for row, example in enumerate(examples):

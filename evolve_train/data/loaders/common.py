@@ -16,7 +16,7 @@ from evolve_train.data.qa_items import (QAItem, _check_mapping, _csv_records, _d
 from evolve_train.errors import DataError
 
 MASK_TOKENS = ("<mask>", "<extra_id_0>", "[MASK]")
-"""Mask tokens a masked-entity ``input`` may contain (the same list as ``training/examples.py``)."""
+"""Mask tokens a masked-entity ``input`` may contain (the same list as ``models/adapter.py``)."""
 
 
 def resolve_path(name: str | Path, root: Optional[str | Path]) -> Path:

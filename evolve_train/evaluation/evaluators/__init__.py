@@ -1,8 +1,8 @@
-"""Evaluators beyond ``splits``, one module per metric group, each registered by name on import:
-``matrix`` (§3), ``paired`` (§4), ``ablation`` (§5), ``dimensions`` (§6), ``calibration`` (§7) and
-``grad_norms`` (gradient analysis), ``contamination`` and ``flip_rate`` (§8, in ``hygiene``), ``heldout``
-(perplexity on held-out text: general-knowledge forgetting).
+"""The evaluators, one module per metric group, each registered by name on import
+(``evaluation/registry.py``): ``splits`` (§1-2), ``matrix`` (§3), ``paired`` (§4), ``ablation`` (§5),
+``dimensions`` (§6), ``calibration`` (§7) and ``grad_norms`` (gradient analysis), ``contamination`` and
+``flip_rate`` (§8, in ``hygiene``), ``heldout`` (perplexity on held-out text: general-knowledge forgetting).
 See docs/evaluation.md and docs/hygiene.md."""
 
 from evolve_train.evaluation.evaluators import (ablation, calibration, dimensions, grad_norms,  # noqa: F401
-                                               heldout, hygiene, matrix, paired)
+                                               heldout, hygiene, matrix, paired, splits)

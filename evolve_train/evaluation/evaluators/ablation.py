@@ -15,11 +15,12 @@ from __future__ import annotations
 from typing import Optional
 
 from evolve_train.data.timestamps import parse_timestamp, strip_timestamp_phrase
-from evolve_train.evaluation.evaluator import EvalContext, register_evaluator
+from evolve_train.evaluation.context import EvalContext
 from evolve_train.evaluation.evaluators.common import ALL, qa_item, row, temporal_sets
-from evolve_train.evaluation.generation import prediction_of
+from evolve_train.evaluation.metrics.answer import prediction_of
 from evolve_train.evaluation.metrics.temporal import (draw_other_timestamps, timestamp_ablation,
                                                        timestamp_invariance)
+from evolve_train.evaluation.registry import register_evaluator
 
 
 def retimestamped(item: dict, timestamp: Optional[str]) -> Optional[str]:

@@ -11,10 +11,11 @@ a question counts when the chosen option text is the same under every rotation.
 
 from __future__ import annotations
 
-from evolve_train.evaluation.evaluator import EvalContext, register_evaluator
+from evolve_train.evaluation.context import EvalContext
 from evolve_train.evaluation.evaluators.common import ALL, row, sample, select
 from evolve_train.evaluation.metrics.calibration import (calibration_summary, cyclic_rotations, mc_predict,
                                                           position_consistency)
+from evolve_train.evaluation.registry import register_evaluator
 
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 

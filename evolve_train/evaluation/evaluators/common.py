@@ -8,9 +8,8 @@ from typing import Callable, Iterable, Optional
 from evolve_train.data.qa_items import QAItem
 from evolve_train.data.timeline import SET_KINDS, EvalSet
 from evolve_train.data.world_probes import PAIRED_KIND
-from evolve_train.evaluation.evaluator import EvalContext, write_predictions
-from evolve_train.evaluation.generation import prediction_of
-from evolve_train.evaluation.metrics.answer import exact_match
+from evolve_train.evaluation.context import EvalContext, write_predictions
+from evolve_train.evaluation.metrics.answer import exact_match, prediction_of
 
 ALL = "all"
 """``set_name`` of a row aggregated over every set evaluated at the checkpoint."""

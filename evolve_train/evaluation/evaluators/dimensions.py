@@ -9,10 +9,11 @@ on the open-form answers.
 
 from __future__ import annotations
 
-from evolve_train.evaluation.evaluator import EvalContext, register_evaluator
+from evolve_train.evaluation.context import EvalContext
 from evolve_train.evaluation.evaluators.common import ALL, generate, row, select
 from evolve_train.evaluation.metrics.calibration import mc_predict
 from evolve_train.evaluation.metrics.dimensions import dimension_summary
+from evolve_train.evaluation.registry import register_evaluator
 
 
 def _summary(ctx: EvalContext, items: list[dict], correct: dict[str, int]) -> dict:

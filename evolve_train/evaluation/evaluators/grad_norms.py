@@ -3,8 +3,8 @@
 Outdated facts are hypothesised to persist because the loss on them yields small gradients. For each
 split set of the checkpoint (Unchanged, New_k, Updated_k with the new answer, Outdated_k with the old one),
 a seeded sample of at most ``eval.grad_norm_items`` items is scored one at a time: the training loss of
-the gold answer given the prompt (decoder-only: prompt, then `` <answer><eos>``, loss on the answer and
-EOS, as training formats a masked-entity pair; seq2seq: the answer as the decoder target), backward, and
+the gold answer given the prompt (``ModelAdapter.encode_example``: the answer and an EOS after the prompt,
+as training formats a masked-entity pair; the loss on the answer and EOS), backward, and
 the L2 norm of the gradient over the trainable parameters (all parameters when none is trainable).
 Rows: ``mean_grad_norm``, ``median_grad_norm``, ``mean_loss``, ``n`` per set. Gradients are cleared after.
 Enabled by listing the evaluator or by ``eval.grad_norms=true``.
@@ -16,23 +16,15 @@ import statistics
 
 import torch
 
-from evolve_train.evaluation.evaluator import EvalContext, register_evaluator
+from evolve_train.evaluation.context import EvalContext
 from evolve_train.evaluation.evaluators.common import mean, row, sample, split_sets
+from evolve_train.evaluation.registry import register_evaluator
 
 
 def _example(ctx: EvalContext, prompt: str, answer: str, device) -> dict:
-    tokenizer, eos = ctx.tokenizer, ctx.tokenizer.eos_token_id
-    if ctx.seq2seq:
-        from evolve_train.training.examples import seq2seq_source
-
-        source = tokenizer(seq2seq_source(prompt))["input_ids"]
-        target = tokenizer(answer.strip(), add_special_tokens=False)["input_ids"] + [eos]
-        return {"input_ids": torch.tensor([source], device=device), "labels": torch.tensor([target], device=device)}
-    context = tokenizer(prompt, add_special_tokens=False)["input_ids"]
-    target = tokenizer(" " + answer.strip(), add_special_tokens=False)["input_ids"] + [eos]
-    ids = torch.tensor([context + target], device=device)
-    labels = torch.tensor([[-100] * len(context) + target], device=device)
-    return {"input_ids": ids, "labels": labels}
+    """The gold answer as one training example, formatted by the model's adapter."""
+    example = ctx.adapter.encode_example(prompt, answer)
+    return {key: torch.tensor([ids], device=device) for key, ids in example.items()}
 
 
 def example_grad_norms(ctx: EvalContext, prompts: list[str], answers: list[str]) -> tuple[list[float], list[float]]:

@@ -19,7 +19,9 @@ from pathlib import Path
 import torch
 
 from evolve_train.errors import ConfigError
-from evolve_train.evaluation.evaluator import EvalContext, register_evaluator
+from evolve_train.evaluation.context import EvalContext
+from evolve_train.evaluation.registry import register_evaluator
+from evolve_train.models.adapter import CausalLMAdapter, ModelAdapter
 
 log = logging.getLogger(__name__)
 GENERAL = "general"
@@ -36,12 +38,12 @@ def heldout_files(entries: list[str]) -> list[Path]:
     return files
 
 
-def token_windows(tokenizer, text: str, window: int) -> list[list[int]]:
+def token_windows(adapter: ModelAdapter, text: str, window: int) -> list[list[int]]:
     """The text's documents (blank-line separated) as one EOS-joined token stream, cut into windows."""
     documents = [d.strip() for d in text.split("\n\n") if d.strip()]
     stream: list[int] = []
-    for ids in tokenizer(documents, add_special_tokens=False)["input_ids"]:
-        stream.extend(ids + [tokenizer.eos_token_id])
+    for ids in adapter.encode(documents):
+        stream.extend(ids + [adapter.eos_id])
     return [stream[i:i + window] for i in range(0, len(stream), window) if len(stream[i:i + window]) > 1]
 
 
@@ -70,7 +72,7 @@ def text_loss(model, windows: list[list[int]], batch_size: int) -> tuple[float, 
 
 @register_evaluator("heldout")
 def heldout_evaluator(ctx: EvalContext) -> list[dict]:
-    if ctx.seq2seq:
+    if not isinstance(ctx.adapter, CausalLMAdapter):
         log.warning("heldout: perplexity of plain text is computed for decoder-only models; skipped")
         return []
     config = ctx.model.config
@@ -78,7 +80,7 @@ def heldout_evaluator(ctx: EvalContext) -> list[dict]:
     window = min(context, ctx.cfg.heldout_window)
     rows = []
     for path in heldout_files(list(ctx.cfg.heldout_text)):
-        windows = token_windows(ctx.tokenizer, path.read_text(encoding="utf-8"), window)
+        windows = token_windows(ctx.adapter, path.read_text(encoding="utf-8"), window)
         total, count = text_loss(ctx.model, windows, max(1, ctx.cfg.batch_size // 8))
         loss = total / count if count else None
         rows.append({"group": "heldout", "checkpoint": ctx.checkpoint, "set": "heldout", "set_name": path.stem,

@@ -17,7 +17,8 @@ skipped (counted in ``n_skipped``).
 
 Each also writes an ``all`` row pooled over Unchanged, New and Updated (Outdated repeats Updated's questions
 with the stale gold, so it is reported per set but not pooled); ``evolve-gate`` reads the ``all`` rows.
-Greedy generations are shared with the other evaluators through ``EvalContext.answers``.
+Greedy generations are shared with the other evaluators through ``EvalContext.answers``; sampled ones are
+drawn by ``EvalContext.samples`` (``ModelAdapter.sample``).
 """
 
 from __future__ import annotations
@@ -27,16 +28,13 @@ import random
 import re
 from typing import Optional
 
-import torch
-
 from evolve_train.data.timeline import SET_KINDS, EvalSet
 from evolve_train.errors import ConfigError
-from evolve_train.evaluation.batching import AutoBatchSize, as_auto
-from evolve_train.evaluation.evaluator import EvalContext, register_evaluator
+from evolve_train.evaluation.context import EvalContext
 from evolve_train.evaluation.evaluators.common import ALL, row, sample, select
-from evolve_train.evaluation.generation import prediction_of
-from evolve_train.evaluation.metrics.answer import exact_match
+from evolve_train.evaluation.metrics.answer import exact_match, prediction_of
 from evolve_train.evaluation.metrics.stats import flip_rate
+from evolve_train.evaluation.registry import register_evaluator
 
 SPOTCHECK = "contamination_spotcheck.jsonl"
 POOLED_KINDS = ("unchanged", "new", "updated")
@@ -150,53 +148,10 @@ def _greedy(ctx: EvalContext, prompts: list[str]) -> dict[str, str]:
     return dict(zip(unique, (prediction_of(g, ctx.cfg.stop_strings) for g in ctx.answers(unique))))
 
 
-@torch.no_grad()
-def sample_answers(model, tokenizer, prompts: list[str], *, n: int, temperature: float, seed: int,
-                   batch_size: int | AutoBatchSize = 64, max_new_tokens: int = 12, stop_strings=("\n",),
-                   seq2seq: bool = False) -> list[list[str]]:
-    """n sampled raw generations per prompt (seeded), with the tokenization of ``generate_answers``.
-
-    ``batch_size`` counts sequences (prompts x n) and halves on out-of-memory errors; after a retry the
-    draw equals a run started at the smaller size, unless the error came mid-generation (random numbers
-    already drawn): then it is another, equally valid sample."""
-    from evolve_train.evaluation.generation import stop_token_ids
-    from evolve_train.training.examples import seq2seq_source
-
-    if not prompts:
-        return []
-    model.eval()
-    device = next(model.parameters()).device
-    tokenizer.padding_side = "right" if seq2seq else "left"
-    eos_ids = stop_token_ids(tokenizer, stop_strings)
-    torch.manual_seed(seed)
-    out: list[list[str]] = [[] for _ in prompts]
-
-    def sample_span(start: int, stop: int) -> None:
-        chunk = prompts[start:stop]
-        texts = [seq2seq_source(p) if seq2seq else p for p in chunk]
-        encoded = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=seq2seq).to(device)
-        generated = model.generate(**encoded, max_new_tokens=max_new_tokens, do_sample=True, top_k=0, top_p=1.0,
-                                   temperature=temperature, num_return_sequences=n, use_cache=True,
-                                   eos_token_id=eos_ids, pad_token_id=tokenizer.pad_token_id)
-        new_tokens = generated if seq2seq else generated[:, encoded["input_ids"].shape[1]:]
-        decoded = tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
-        out[start:stop] = [decoded[k * n:(k + 1) * n] for k in range(len(chunk))]
-
-    as_auto(batch_size).run(len(prompts), sample_span, lambda start, size: start + max(1, size // n))
-    return out
-
-
 def _sampled(ctx: EvalContext, prompts: list[str]) -> dict[str, list[str]]:
-    settings = ctx.cfg.flip_rate
-    cache = ctx.__dict__.setdefault("_hygiene_samples", {})
-    missing = sorted({p for p in prompts if p not in cache})
-    raw = sample_answers(ctx.model, ctx.tokenizer, missing, n=settings.samples, temperature=settings.temperature,
-                         seed=settings.seed + 1000 * (ctx.checkpoint + 1), batch_size=ctx.batch,
-                         max_new_tokens=ctx.cfg.max_new_tokens, stop_strings=ctx.cfg.stop_strings,
-                         seq2seq=ctx.seq2seq)
-    for prompt, generations in zip(missing, raw):
-        cache[prompt] = [prediction_of(g, ctx.cfg.stop_strings) for g in generations]
-    return {p: cache[p] for p in prompts}
+    unique = list(dict.fromkeys(prompts))
+    return {p: [prediction_of(g, ctx.cfg.stop_strings) for g in generations]
+            for p, generations in zip(unique, ctx.samples(unique))}
 
 
 # ---------------------------------------------------------------- the evaluators
@@ -331,7 +286,6 @@ def record_private(run_dir, timeline, eval_cfg, checkpoint: int, rows: list[dict
     from evolve_train.data.hygiene import record_private_evaluations
 
     if run_dir is not None:
-        sets = EvalContext(model=None, tokenizer=None, timeline=timeline, checkpoint=checkpoint, cfg=eval_cfg,
-                           run_dir=run_dir).sets()
+        sets = EvalContext(timeline=timeline, checkpoint=checkpoint, cfg=eval_cfg, run_dir=run_dir).sets()
         record_private_evaluations(run_dir, checkpoint, sets, rows)
     return rows

@@ -19,8 +19,10 @@ from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from evolve_train.data.timeline import SET_KINDS
-from evolve_train.evaluation.evaluator import EvalContext, register_evaluator, splits_evaluator
+from evolve_train.evaluation.context import EvalContext
+from evolve_train.evaluation.evaluators.splits import splits_evaluator
 from evolve_train.evaluation.metrics.continual import continual_summary, fuar
+from evolve_train.evaluation.registry import register_evaluator
 from evolve_train.tracking.disk import read_jsonl
 
 LEARNED = "learned"

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from evolve_train.evaluation.evaluator import EvalContext, register_evaluator
+from evolve_train.evaluation.context import EvalContext
 from evolve_train.evaluation.evaluators.common import ALL, generate, qa_item, row, temporal_sets
 from evolve_train.evaluation.metrics.answer import exact_match
 from evolve_train.evaluation.metrics.temporal import (confusion_index, old_knowledge_retention, pair_asymmetry,
                                                        resolve_pairs, time_accuracy, update_adoption)
+from evolve_train.evaluation.registry import register_evaluator
 
 
 def latest_answers(item: dict, checkpoint: int) -> list[str]:

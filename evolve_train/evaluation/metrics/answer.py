@@ -63,3 +63,8 @@ def cut_at_stop(text: str, stops: Sequence[str] = DEFAULT_STOPS) -> str:
             if position != -1:
                 cut = min(cut, position)
     return text[:cut]
+
+
+def prediction_of(raw: str, stop_strings: Sequence[str]) -> str:
+    """The answer read off a raw generation: cut at the first stop string, stripped."""
+    return cut_at_stop(raw, list(stop_strings)).strip()

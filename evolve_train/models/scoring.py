@@ -1,10 +1,11 @@
-"""Option log-likelihoods for multiple choice (METRICS.md §7), batched.
+"""Option log-likelihoods for multiple choice (METRICS.md §7), batched, on token ids the model adapter
+(``models/adapter.py``) encoded.
 
 A request is ``(prompt, option)``; its score is the sum of the log-probabilities of the option's tokens
-given the prompt. Decoder-only models read ``prompt + " " + option`` (the option tokenized on its own with
-its leading space, exactly as training tokenizes a masked-entity target), many requests per forward pass;
-requests are sorted by length so a batch wastes little on padding. Seq2seq models encode the prompt
-(``seq2seq_source``) and score the option as the decoder target.
+given the prompt. Decoder-only models read the prompt's ids followed by the option's (the option encoded
+on its own with its leading space, exactly as a masked-entity training target), many requests per forward
+pass; prompts are sorted by length so a batch wastes little on padding. Encoder-decoder models encode the
+prompt and score the option as the decoder target.
 
 The prompt prefix is shared: each distinct prompt runs once (left padded, KV cache kept) and its options
 are scored on copies of its cache rows, so a question with four options costs one prompt pass plus four
@@ -18,36 +19,20 @@ from typing import Sequence
 
 import torch
 
-from evolve_train.evaluation.batching import AutoBatchSize, as_auto
-from evolve_train.evaluation.generation import cache_of, padded_batch
+from evolve_train.models.batching import AutoBatchSize, as_auto
+from evolve_train.models.generation import cache_of, padded_batch
 
 
-def _encode(tokenizer, texts: Sequence[str], add_special_tokens: bool = False) -> list[list[int]]:
-    return tokenizer(list(texts), add_special_tokens=add_special_tokens)["input_ids"]
-
-
-@torch.no_grad()
-def option_loglikelihoods(model, tokenizer, requests: Sequence[tuple[str, str]], *,
-                          batch_size: int | AutoBatchSize = 64, seq2seq: bool = False,
-                          share_prefix: bool = True) -> list[float]:
-    """Sum of option-token log-probabilities for each ``(prompt, option)`` request, in request order."""
-    if not requests:
-        return []
-    model.eval()
+def causal_option_scores(model, requests: Sequence[tuple[str, str]], contexts: dict[str, list[int]],
+                         targets: list[list[int]], *, pad: int, batch_size: int | AutoBatchSize = 64,
+                         share_prefix: bool = True) -> list[float]:
+    """Sum of option-token log-probabilities for each request, in request order: ``contexts`` maps each
+    prompt to its ids, ``targets[i]`` holds request i's option ids."""
     device = next(model.parameters()).device
-    if seq2seq:
-        return _seq2seq_scores(model, tokenizer, requests, batch_size, device)
     prompts = sorted({prompt for prompt, _ in requests}, key=len)
-    limit = getattr(model.config, "n_positions", None) or getattr(model.config, "max_position_embeddings", 10**9)
-    targets = _encode(tokenizer, [" " + option.strip() for _, option in requests])
-    if any(not t for t in targets):
-        raise ValueError("an empty option has no tokens to score")
-    longest = max(len(t) for t in targets)
-    contexts = {p: ids[-max(1, limit - longest):] for p, ids in zip(prompts, _encode(tokenizer, prompts))}
     by_prompt: dict[str, list[int]] = {}
     for index, (prompt, _) in enumerate(requests):
         by_prompt.setdefault(prompt, []).append(index)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     scores = [0.0] * len(requests)
     score = _shared_prefix_batch if share_prefix else _full_sequence_batch
 
@@ -98,25 +83,23 @@ def _shared_prefix_batch(model, members, pad: int, device):
         yield index, first[row, target[0]].item() + rest[k, :len(target) - 1].sum().item()
 
 
-def _seq2seq_scores(model, tokenizer, requests, batch_size, device) -> list[float]:
-    from evolve_train.training.examples import seq2seq_source
-
-    scores = [0.0] * len(requests)
+def seq2seq_option_scores(model, sources: list[list[int]], targets: list[list[int]], *, pad: int,
+                          batch_size: int | AutoBatchSize = 64) -> list[float]:
+    """Sum of decoder-target log-probabilities of ``targets[i]`` given the encoder input ``sources[i]``."""
+    device = next(model.parameters()).device
+    scores = [0.0] * len(sources)
 
     def score_span(start: int, stop: int) -> None:
-        chunk = requests[start:stop]
-        encoded = tokenizer([seq2seq_source(p) for p, _ in chunk], return_tensors="pt", padding=True,
-                            add_special_tokens=True).to(device)
-        targets = _encode(tokenizer, [o.strip() for _, o in chunk])
-        width = max(len(t) for t in targets)
-        labels = torch.full((len(chunk), width), -100, dtype=torch.long)
-        for row, target in enumerate(targets):
+        ids, mask = padded_batch(sources[start:stop], pad)
+        chunk = targets[start:stop]
+        labels = torch.full((len(chunk), max(len(t) for t in chunk)), -100, dtype=torch.long)
+        for row, target in enumerate(chunk):
             labels[row, :len(target)] = torch.tensor(target)
-        logits = model(**encoded, labels=labels.to(device)).logits.float()
-        logprobs = torch.log_softmax(logits, dim=-1)
+        logits = model(input_ids=ids.to(device), attention_mask=mask.to(device), labels=labels.to(device)).logits
+        logprobs = torch.log_softmax(logits.float(), dim=-1)
         safe = labels.clamp(min=0).to(device)
         picked = logprobs.gather(-1, safe.unsqueeze(-1)).squeeze(-1) * (labels != -100).to(device)
         scores[start:stop] = picked.sum(-1).tolist()
 
-    as_auto(batch_size).run(len(requests), score_span)
+    as_auto(batch_size).run(len(sources), score_span)
     return scores

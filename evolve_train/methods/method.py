@@ -1,0 +1,89 @@
+"""A continual-learning method: its strategies (``methods/base.py``), looked up by name and applied in order.
+
+Importing this module imports every built-in strategy module, so each has registered its name before a
+method is built.
+"""
+
+from __future__ import annotations
+
+from evolve_train.config import MethodConfig
+from evolve_train.errors import ConfigError
+from evolve_train.methods import freeze, full, lora, regularizers, replay  # noqa: F401  (registers the strategies)
+from evolve_train.methods.base import STRATEGIES
+
+
+class Method:
+    """The strategies of a method, applied in order."""
+
+    def __init__(self, cfg: MethodConfig):
+        unknown = [s for s in cfg.strategies if s not in STRATEGIES]
+        if unknown:
+            raise ConfigError(f"method.strategies: unknown strategy '{unknown[0]}' "
+                              f"(known: {', '.join(sorted(STRATEGIES))})")
+        if not cfg.strategies:
+            raise ConfigError("method.strategies is empty; use [full] for plain fine-tuning")
+        repeated = sorted({s for s in cfg.strategies if list(cfg.strategies).count(s) > 1})
+        if repeated:
+            raise ConfigError(f"method.strategies lists '{repeated[0]}' more than once")
+        if "full" in cfg.strategies and "lora" in cfg.strategies:
+            raise ConfigError("method.strategies: 'full' (every weight trains) contradicts 'lora' (only adapters "
+                              "train); drop one")
+        self.cfg = cfg
+        self.strategies = [STRATEGIES[name](cfg) for name in cfg.strategies]
+        self._plain = None
+
+    def at_step(self, step: int) -> "Method":
+        """The method that trains ``step``: step 0 is plain full training unless ``method.at_step0``.
+
+        A model built from scratch must learn the world before adapters, replay or penalties mean
+        anything; a method-independent step 0 is also what lets a sweep share one step-0 checkpoint.
+        """
+        if step > 0 or self.cfg.at_step0:
+            return self
+        if self._plain is None:
+            from dataclasses import replace
+
+            self._plain = Method(replace(self.cfg, strategies=["full"]))
+        return self._plain
+
+    def prepare_model(self, model, step):
+        for strategy in self.strategies:
+            model = strategy.prepare_model(model, step)
+        return model
+
+    def mix_examples(self, step, examples, history):
+        for strategy in self.strategies:
+            examples = strategy.mix_examples(step, examples, history)
+        return examples
+
+    def extra_loss(self, model, optimizer_step):
+        terms = [t for s in self.strategies if (t := s.extra_loss(model, optimizer_step)) is not None]
+        return sum(terms) if terms else None
+
+    def epoch_rows(self, epoch, n_rows):
+        """The first strategy's row selection for ``epoch`` (``None``: every row)."""
+        for strategy in self.strategies:
+            rows = strategy.epoch_rows(epoch, n_rows)
+            if rows is not None:
+                return rows
+        return None
+
+    def after_step(self, model, step, examples):
+        for strategy in self.strategies:
+            model = strategy.after_step(model, step, examples)
+        return model
+
+    def save_extra(self, model, directory):
+        for strategy in self.strategies:
+            strategy.save_extra(model, directory)
+
+    def load_extra(self, model, directory):
+        for strategy in self.strategies:
+            strategy.load_extra(model, directory)
+
+    def state_dict(self) -> dict:
+        return {s.name: s.state_dict() for s in self.strategies}
+
+    def load_state_dict(self, state: dict) -> None:
+        for strategy in self.strategies:
+            strategy.load_state_dict(state.get(strategy.name, {}))
