@@ -32,7 +32,7 @@ from evolve_train.models.build import (build_model, is_seq2seq, load_model, load
 from evolve_train.reporting.summary import build_summary, format_summary_table
 from evolve_train.tracking import build_logger
 from evolve_train.tracking.disk import DiskLogger
-from evolve_train.training import faults
+from evolve_train.training import faults, identity
 from evolve_train.training.checkpoint import (RunState, ensure_writable, gathered_state_dict, preflight,
                                               remove_stale_tmp, save_checkpoint, step_dir)
 from evolve_train.training.examples import tokenize_step
@@ -95,12 +95,14 @@ def train(cfg: Config | DictConfig) -> dict:
     if isinstance(cfg, DictConfig):
         cfg = OmegaConf.to_object(cfg)
     validate(cfg)
-    timeline = build_timeline(cfg.data)  # validates input before anything is written
-    qa_adaptation = QAAdaptation.from_config(cfg, timeline)  # checked up front too; None when off
-    hygiene_preflight(cfg, timeline, qa_adaptation)  # no private eval item in training/prompts (docs/hygiene.md)
     run_dir = resolve_run_dir(cfg)
     state = RunState.load(run_dir)
     check_run_dir(run_dir, cfg.resume, state)
+    identity.check_resume(run_dir, cfg, state)  # a changed result-affecting config: ConfigError, nothing written
+    identity.record(state, cfg)  # state.json carries the config from the first save on
+    timeline = build_timeline(cfg.data)  # validates input before anything is written
+    qa_adaptation = QAAdaptation.from_config(cfg, timeline)  # checked up front too; None when off
+    hygiene_preflight(cfg, timeline, qa_adaptation)  # no private eval item in training/prompts (docs/hygiene.md)
 
     if cfg.trainer.num_threads > 0:
         torch.set_num_threads(cfg.trainer.num_threads)
@@ -111,6 +113,7 @@ def train(cfg: Config | DictConfig) -> dict:
     start = state.last_complete + 1
     if main:
         ensure_writable(run_dir)  # mkdir + a probe write: a clear error before anything else
+        state.save(run_dir)  # record the config now: a changed command cannot resume even a mid-step-0 state
         for stale in remove_stale_tmp(run_dir):
             log.warning("removed an incomplete checkpoint left by an interrupted run: %s", stale)
         prune_states(run_dir, through_step=start - 1)  # states of finished steps (docs/reliability.md)
@@ -187,7 +190,7 @@ def _run_step(cfg, timeline, step, model, tokenizer, method, accelerator, run_di
     examples = active.mix_examples(step, examples, history)
     model = active.prepare_model(model, step)
     epochs = cfg.trainer.epochs_step0 if step == 0 else cfg.trainer.epochs
-    cache = Step0Cache.for_run(cfg, tokenizer, accelerator.num_processes) if step == 0 else None
+    cache = Step0Cache.for_run(cfg, tokenizer, accelerator.num_processes, timeline.steps[0]) if step == 0 else None
     cached = cache.load(cfg.model, accelerator, logger.log_train) if cache else None
     if cached:
         model, result = cached
