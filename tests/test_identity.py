@@ -7,6 +7,7 @@ import hashlib
 import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -221,3 +222,60 @@ def test_step0_key_covers_tokenizer_corpus_processes_and_device(tokenizer):
     assert key(tokenizer, runtime={"device": "cpu", "distributed_type": "DistributedType.FSDP"}) != base
     edited = TimeStep(0, "2018", pairs=[{"input": "Orvane is run by <mask>.", "output": "Tom Vey"}])
     assert key(tokenizer, step0=edited) != base  # data changed in place under the same data.root
+
+
+# --- end to end: train.py on one run dir --------------------------------------------------------------------
+
+def train_py(run_dir: Path, *overrides: str) -> subprocess.CompletedProcess:
+    command = [sys.executable, "train.py", f"hydra.run.dir={run_dir}", *TINY, *overrides]
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "WANDB_MODE": "disabled"})
+
+
+def file_hashes(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory) -> Path:
+    run_dir = tmp_path_factory.mktemp("identity") / "run"
+    done = train_py(run_dir)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return run_dir
+
+
+@pytest.mark.slow
+def test_a_changed_hyper_parameter_on_a_finished_run_dir_is_refused_and_touches_nothing(finished_run):
+    before = file_hashes(finished_run)
+    done = train_py(finished_run, "trainer.lr=1e-3")
+    assert done.returncode != 0
+    assert "trainer.lr: 0.002 -> 0.001" in done.stderr, done.stderr[-2000:]
+    assert file_hashes(finished_run) == before  # every file byte-identical, none added or removed
+
+
+@pytest.mark.slow
+def test_the_same_command_twice_resumes_and_trains_nothing(finished_run):
+    train_log = (finished_run / "train_log.jsonl").read_bytes()
+    weights = file_hashes(finished_run / "steps")
+    for extra in ([], ["eval.batch_size=7"]):  # the same command; then with a key that may differ on resume
+        done = train_py(finished_run, *extra)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert "after step 2" in done.stdout + done.stderr
+        assert (finished_run / "train_log.jsonl").read_bytes() == train_log  # no training row
+        assert file_hashes(finished_run / "steps") == weights
+
+
+@pytest.mark.slow
+def test_a_run_dir_from_before_fingerprints_resumes_with_a_warning(finished_run, tmp_path):
+    old = tmp_path / "old"
+    shutil.copytree(finished_run, old)
+    state = json.loads((old / "state.json").read_text())
+    del state["identity"]
+    (old / "state.json").write_text(json.dumps(state))
+    done = train_py(old)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "records no config" in done.stdout + done.stderr and "after step 2" in done.stdout + done.stderr
+    assert json.loads((old / "state.json").read_text())["identity"]["fingerprint"]  # recorded from now on
+    refused = train_py(old, "trainer.lr=1e-3")
+    assert refused.returncode != 0 and "trainer.lr: 0.002 -> 0.001" in refused.stderr
