@@ -105,6 +105,24 @@ def test_settings_of_another_code_version_are_reported_not_refused(tmp_path, cap
     assert "trainer.retired_setting" in caplog.text and "trainer.grad_clip" in caplog.text
 
 
+def test_secret_values_are_compared_but_never_written():
+    from dataclasses import dataclass
+
+    secret = "hf_planted_secret_123"
+
+    @dataclass
+    class Section:
+        hf_token: str = secret
+        max_new_tokens: int = 5
+
+    config = identity.result_config(Section())
+    assert secret not in json.dumps(config) and config["max_new_tokens"] == 5
+    assert config["hf_token"] != identity.result_config(Section(hf_token="other_value_456"))["hf_token"]
+    tagged = identity.run_tag([f"+data.hf_token={secret}"])
+    assert secret not in tagged and "redacted" in tagged
+    assert tagged != identity.run_tag(["+data.hf_token=other_value_456"])
+
+
 def test_config_diff():
     changed, removed, added = identity.config_diff({"a": 1, "b": [1], "c": 0}, {"a": 1, "b": [2], "d": 0})
     assert changed == [("b", [1], [2])] and removed == ["c"] and added == ["d"]

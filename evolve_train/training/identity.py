@@ -68,13 +68,25 @@ def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
     return flat
 
 
+def _is_secret(key: str) -> bool:
+    from evolve_train.training.redact import is_secret_key
+
+    return any(is_secret_key(part) for part in key.split("."))
+
+
+def _digest(value: Any) -> str:
+    return "sha256:" + hashlib.sha256(json.dumps(value, sort_keys=True).encode("utf-8")).hexdigest()[:16]
+
+
 def result_config(cfg) -> dict[str, Any]:
-    """The result-affecting config: every field but :data:`MAY_DIFFER_ON_RESUME`'s."""
+    """The result-affecting config: every field but :data:`MAY_DIFFER_ON_RESUME`'s (a value under a
+    secret-looking key, ``api_key``/``*_token``..., is kept as its digest: compared, never written)."""
     from omegaconf import DictConfig, OmegaConf
 
     if isinstance(cfg, DictConfig):
         cfg = OmegaConf.to_object(cfg)
-    return {key: value for key, value in flatten(cfg).items() if not may_differ(key)}
+    return {key: _digest(value) if _is_secret(key) else value
+            for key, value in flatten(cfg).items() if not may_differ(key)}
 
 
 def fingerprint(config: dict[str, Any]) -> str:
@@ -168,7 +180,8 @@ def tag_items(overrides: list[str]) -> list[tuple[str, str]]:
             items.append((f"~{key}", f"~{key}"))
             continue
         value = override.value()
-        items.append((f"{key}={json.dumps(value, sort_keys=True, default=str)}", f"{key}={_readable(value)}"))
+        shown = "<redacted>" if _is_secret(key) else _readable(value)  # the dir name never shows a secret
+        items.append((f"{key}={json.dumps(value, sort_keys=True, default=str)}", f"{key}={shown}"))
     return sorted(items)
 
 
