@@ -557,6 +557,9 @@ class Config:
 def register_configs() -> None:
     cs = ConfigStore.instance()
     cs.store(name="base_config", node=Config)
+    from evolve_train.training.identity import register_resolvers  # run-dir naming in configs/config.yaml
+
+    register_resolvers()
 
 
 register_configs()

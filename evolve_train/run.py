@@ -40,7 +40,7 @@ from evolve_train.models.build import (build_adapter, build_model, load_model, l
 from evolve_train.reporting.summary import build_summary, format_summary_table
 from evolve_train.tracking import build_logger
 from evolve_train.tracking.disk import DiskLogger
-from evolve_train.training import faults
+from evolve_train.training import faults, identity
 from evolve_train.training.checkpoint import (RunState, ensure_writable, gathered_state_dict, preflight,
                                               remove_stale_tmp, save_checkpoint, step_dir)
 from evolve_train.training.examples import collate
@@ -103,6 +103,8 @@ class ContinualRun:
         self.run_dir = resolve_run_dir(cfg)
         self.state = RunState.load(self.run_dir)
         check_run_dir(self.run_dir, cfg.resume)
+        identity.check_resume(self.run_dir, cfg, self.state)  # a changed result-affecting config: ConfigError
+        identity.record(self.state, cfg)  # state.json carries the config from the first save on
         if cfg.trainer.num_threads > 0:
             torch.set_num_threads(cfg.trainer.num_threads)
         self.accelerator = Accelerator(mixed_precision=cfg.trainer.mixed_precision,
@@ -139,6 +141,7 @@ class ContinualRun:
         cfg, run_dir = self.cfg, self.run_dir
         if self.main:
             ensure_writable(run_dir)  # mkdir + a probe write: a clear error before anything else
+            self.state.save(run_dir)  # the config, now: a changed command cannot resume even a mid-step-0 state
             for stale in remove_stale_tmp(run_dir):
                 log.warning("removed an incomplete checkpoint left by an interrupted run: %s", stale)
             prune_states(run_dir, through_step=self.start - 1)  # states of finished steps (docs/reliability.md)
@@ -202,7 +205,8 @@ class ContinualRun:
         self.active = self.method.at_step(step)  # step 0: plain full training unless method.at_step0
         examples = self._examples(step)
         self.model = self.active.prepare_model(self.model, step)
-        cache = Step0Cache.for_run(cfg, self.tokenizer, self.accelerator.num_processes) if step == 0 else None
+        cache = (Step0Cache.for_run(cfg, self.tokenizer, self.accelerator.num_processes, self.timeline.steps[0])
+                 if step == 0 else None)
         cached = cache.load(cfg.model, self.accelerator, self.logger.log_train) if cache else None
         if cached:
             self.model, result = cached

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import contextlib
 
 import torch
@@ -52,9 +54,9 @@ def make_history(datasets) -> TokenizedHistory:
 def method(*strategies: str, **sections) -> Method:
     """``method("full", "l2_init", l2_init={"coef": 1.0})``."""
     cfg = MethodConfig(name="+".join(strategies), strategies=list(strategies))
-    for section, values in sections.items():
-        for key, value in values.items():
-            setattr(getattr(cfg, section), key, value)
+    for section, values in sections.items():  # rebuilt, so that the schema checks the values
+        current = getattr(cfg, section)
+        setattr(cfg, section, dataclasses.replace(current, **values))
     return Method(cfg)
 
 

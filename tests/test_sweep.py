@@ -1,4 +1,5 @@
-"""Sweeps: method configs compose, the step-0 checkpoint is trained once per sweep, run dirs are deterministic."""
+"""Sweeps: method configs compose, the step-0 checkpoint is trained once per sweep, run dirs are deterministic
+and one per configuration (a sweep never puts two configurations into one run dir)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from safetensors.torch import load_file
 from evolve_train.config import Config
 from evolve_train.methods import Method
 from evolve_train.models.build import train_tokenizer
+from evolve_train.training import identity
 from evolve_train.training.step0_cache import step0_key
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -105,20 +107,63 @@ def test_step0_checkpoint_is_trained_once_and_shared(tmp_path):
     assert at0["full"] == at0["lora"]  # same step-0 model, same step-0 scores
 
 
-@pytest.mark.slow
-def test_multirun_sweep_runs_both_methods_in_deterministic_dirs(tmp_path):
-    sweep = tmp_path / "sweep"
-    command = [sys.executable, "train.py", "-m", "experiment=lora_vs_full", *TINY, "trainer.num_threads=1",
-               f"hydra.sweep.dir={sweep}"]
+def run_sweep(sweep: Path, *overrides: str) -> list[Path]:
+    """``train.py -m`` on the tiny world into ``sweep``; the run dirs it wrote (summary.json), sorted."""
+    command = [sys.executable, "train.py", "-m", *TINY, f"hydra.sweep.dir={sweep}", *overrides]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300,
                           env={**os.environ, "WANDB_MODE": "disabled"})
     assert done.returncode == 0, done.stderr[-3000:]
-    for name in ("full", "lora"):
-        run = sweep / name / "seed0"
+    return sorted(p.parent for p in sweep.rglob("summary.json") if ".step0_cache" not in p.parts)
+
+
+@pytest.mark.slow
+def test_multirun_sweep_runs_both_methods_in_deterministic_dirs(tmp_path):
+    sweep = tmp_path / "sweep"
+    runs = run_sweep(sweep, "experiment=lora_vs_full")
+    assert [run.relative_to(sweep).parts[0] for run in runs] == ["full", "lora"]
+    tag = identity.run_tag(TINY).rstrip("/")  # the sweep's fixed overrides name both runs' config
+    assert [run.relative_to(sweep).parts[1:] for run in runs] == [(tag, "seed0")] * 2
+    for run in runs:
         assert json.loads((run / "summary.json").read_text())
         assert sorted(p.name for p in (run / "steps").iterdir()) == ["0", "1", "2"]
-    assert (sweep / "lora/seed0/steps/1/adapter/adapter_model.safetensors").exists()
+    assert (runs[1] / "steps/1/adapter/adapter_model.safetensors").exists()
     assert len([p for p in (sweep / ".step0_cache").iterdir() if not p.name.startswith(".")]) == 1
-    logs = {name: (sweep / name / "seed0" / "train.log").read_text() for name in ("full", "lora")}
+    logs = {run.parts[-3]: (run / "train.log").read_text() for run in runs}
     assert "stored in the step-0 cache" in logs["full"]
     assert "loaded from the step-0 cache" in logs["lora"]  # step 0 was trained once for the sweep
+
+
+def scores(run: Path) -> list[dict]:
+    """Every metrics row without its timings (what a run measured, not how long it took)."""
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in row.items() if "seconds" not in k} for row in rows]
+
+
+def check_one_dir_per_value(runs: list[Path], key: str, values: list) -> None:
+    """Two run dirs, each recording (overrides.yaml, state.json) its own value of ``key``, metrics differing."""
+    from omegaconf import OmegaConf
+
+    assert len(runs) == 2, runs
+    seen = []
+    for run in runs:
+        overrides = [o for o in OmegaConf.load(run / ".hydra/overrides.yaml") if o.startswith(key + "=")]
+        assert len(overrides) == 1, overrides
+        recorded = json.loads((run / "state.json").read_text())["identity"]["config"][key]
+        assert recorded == float(overrides[0].split("=", 1)[1])  # the dir holds the run of its own overrides
+        seen.append(recorded)
+    assert sorted(seen) == sorted(values)
+    assert scores(runs[0]) != scores(runs[1])  # two trainings, not one run reported twice
+
+
+@pytest.mark.slow
+def test_a_sweep_over_lora_rank_gives_one_run_dir_per_rank(tmp_path):
+    runs = run_sweep(tmp_path / "sweep", "method=lora", "method.lora.r=4,16")
+    check_one_dir_per_value(runs, "method.lora.r", [4, 16])
+    assert {run.relative_to(tmp_path / "sweep").parts[0] for run in runs} == {"lora"}  # method visible
+
+
+@pytest.mark.slow
+def test_a_sweep_over_learning_rate_gives_one_run_dir_per_rate(tmp_path):
+    runs = run_sweep(tmp_path / "sweep", "trainer.lr=1e-3,2e-3")
+    check_one_dir_per_value(runs, "trainer.lr", [1e-3, 2e-3])
+    assert all(run.name == "seed0" for run in runs)  # seed visible

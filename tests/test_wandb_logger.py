@@ -177,7 +177,7 @@ def test_resume_reuses_run_id_and_continues_global_step(two_runs, tmp_path, monk
     state["trained"], state["evaluated"] = [0, 1], [0, 1]
     (run_dir / "state.json").write_text(json.dumps(state))
     shutil.rmtree(run_dir / "steps" / "2")
-    train(tiny_cfg(run_dir, "seed=0", "logger.backends=[disk,wandb]"))
+    train(experiment_cfg(run_dir, "seed=0", "logger.backends=[disk,wandb]"))  # the same config (experiment too)
     folders = offline_runs(run_dir)
     assert len(folders) == 2
     resumed = parse_offline_run(folders[1])

@@ -18,6 +18,7 @@ import os
 import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Optional
 
 from evolve_train.training import faults
 
@@ -177,6 +178,9 @@ class RunState:
     evaluated: list[int] = field(default_factory=list)
     """Checkpoints whose metrics rows are all in metrics.jsonl."""
     method_state: dict = field(default_factory=dict)
+    identity: Optional[dict] = None
+    """The run's result-affecting config and its fingerprint (training/identity.py); ``None`` in a run dir
+    from before fingerprints."""
 
     @classmethod
     def load(cls, run_dir: Path) -> "RunState":

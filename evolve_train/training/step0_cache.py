@@ -6,10 +6,12 @@ it stores the weights under ``<cache root>/<key>/`` (written to a temporary name
 parallel job never sees half a checkpoint; if two jobs race, the first rename wins and the other
 simply keeps its own identical result); the later runs load them instead of training.
 
-The key is a SHA-256 of: ``data`` (minus ``cache_dir``), ``model``, ``seed``, the ``trainer`` settings
-that shape step 0 (all but ``epochs``, ``log_every``, ``num_threads``, ``save_every_n_steps``,
-``keep_last_states``), the number of processes, the tokenizer, the package/torch/transformers
-versions. With ``method.at_step0=true`` step 0 depends on the method, and the cache is off.
+The key is a SHA-256 of everything step 0 depends on (:func:`step0_key`): ``data`` (minus ``cache_dir``),
+the content of step 0's training corpus (when the run passes it), ``model``, ``seed``, the ``trainer``
+settings that shape step 0 (all but :data:`TRAINER_FIELDS_NOT_IN_KEY`), ``method.at_step0`` (and, were it
+true, the method's settings), the tokenizer, the number of processes, the device type and distributed
+type, and the package/torch/transformers/accelerate versions. With ``method.at_step0=true`` step 0
+depends on the method, and the cache is off.
 """
 
 from __future__ import annotations
@@ -50,7 +52,36 @@ def tokenizer_fingerprint(tokenizer) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def step0_key(cfg, tokenizer, num_processes: int) -> str:
+def step0_corpus_fingerprint(step) -> str:
+    """SHA-256 of a time step's training corpus (its masked-entity pairs and plain-text documents)."""
+    blob = json.dumps({"pairs": step.pairs, "texts": step.texts}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+def accelerate_runtime() -> dict:
+    """Device type and distributed type of the Accelerator this process created (``unset`` before one)."""
+    from accelerate.state import AcceleratorState, is_initialized
+
+    if not is_initialized():
+        return {"device": "unset", "distributed_type": "unset"}
+    state = AcceleratorState()
+    return {"device": state.device.type, "distributed_type": str(state.distributed_type)}
+
+
+def _method_part(method) -> dict:
+    if not method.at_step0:  # step 0 is plain full training whatever the method (Method.at_step)
+        return {"at_step0": False}
+    settings = dataclasses.asdict(method)
+    for label in ("name", "step0_cache"):  # a label and the cache's location: not what step 0 trains
+        settings.pop(label, None)
+    return settings
+
+
+def step0_key(cfg, tokenizer, num_processes: int, step0=None, runtime: Optional[dict] = None) -> str:
+    """The cache key of ``cfg``'s step 0; ``step0``: its :class:`TimeStep` (its corpus is hashed, so data
+    changed in place under ``data.root`` is a miss); ``runtime``: device/distributed type (default: this
+    process's Accelerator, :func:`accelerate_runtime`)."""
+    import accelerate
     import torch
     import transformers
 
@@ -60,8 +91,12 @@ def step0_key(cfg, tokenizer, num_processes: int) -> str:
     data.pop("cache_dir", None)
     trainer = {k: v for k, v in dataclasses.asdict(cfg.trainer).items() if k not in TRAINER_FIELDS_NOT_IN_KEY}
     parts = {"data": data, "model": dataclasses.asdict(cfg.model), "seed": cfg.seed, "trainer": trainer,
-             "num_processes": num_processes, "tokenizer": tokenizer_fingerprint(tokenizer),
-             "versions": [evolve_train.__version__, torch.__version__, transformers.__version__]}
+             "method": _method_part(cfg.method), "num_processes": num_processes,
+             "runtime": runtime if runtime is not None else accelerate_runtime(),
+             "tokenizer": tokenizer_fingerprint(tokenizer),
+             "corpus": step0_corpus_fingerprint(step0) if step0 is not None else None,
+             "versions": [evolve_train.__version__, torch.__version__, transformers.__version__,
+                          accelerate.__version__]}
     blob = json.dumps(parts, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:20]
 
@@ -75,9 +110,11 @@ class Step0Cache:
         self.train_rows: list[dict] = []
 
     @classmethod
-    def for_run(cls, cfg, tokenizer, num_processes: int) -> Optional["Step0Cache"]:
+    def for_run(cls, cfg, tokenizer, num_processes: int, step0=None) -> Optional["Step0Cache"]:
+        """The entry of this run's step 0 (``step0``: its TimeStep, whose corpus is part of the key), or
+        ``None`` when caching is off."""
         root = cache_root(cfg)
-        return None if root is None else cls(root, step0_key(cfg, tokenizer, num_processes))
+        return None if root is None else cls(root, step0_key(cfg, tokenizer, num_processes, step0))
 
     def exists(self) -> bool:
         return (self.path / META).exists()
