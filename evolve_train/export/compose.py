@@ -30,5 +30,8 @@ def compose_config(overrides: Sequence[str] = (), config_dir: Optional[str | Pat
             cfg = compose(config_name="config", overrides=list(overrides))
         return OmegaConf.to_object(cfg)
     except (HydraException, OmegaConfBaseException) as err:
-        reason = " ".join(str(err).split())
+        reason = str(err).split("\nConfig search path")[0]
+        if err.__cause__ is not None:  # Hydra's "Error merging override" hides the reason in the cause
+            reason += f" ({str(err.__cause__).splitlines()[0]})"
+        reason = " ".join(reason.split())
         raise ConfigError(f"configuration overrides {list(overrides)}: {reason}") from None

@@ -229,15 +229,19 @@ def _write_tree(target: Path, out: Path, tasks: Sequence[ExportedTask], groups: 
     (target / MANIFEST).write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
+def _check_settings(prefix: str, max_new_tokens: int) -> None:
+    if not prefix or task_name(prefix) != prefix:
+        raise ConfigError(f"--prefix {prefix!r}: use letters, digits and '_' only")
+    if max_new_tokens <= 0:
+        raise ConfigError(f"eval.max_new_tokens must be positive, got {max_new_tokens}")
+
+
 def export_lm_eval(timeline: Timeline, out: str | Path, *, stop_strings: Sequence[str], max_new_tokens: int,
                    prefix: str = "evolve", max_items_per_set: int = 0,
                    source: Optional[dict[str, Any]] = None) -> dict[str, Any]:
     """Write the task directory ``out`` (replacing an earlier export there, never other files); returns the
     manifest: tasks with their set, kind, output type and item count, groups, stop strings, token budget."""
-    if not prefix or task_name(prefix) != prefix:
-        raise ConfigError(f"--prefix {prefix!r}: use letters, digits and '_' only")
-    if max_new_tokens <= 0:
-        raise ConfigError(f"eval.max_new_tokens must be positive, got {max_new_tokens}")
+    _check_settings(prefix, max_new_tokens)
     out = Path(out).resolve()
     _check_out(out)
     tasks = plan_tasks(timeline, prefix, max_items_per_set)
@@ -272,6 +276,8 @@ def export_from_overrides(out: str | Path, overrides: Sequence[str] = (), *, pre
     from evolve_train.export.compose import compose_config
 
     cfg = compose_config(overrides, config_dir)
+    _check_settings(prefix, cfg.eval.max_new_tokens)  # before the timeline is built
+    _check_out(Path(out).resolve())
     timeline = build_timeline(cfg.data)
     return export_lm_eval(timeline, out, stop_strings=cfg.eval.stop_strings, max_new_tokens=cfg.eval.max_new_tokens,
                           prefix=prefix, max_items_per_set=cfg.eval.max_items_per_set,
