@@ -3,13 +3,17 @@
     evolve-data diff --old A.jsonl --new B.jsonl --out DIFF.jsonl
     evolve-data mask --in X.jsonl --out Y.csv --format causal|t5 [--heuristic capitalized]
     evolve-data refresh --references RUN_DIR... --attempts N --gold GOLD.jsonl --out KEPT.jsonl
+    evolve-data export-lm-eval --out DIR [--prefix evolve] [OVERRIDE ...]
 
 Snapshots are JSONL of ``{"doc_id", "text"}``. ``diff`` writes the documents of B that are new or whose text
 changed (TemporalWiki-style diff sets), each with ``"change": "new"|"changed"``; it holds only
 doc_id -> 16-byte hash of A in memory, never texts. ``mask`` turns ``{"text", "entities": [[start, end],
 ...]}`` into one masked-entity pair per entity (``input`` = the sentence with the entity replaced by
 ``<mask>`` (causal) or ``<extra_id_0>`` (t5), ``output`` = the entity); ``--out *.csv`` writes the
-EvolvingQA CSV layout, anything else JSONL. Bad input exits with 2 and one line naming file, line, field.
+EvolvingQA CSV layout, anything else JSONL. ``export-lm-eval`` writes the eval sets of the timeline that the
+Hydra overrides select (``data=temporal_qa data.root=...``, as ``train.py`` takes them) as an
+lm-evaluation-harness task directory (``evolve_train/export/lm_eval.py``, docs/evaluation.md). Bad input exits
+with 2 and one line naming file, line, field (or the config key).
 """
 
 from __future__ import annotations
@@ -160,6 +164,15 @@ def build_parser() -> argparse.ArgumentParser:
                            "word only when the next is capitalized too) and 4-digit numbers")
     refresh = sub.add_parser("refresh", help="drop items every reference answers right in every attempt from a "
                                              "private eval set (data/refresh.py, docs/hygiene.md)")
+    export = sub.add_parser("export-lm-eval", help="the timeline's eval sets as lm-evaluation-harness tasks "
+                                                   "(YAML + JSONL; docs/evaluation.md)")
+    export.add_argument("--out", required=True, type=Path, help="task directory to write (new, empty, or an "
+                                                                  "earlier export, which is replaced)")
+    export.add_argument("--prefix", default="evolve", help="prefix of the task and group names (default: evolve)")
+    export.add_argument("--config-dir", type=Path, default=None, help="Hydra config directory (default: the "
+                                                                        "repository's configs/)")
+    export.add_argument("overrides", nargs="*", metavar="OVERRIDE",
+                        help="Hydra overrides as train.py takes them, e.g. data=temporal_qa data.root=DIR")
     if add_refresh_arguments is not None:
         add_refresh_arguments(refresh)
     else:
@@ -167,6 +180,18 @@ def build_parser() -> argparse.ArgumentParser:
 
         add_arguments(refresh)
     return parser
+
+
+def _export_lm_eval(args: argparse.Namespace) -> None:
+    from evolve_train.export.lm_eval import export_from_overrides
+
+    manifest = export_from_overrides(args.out, args.overrides, prefix=args.prefix, config_dir=args.config_dir)
+    items = sum(task["n"] for task in manifest["tasks"])
+    print(f"{len(manifest['tasks'])} lm-eval tasks ({items} items) in {len(manifest['groups'])} groups -> {args.out}")
+    print(f"groups: {', '.join(manifest['groups'])}")
+    first = manifest["tasks"][0]["task"]
+    print(f"run: lm_eval --model hf --model_args pretrained=RUN/steps/K --include_path {args.out} --tasks {first} "
+          "--log_samples --output_path OUT")
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -177,6 +202,8 @@ def _run(args: argparse.Namespace) -> int:
     elif args.command == "mask":
         written = mask_file(args.source, args.out, args.format, args.heuristic)
         print(f"{written} masked-entity pairs -> {args.out}")
+    elif args.command == "export-lm-eval":
+        _export_lm_eval(args)
     else:
         if REFRESH_HOOK is None:
             from evolve_train.data.refresh import run as refresh

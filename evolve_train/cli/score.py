@@ -2,6 +2,10 @@
 
     evolve-score --gold GOLD.jsonl --predictions PRED.jsonl [--field KEY=SOURCE ...] [--json]
 
+PRED.jsonl holds ``{"id", "prediction" [, "option_scores"]}`` lines, or is lm-evaluation-harness's
+``--log_samples`` file (``samples_<task>_<date>.jsonl``) of a task written by ``evolve-data export-lm-eval``;
+its gold file is the task's ``data/<task>.jsonl``.
+
 Bad input (malformed line, missing or duplicate id in either file, unparseable timestamp) exits with 2 and
 one line on stderr naming the file, the line and the reason.
 """
@@ -18,6 +22,7 @@ from typing import Any, Optional, Sequence
 from evolve_train.data.qa_items import iter_numbered_qa_items
 from evolve_train.errors import EvolveTrainError, DataError
 from evolve_train.evaluation.metrics import DEFAULT_STOPS, score_items
+from evolve_train.export.lm_eval_samples import is_sample, sample_prediction
 
 EXIT_BAD_INPUT = 2
 
@@ -36,8 +41,35 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
+def _record_prediction(record: Any, fail) -> tuple[str, dict[str, Any]]:
+    """``(id, {"prediction", "option_scores"})`` of one predictions record, or of one lm-eval logged sample."""
+    if not isinstance(record, dict):
+        raise fail(f"expected a JSON object, got {type(record).__name__}")
+    if is_sample(record):
+        try:
+            return sample_prediction(record)
+        except DataError as err:
+            raise fail(err.reason, err.field) from None
+    item_id = record.get("id")
+    if item_id is None:
+        raise fail("missing required field 'id'", "id")
+    if isinstance(item_id, bool) or not isinstance(item_id, (str, int)):
+        raise fail("wrong type: expected a string id", "id")
+    prediction, scores = record.get("prediction"), record.get("option_scores")
+    if scores is not None and (not isinstance(scores, list) or not scores or not all(_is_number(s) for s in scores)):
+        raise fail("wrong type: expected a non-empty list of numbers", "option_scores")
+    if prediction is None and scores is None:
+        raise fail("missing required field 'prediction'", "prediction")
+    if prediction is not None and not isinstance(prediction, str):
+        raise fail(f"wrong type: expected a string, got {type(prediction).__name__}", "prediction")
+    return str(item_id), {"prediction": prediction, "option_scores": scores}
+
+
 def read_predictions(path: str | Path) -> dict[str, tuple[int, dict[str, Any]]]:
-    """id → (line, {"prediction", "option_scores"}) from a predictions JSONL; DataError names file and line."""
+    """id → (line, {"prediction", "option_scores"}) from a predictions JSONL (``{"id", "prediction"
+    [, "option_scores"]}``) or from lm-eval's ``--log_samples`` file of an exported task
+    (``evolve_train/export/lm_eval_samples.py``; a document logged once per filter counts once); DataError names
+    file and line."""
     path, found = Path(path), {}
     with open(path, "rb") as handle:
         for number, raw in enumerate(handle, start=1):
@@ -53,25 +85,12 @@ def read_predictions(path: str | Path) -> dict[str, tuple[int, dict[str, Any]]]:
                 record = json.loads(text)
             except json.JSONDecodeError as err:
                 raise fail(f"malformed JSON: {err.msg} (column {err.colno})") from None
-            if not isinstance(record, dict):
-                raise fail(f"expected a JSON object, got {type(record).__name__}")
-            item_id = record.get("id")
-            if item_id is None:
-                raise fail("missing required field 'id'", "id")
-            if isinstance(item_id, bool) or not isinstance(item_id, (str, int)):
-                raise fail("wrong type: expected a string id", "id")
-            item_id = str(item_id)
+            item_id, prediction = _record_prediction(record, fail)
             if item_id in found:
+                if is_sample(record) and found[item_id][1] == prediction:
+                    continue  # the same document under another filter
                 raise fail(f"duplicate id '{item_id}' (lines {found[item_id][0]} and {number})", "id")
-            prediction, scores = record.get("prediction"), record.get("option_scores")
-            if scores is not None and (not isinstance(scores, list) or not scores
-                                       or not all(_is_number(s) for s in scores)):
-                raise fail("wrong type: expected a non-empty list of numbers", "option_scores")
-            if prediction is None and scores is None:
-                raise fail("missing required field 'prediction'", "prediction")
-            if prediction is not None and not isinstance(prediction, str):
-                raise fail(f"wrong type: expected a string, got {type(prediction).__name__}", "prediction")
-            found[item_id] = (number, {"prediction": prediction, "option_scores": scores})
+            found[item_id] = (number, prediction)
     if not found:
         raise DataError("empty file: no predictions", file=str(path))
     return found
@@ -125,7 +144,8 @@ def format_table(report: dict[str, Any]) -> str:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="evolve-score", description=__doc__.splitlines()[0])
     parser.add_argument("--gold", required=True, help="gold QA items (JSONL or CSV, the QA item contract)")
-    parser.add_argument("--predictions", required=True, help="JSONL with id, prediction [, option_scores]")
+    parser.add_argument("--predictions", required=True, help="JSONL with id, prediction [, option_scores], or lm-eval's "
+                             "samples_<task>_<date>.jsonl (--log_samples) of an exported task")
     parser.add_argument("--field", action="append", default=[], metavar="KEY=SOURCE",
                         help="read contract field KEY from the gold file's SOURCE column (repeatable)")
     parser.add_argument("--stop", action="append", default=None, metavar="TEXT",

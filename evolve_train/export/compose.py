@@ -1,0 +1,37 @@
+"""The run configuration outside ``train.py``: Hydra's compose over the repository's ``configs/`` with the same
+command-line overrides (``data=temporal_qa data.root=... eval.max_new_tokens=8``), as the typed schema."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional, Sequence
+
+from evolve_train.config import Config
+from evolve_train.errors import ConfigError
+
+CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
+"""``configs/`` of the source tree (installs are editable: the package sits next to it)."""
+
+
+def compose_config(overrides: Sequence[str] = (), config_dir: Optional[str | Path] = None) -> Config:
+    """``configs/config.yaml`` with ``overrides`` applied, validated into :class:`Config`.
+
+    A bad override (unknown key or option, wrong type, malformed) raises ConfigError naming it."""
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    directory = Path(config_dir) if config_dir is not None else CONFIG_DIR
+    if not (directory / "config.yaml").is_file():
+        raise ConfigError(f"no config.yaml in the config directory {directory} (pass --config-dir)")
+    try:
+        with initialize_config_dir(config_dir=str(directory.resolve()), version_base="1.3"):
+            cfg = compose(config_name="config", overrides=list(overrides))
+        return OmegaConf.to_object(cfg)
+    except (HydraException, OmegaConfBaseException) as err:
+        reason = str(err).split("\nConfig search path")[0]
+        if err.__cause__ is not None:  # Hydra's "Error merging override" hides the reason in the cause
+            reason += f" ({str(err.__cause__).splitlines()[0]})"
+        reason = " ".join(reason.split())
+        raise ConfigError(f"configuration overrides {list(overrides)}: {reason}") from None
