@@ -101,14 +101,22 @@ def test_tiny_runs_plotted_points_and_cis_match_files(tiny_runs, tmp_path):
         for row in [r for r in read_jsonl(run_dir / "metrics.jsonl") if r["group"] == "splits"]:
             xs, ys = result["series"]["forgetting"][row["set_name"]][label]
             assert ys[xs.index(row["checkpoint"])] == row["em"]
-    assert len(result["diffs"]) == 7
-    for diff in result["diffs"]:
+    assert len(result["diffs"]) == 8  # 7 eval sets, then `all` (Unchanged + New + Updated pooled)
+    pooled = ({}, {})
+    for diff in result["diffs"][:-1]:
         a, b = ({json.loads(l)["id"]: json.loads(l)["correct"]
                  for l in (d / "predictions" / "step_2" / f"{diff.column}.jsonl").read_text().splitlines()}
                 for d in tiny_runs)
         direct = paired_bootstrap_diff(a, b, B=300, seed=3)
         assert (diff.diff, diff.ci_low, diff.ci_high, diff.n) == (direct["diff"], direct["ci_low"],
                                                                   direct["ci_high"], direct["n"])
+        if not diff.column.startswith("outdated"):
+            for into, outcomes in zip(pooled, (a, b)):
+                into.update({f"{diff.column}/{k}": v for k, v in outcomes.items()})
+    direct = paired_bootstrap_diff(*pooled, B=300, seed=3)
+    assert result["diffs"][-1].column == "all"
+    assert (result["diffs"][-1].diff, result["diffs"][-1].ci_low, result["diffs"][-1].n) == (
+        direct["diff"], direct["ci_low"], direct["n"])
 
 
 def test_plotted_series_equal_metrics(synth, tmp_path):
@@ -135,8 +143,8 @@ def test_plotted_series_equal_metrics(synth, tmp_path):
 def test_report_cis_equal_direct_bootstrap(synth, tmp_path):
     result = build_report(synth, tmp_path / "r", B=500, seed=7)
     markdown = (tmp_path / "r" / "report.md").read_text()
-    assert [d.column for d in result["diffs"]] == SETS[2]
-    for diff in result["diffs"]:
+    assert [d.column for d in result["diffs"]] == SETS[2] + ["all"]
+    for diff in result["diffs"][:-1]:
         a, b = ({r["id"]: r["correct"] for r in read_jsonl(d / "predictions" / "step_2" / f"{diff.column}.jsonl")}
                 for d in synth)
         direct = paired_bootstrap_diff(a, b, B=500, seed=7)

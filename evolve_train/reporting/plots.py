@@ -16,10 +16,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from evolve_train.reporting.runs import ROW_META, Run  # noqa: E402
-from evolve_train.reporting.summary import SPLIT_ORDER, _column_key  # noqa: E402
+from evolve_train.evaluation.rows import ALL, ROW_META, SPLIT_ORDER, Run, column_key  # noqa: E402
 
-ALL = "all"  # set_name of an evaluator's row over all its sets
+HIDDEN = ROW_META | {"n"}  # not drawn: a row's identity, its run, and its item count
 Series = dict[str, dict[str, tuple[list[float], list[float]]]]
 KIND_COLUMNS = ("new", "updated", "outdated")
 
@@ -67,7 +66,7 @@ def forgetting_layout(columns: list[str]) -> list[list[str | None]]:
 
 def plot_forgetting_curves(runs: list[Run], path: Path, metric: str = "em") -> Series:
     """EM per eval set over checkpoints (time steps), one line per run, one panel per set."""
-    columns = sorted({c for run in runs for c in run.columns}, key=_column_key)
+    columns = sorted({c for run in runs for c in run.columns}, key=column_key)
     layout = forgetting_layout(columns)
     fig, axes = plt.subplots(len(layout), 3, figsize=(12, 2.8 * len(layout)), squeeze=False)
     all_ckpts = sorted({k for run in runs for k in run.checkpoints})
@@ -139,7 +138,7 @@ def flat_metrics(row: dict) -> dict[str, float]:
         elif value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)):
             if not (prefix.endswith("/n") or prefix.endswith("_n")):
                 out[prefix] = _value(value)
-    walk("", {k: v for k, v in row.items() if k not in ROW_META})
+    walk("", {k: v for k, v in row.items() if k not in HIDDEN})
     return out
 
 
@@ -173,7 +172,7 @@ def plot_group_metrics(runs: list[Run], group: str, path: Path) -> Series:
         values = []
         for run in runs:
             rows = _group_rows(run, group)
-            set_names = sorted({str(r.get("set_name") or "") for r in rows}, key=_column_key_safe)
+            set_names = sorted({str(r.get("set_name") or "") for r in rows}, key=column_key)
             for set_name in set_names:
                 points = sorted((int(r["checkpoint"]), flat_metrics(r)[name]) for r in rows
                                 if str(r.get("set_name") or "") == set_name and name in flat_metrics(r))
@@ -196,13 +195,6 @@ def plot_group_metrics(runs: list[Run], group: str, path: Path) -> Series:
     series = _read_back(panels)
     _save(fig, path)
     return series
-
-
-def _column_key_safe(name: str):
-    try:
-        return _column_key(name) if name else (-2, -1, "")
-    except ValueError:  # a set name whose suffix is not a step number
-        return (99, 99, name)
 
 
 def plot_training_loss(runs: list[Run], path: Path) -> Series:

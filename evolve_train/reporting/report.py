@@ -3,7 +3,8 @@
 Contents: the forgetting curves (EM per eval set over time steps, a line per run), a heatmap of each run's
 checkpoint x eval-set EM matrix, the training loss, the metrics of other row groups (e.g. ``paired``) per
 step, a per-step EM table per run, the final-checkpoint EM of every run side by side, and for each pair of
-runs the paired-bootstrap EM difference with its 95% CI per eval set at the final checkpoint.
+runs the paired-bootstrap EM difference with its 95% CI per eval set and pooled (``all``) at the final
+checkpoints (``evaluation/compare.py``, the comparison ``evolve-gate`` uses).
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 from evolve_train.reporting import plots
-from evolve_train.reporting.compare import PairedDiff, check_same_columns, compare_runs
 from evolve_train.reporting.runs import Run, load_runs
-from evolve_train.reporting.summary import _column_key
+from evolve_train.evaluation.compare import PairedDiff, check_same_columns, compare_pairs
+from evolve_train.evaluation.rows import column_key
 
 GROUPS_PLOTTED = ("paired",)
 
@@ -44,7 +45,7 @@ def step_table(run: Run) -> tuple[list[str], list[list[str]]]:
 def final_table(runs: list[Run]) -> tuple[list[str], list[list[str]]]:
     """Each run's final-checkpoint EM per eval set, side by side."""
     columns = list(dict.fromkeys(c for run in runs for c in run.columns))
-    columns.sort(key=_column_key)
+    columns.sort(key=column_key)
     header = ["run", "checkpoint"] + columns
     rows = [[run.label, str(run.final_checkpoint)] + [_fmt(run.cell(run.final_checkpoint, c)) for c in columns]
             for run in runs]
@@ -82,9 +83,10 @@ def groups_table(runs: list[Run]) -> Optional[tuple[list[str], list[list[str]]]]
 
 
 def diff_table(diffs: list[PairedDiff]) -> tuple[list[str], list[list[str]]]:
-    header = ["run a", "run b", "eval set", "n", "EM a", "EM b", "diff (a − b)", "95% CI", "CI excludes 0"]
+    header = ["run a", "run b", "eval set", "n", "EM a", "EM b", "diff (a − b)", "95% CI", "CI excludes 0", "kappa"]
     rows = [[d.run_a, d.run_b, d.column, str(d.n), _fmt(d.em_a), _fmt(d.em_b), f"{d.diff:+.3f}",
-             f"[{d.ci_low:+.3f}, {d.ci_high:+.3f}]", "yes" if d.significant else "no"] for d in diffs]
+             f"[{d.ci_low:+.3f}, {d.ci_high:+.3f}]", "yes" if d.significant else "no", _fmt(d.kappa)]
+            for d in diffs]
     return header, rows
 
 
@@ -141,8 +143,9 @@ def build_sections(runs: list[Run], diffs: Optional[list[PairedDiff]], B: int, n
             sections.append((title, intro, table))
     if diffs is not None:
         intro = (f"Paired bootstrap (B={B}, METRICS.md §8) of EM(a) − EM(b) over the same questions at the final "
-                 "checkpoints, from the per-item prediction files. On Outdated sets (stale answers) a negative "
-                 "diff favours a.")
+                 "checkpoints, from the per-item prediction files; `all` pools the items of Unchanged, New and "
+                 "Updated (the comparison `evolve-gate --baseline` checks). On Outdated sets (stale answers) a "
+                 "negative diff favours a. kappa: Cohen's kappa of the two runs' per-question outcomes.")
         if note:
             intro += f" Note: {note}."
         if len(runs) < 2:
@@ -198,7 +201,7 @@ def build_report(run_dirs: Iterable[Path | str], out_dir: Path | str, B: int = 2
                  ci: bool = True) -> dict:
     """Write the report; returns paths, the plotted series and the paired diffs (for callers and tests)."""
     runs = load_runs(run_dirs)
-    diffs = compare_runs(runs, B=B, seed=seed) if ci else None  # errors before anything is written
+    diffs = compare_pairs(runs, B=B, seed=seed) if ci else None  # errors before anything is written
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     drawn = make_plots(runs, out_dir)

@@ -23,30 +23,17 @@ import json
 import logging
 import os
 import random
-import re
 from pathlib import Path
 from typing import Any, Optional
 
+from evolve_train.evaluation.rows import ROW_META, column_key
 from evolve_train.tracking.base import MetricLogger, register_logger
+from evolve_train.utils.io import read_jsonl
+from evolve_train.utils.secrets import is_secret_key
 
 log = logging.getLogger(__name__)
 
 RUN_ID_FILE = "wandb_run_id.txt"
-ROW_META = {"group", "checkpoint", "set", "set_name", "set_step", "method", "seed", "train_seconds",
-            "train_tokens", "num_processes"}
-# a key-name segment ending in one of these is dropped from the uploaded config (api_key, hf_token,
-# client_secret, db_password); plural "tokens" (max_new_tokens) and "tokenizer" are kept
-_SECRET_SEGMENT = re.compile(r"(key|token|secret|password|passwd|credentials?)$")
-
-
-def is_secret_key(name: str) -> bool:
-    """True for config keys that may hold a secret (``api_key``, ``hf_token``, ``wandbApiKey``...)."""
-    lowered = str(name).lower()
-    if "secret" in lowered or "password" in lowered:
-        return True
-    return any(_SECRET_SEGMENT.search(part) for part in re.split(r"[^a-z0-9]+", lowered) if part)
-
-
 def strip_secrets(value: Any) -> Any:
     """A copy of ``value`` (nested dicts/lists) without the keys :func:`is_secret_key` flags."""
     if isinstance(value, dict):
@@ -190,8 +177,6 @@ class WandbLogger(MetricLogger):
 
     def _global_step(self, time_step: int, optimizer_step: int) -> int:
         if self._steps_done is None:  # optimizer steps of earlier time steps (a resumed run)
-            from evolve_train.tracking.disk import read_jsonl
-
             self._steps_done = {}
             for row in read_jsonl(self.run_dir / "train_log.jsonl"):
                 if row.get("time_step", time_step) < time_step:
@@ -230,12 +215,10 @@ class WandbLogger(MetricLogger):
     def _log_summary(self, summary):
         import wandb
 
-        from evolve_train.reporting.summary import _column_key
-
         tables = {}
         for metric in ("em", "f1"):
             matrix = summary.get(metric) or {}
-            columns = sorted({c for cells in matrix.values() for c in cells}, key=_column_key)
+            columns = sorted({c for cells in matrix.values() for c in cells}, key=column_key)
             data = [[int(ckpt)] + [matrix[ckpt].get(c) for c in columns] for ckpt in sorted(matrix, key=int)]
             tables[f"final/matrix_{metric}"] = wandb.Table(columns=["checkpoint"] + columns, data=data)
             if matrix:
