@@ -209,21 +209,27 @@ def chromium() -> str:
     return found
 
 
-@pytest.mark.slow
-def test_html_report_renders_in_headless_chromium(chromium, synth, tmp_path):
+def screenshot(chromium: str, html: Path, shot: Path, size: tuple[int, int] = (1200, 1600)):
+    """Render ``html`` in headless Chromium into ``shot``; returns the RGB pixels, checked to be a real page
+    (not blank, many colours: text, tables and the embedded plots)."""
     import matplotlib.image as mpimg
     import numpy as np
 
-    html = write_report(synth, tmp_path / "report", B=200)
-    shot = tmp_path / "shot.png"
     command = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                "--disable-background-networking", "--disable-component-update", "--disable-sync",
-               "--disable-dev-shm-usage", f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={shot}",
-               "--window-size=1200,1600", html.resolve().as_uri()]
+               "--disable-dev-shm-usage", f"--user-data-dir={shot.parent / 'chromium-profile'}",
+               f"--screenshot={shot}", f"--window-size={size[0]},{size[1]}", html.resolve().as_uri()]
     done = subprocess.run(command, capture_output=True, text=True, timeout=180)
     assert shot.exists(), f"no screenshot (rc {done.returncode}): {done.stderr[-800:]}"
     pixels = mpimg.imread(shot)[..., :3]
-    assert pixels.shape[:2] == (1600, 1200)
+    assert pixels.shape[:2] == (size[1], size[0])
     assert pixels.std() > 0.05  # not a blank page
     colours = np.unique((pixels.reshape(-1, 3) * 255).astype(np.uint8), axis=0)
     assert len(colours) > 50  # text, tables and the embedded plots, not a flat error page
+    return pixels
+
+
+@pytest.mark.slow
+def test_html_report_renders_in_headless_chromium(chromium, synth, tmp_path):
+    html = write_report(synth, tmp_path / "report", B=200)
+    screenshot(chromium, html, tmp_path / "shot.png")

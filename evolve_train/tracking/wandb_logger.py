@@ -12,6 +12,10 @@ to ``<run_dir>/wandb/offline-run-*`` and uploaded later with ``wandb sync``. Wha
 - at the end, the step x set matrices as tables (``final/matrix_em``, ``final/matrix_f1``) and the final checkpoint's
   metrics in the run summary (``em/<set_name>``, ``f1/<set_name>``, ``final_checkpoint``).
 
+Group and name (:func:`run_identity`): one group per sweep (``hydra.sweep.dir`` in a Hydra multirun, else the
+experiment; ``logger.wandb.group`` wins), and run names that show the job's overrides in a multirun
+(``<experiment>/<hydra.job.override_dirname>``), else ``<experiment>/<method>/seed<seed>``.
+
 The run id is kept in ``<run_dir>/wandb_run_id.txt`` and reused with ``resume="allow"``, so a resumed run
 continues the same W&B run. ``close(ok)`` always calls ``finish`` (exit code 1 when not ok).
 """
@@ -68,6 +72,32 @@ def new_run_id(length: int = 8) -> str:
 def resolve_mode(configured: str) -> str:
     """``WANDB_MODE`` when set, else the configured mode."""
     return os.environ.get("WANDB_MODE") or configured or "offline"
+
+
+def hydra_sweep() -> Optional[tuple[str, str]]:
+    """``(hydra.sweep.dir, hydra.job.override_dirname)`` inside a Hydra multirun job, else None."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+    except ImportError:
+        return None
+    if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
+        return None
+    hydra_cfg = HydraConfig.get()
+    return str(hydra_cfg.sweep.dir), str(hydra_cfg.job.override_dirname or "")
+
+
+def run_identity(cfg: Any, sweep: Optional[tuple[str, str]] = None) -> tuple[str, str]:
+    """The W&B ``(group, name)`` of a run: group = ``logger.wandb.group``, else the sweep dir in a multirun (one
+    group per sweep), else the experiment; name = ``<experiment>/<override_dirname>`` in a multirun (the job's
+    overrides, e.g. ``method=lora,seed=1``), else ``<experiment>/<method>/seed<seed>``."""
+    wcfg = cfg.logger.wandb if cfg is not None else None
+    experiment = getattr(cfg, "experiment", "default")
+    method = cfg.method.name if cfg is not None else "run"
+    sweep_dir, overrides = sweep or (None, "")
+    group = getattr(wcfg, "group", None) or sweep_dir or experiment
+    name = f"{experiment}/{overrides}" if overrides else f"{experiment}/{method}/seed{getattr(cfg, 'seed', 0)}"
+    return group, name
 
 
 def _column(row: dict) -> str:
@@ -135,17 +165,15 @@ class WandbLogger(MetricLogger):
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.cfg = cfg
         wcfg = cfg.logger.wandb if cfg is not None else None
-        experiment = getattr(cfg, "experiment", "default")
+        group, name = run_identity(cfg, hydra_sweep())
         method = cfg.method.name if cfg is not None else "run"
-        seed = getattr(cfg, "seed", 0)
         self.mode = resolve_mode(getattr(wcfg, "mode", "offline"))
         self.sample_size = getattr(wcfg, "predictions_sample", 16)
         id_file = self.run_dir / RUN_ID_FILE
         run_id = id_file.read_text(encoding="utf-8").strip() if id_file.exists() else new_run_id()
         self.run = wandb.init(
             project=getattr(wcfg, "project", "evolve-train"), entity=getattr(wcfg, "entity", None),
-            group=getattr(wcfg, "group", None) or experiment, job_type=method,
-            name=f"{experiment}/{method}/seed{seed}", tags=list(getattr(wcfg, "tags", []) or []),
+            group=group, job_type=method, name=name, tags=list(getattr(wcfg, "tags", []) or []),
             config=config_dict(cfg), dir=str(self.run_dir), id=run_id, resume="allow", mode=self.mode,
             reinit="create_new")
         if self.mode != "disabled":
