@@ -59,7 +59,7 @@ class Row(TypedDict, total=False):
     skipped_batches: int
 
 
-REQUIRED = {"group": str, "checkpoint": int}
+REQUIRED = {"group": (str, "a string"), "checkpoint": (int, "an integer")}
 REQUIRED_SPLIT = ("set", "set_step")
 
 
@@ -86,10 +86,9 @@ def column_key(name: str) -> tuple:
 def _check_row(row, path: Path, number: int) -> Row:
     if not isinstance(row, dict):
         raise ReportError(f"{path}, line {number}: expected a JSON object, got {type(row).__name__}")
-    for key, kind in REQUIRED.items():
+    for key, (kind, described) in REQUIRED.items():
         if not isinstance(row.get(key), kind) or isinstance(row.get(key), bool):
-            raise ReportError(f"{path}, line {number}: field '{key}' must be a {kind.__name__}, "
-                              f"got {row.get(key)!r}")
+            raise ReportError(f"{path}, line {number}: field '{key}' must be {described}, got {row.get(key)!r}")
     if row["group"] == SPLITS:
         for key in REQUIRED_SPLIT:
             if key not in row:

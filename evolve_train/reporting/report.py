@@ -182,16 +182,18 @@ def diff_section(findings: Findings, note: Optional[str]):
 
 
 def build_sections(findings: Findings, note: Optional[str]):
-    """(head, tail): (title, intro text, table) sections shared by the Markdown and HTML writers; the figures go
-    between them."""
+    """(top, head, tail): (title, intro text, table) sections shared by the Markdown and HTML writers. With seed
+    groups, ``top`` holds the runs and the across-seed tables (the band figure follows them); then ``head``,
+    the other figures and ``tail`` (per-step tables). Without, ``top`` is empty and the runs open ``head``."""
     runs = findings.runs
-    head = [("Runs", "Run dirs in this report.",
-             (["run", "experiment", "method", "seed", "dir"],
-              [[r.label, r.experiment, r.method, str(r.seed), str(r.path)] for r in runs]))]
+    top = [("Runs", "Run dirs in this report.",
+            (["run", "experiment", "method", "seed", "dir"],
+             [[r.label, r.experiment, r.method, str(r.seed), str(r.path)] for r in runs]))]
     if findings.seeded:
-        head += [configurations_section(findings.groups), final_mean_section(findings.groups)]
+        top += [configurations_section(findings.groups), final_mean_section(findings.groups)]
         if findings.pooled is not None:
-            head.append(pooled_section(findings.pooled, findings.B))
+            top.append(pooled_section(findings.pooled, findings.B))
+    top, head = (top, []) if findings.seeded else ([], top)
     head.append(("Final checkpoint", "EM of each run at its last checkpoint (Outdated: lower is better).",
                  final_table(runs)))
     for title, intro, table in (
@@ -203,17 +205,21 @@ def build_sections(findings: Findings, note: Optional[str]):
         head.append(diff_section(findings, note))
     tail = [step_mean_section(g) for g in findings.groups if findings.seeded and g.config is not None]
     tail += [(f"Per-step EM: {run.label}", f"`{run.path}`", step_table(run)) for run in runs]
-    return head, tail
+    return top, head, tail
 
 
-def _ordered(head, figures, tail):
-    """Comparison tables first, then the figures, then the per-step tables."""
-    return [("table", s) for s in head] + [("figure", f) for f in figures] + [("table", s) for s in tail]
+def _ordered(figures, sections):
+    """Comparison tables first (with seed groups: the across-seed tables and the band figure before them), then
+    the figures, then the per-step tables."""
+    top, head, tail = sections
+    lead = figures[:1] if top else []
+    return ([("table", s) for s in top] + [("figure", f) for f in lead] + [("table", s) for s in head]
+            + [("figure", f) for f in figures[len(lead):]] + [("table", s) for s in tail])
 
 
 def write_markdown(path: Path, headline: str, figures, sections) -> None:
     parts = ["# evolve-train report", "", headline, ""]
-    for kind, item in _ordered(sections[0], figures, sections[1]):
+    for kind, item in _ordered(figures, sections):
         if kind == "figure":
             title, name = item
             parts += [f"## {title}", "", f"![{title}]({name})", ""]
@@ -232,7 +238,7 @@ CSS = ("body{font-family:system-ui,sans-serif;margin:24px;color:#222;background:
 def write_html(path: Path, out_dir: Path, headline: str, figures, sections) -> None:
     parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>evolve-train report</title>"
              f"<style>{CSS}</style></head><body><h1>evolve-train report</h1><p>{html.escape(headline)}</p>"]
-    for kind, item in _ordered(sections[0], figures, sections[1]):
+    for kind, item in _ordered(figures, sections):
         if kind == "figure":
             title, name = item
             data = base64.b64encode((out_dir / name).read_bytes()).decode("ascii")
