@@ -23,7 +23,6 @@ continues the same W&B run. ``close(ok)`` always calls ``finish`` (exit code 1 w
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import os
 import random
@@ -142,7 +141,7 @@ def sample_predictions(run_dir: Path, checkpoint: int, per_set: int, seed: int =
     folder = Path(run_dir) / "predictions" / f"step_{checkpoint}"
     table = []
     for path in sorted(folder.glob("*.jsonl")) if per_set > 0 else []:
-        items = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        items = read_jsonl(path)
         chosen = sorted(random.Random(f"{seed}/{path.stem}").sample(range(len(items)), min(per_set, len(items))))
         for i in chosen:
             item = items[i]
