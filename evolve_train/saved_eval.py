@@ -30,8 +30,9 @@ from evolve_train.evaluation.qa_adaptation import QAAdaptation
 from evolve_train.models.build import build_adapter, load_model, load_tokenizer
 from evolve_train.run import ContinualRun, validate
 from evolve_train.tracking import build_logger
-from evolve_train.tracking.disk import read_jsonl, write_jsonl
-from evolve_train.training.checkpoint import RunState, atomic_write_text, ensure_writable, step_dir
+from evolve_train.evaluation.rows import read_metrics
+from evolve_train.training.checkpoint import RunState, ensure_writable, step_dir
+from evolve_train.utils.io import atomic_write_text, write_jsonl
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +117,7 @@ class SavedCheckpoints(ContinualRun):
 
 def drop_checkpoint_rows(path: Path, checkpoint: int) -> None:
     """Remove one checkpoint's rows from ``metrics.jsonl`` (one atomic replace), before it is re-evaluated."""
-    rows = read_jsonl(path)
+    rows = read_metrics(path)
     kept = [row for row in rows if row.get("checkpoint") != checkpoint]
     if len(kept) != len(rows):
         write_jsonl(path, kept)

@@ -30,6 +30,7 @@ from omegaconf import OmegaConf  # noqa: E402
 
 from evolve_train.data.timeline import TimeStep, build_timeline  # noqa: E402
 from evolve_train.evaluation.evaluator import EvalContext, evaluate_checkpoint  # noqa: E402
+from evolve_train.evaluation.rows import read_metrics  # noqa: E402
 from evolve_train.methods import Method  # noqa: E402
 from evolve_train.models.build import (build_adapter, build_model, load_model, load_tokenizer,  # noqa: E402
                                        n_parameters, train_tokenizer)
@@ -222,10 +223,7 @@ def eval_growth(cfg, model, tokenizer, n_steps: int) -> list[dict]:
 
 
 def eval_share_from_run(run_dir: Path) -> dict | None:
-    path = run_dir / "metrics.jsonl"
-    if not path.exists():
-        return None
-    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    rows = read_metrics(run_dir / "metrics.jsonl")  # [] when the run has none
     per_step = {}
     for row in rows:
         if row.get("eval_seconds") is not None and row.get("train_seconds"):

@@ -101,14 +101,22 @@ def test_tiny_runs_plotted_points_and_cis_match_files(tiny_runs, tmp_path):
         for row in [r for r in read_jsonl(run_dir / "metrics.jsonl") if r["group"] == "splits"]:
             xs, ys = result["series"]["forgetting"][row["set_name"]][label]
             assert ys[xs.index(row["checkpoint"])] == row["em"]
-    assert len(result["diffs"]) == 7
-    for diff in result["diffs"]:
+    assert len(result["diffs"]) == 8  # 7 eval sets, then `all` (Unchanged + New + Updated pooled)
+    pooled = ({}, {})
+    for diff in result["diffs"][:-1]:
         a, b = ({json.loads(l)["id"]: json.loads(l)["correct"]
                  for l in (d / "predictions" / "step_2" / f"{diff.column}.jsonl").read_text().splitlines()}
                 for d in tiny_runs)
         direct = paired_bootstrap_diff(a, b, B=300, seed=3)
         assert (diff.diff, diff.ci_low, diff.ci_high, diff.n) == (direct["diff"], direct["ci_low"],
                                                                   direct["ci_high"], direct["n"])
+        if not diff.column.startswith("outdated"):
+            for into, outcomes in zip(pooled, (a, b)):
+                into.update({f"{diff.column}/{k}": v for k, v in outcomes.items()})
+    direct = paired_bootstrap_diff(*pooled, B=300, seed=3)
+    assert result["diffs"][-1].column == "all"
+    assert (result["diffs"][-1].diff, result["diffs"][-1].ci_low, result["diffs"][-1].n) == (
+        direct["diff"], direct["ci_low"], direct["n"])
 
 
 def test_plotted_series_equal_metrics(synth, tmp_path):
@@ -135,8 +143,8 @@ def test_plotted_series_equal_metrics(synth, tmp_path):
 def test_report_cis_equal_direct_bootstrap(synth, tmp_path):
     result = build_report(synth, tmp_path / "r", B=500, seed=7)
     markdown = (tmp_path / "r" / "report.md").read_text()
-    assert [d.column for d in result["diffs"]] == SETS[2]
-    for diff in result["diffs"]:
+    assert [d.column for d in result["diffs"]] == SETS[2] + ["all"]
+    for diff in result["diffs"][:-1]:
         a, b = ({r["id"]: r["correct"] for r in read_jsonl(d / "predictions" / "step_2" / f"{diff.column}.jsonl")}
                 for d in synth)
         direct = paired_bootstrap_diff(a, b, B=500, seed=7)
@@ -201,21 +209,27 @@ def chromium() -> str:
     return found
 
 
-@pytest.mark.slow
-def test_html_report_renders_in_headless_chromium(chromium, synth, tmp_path):
+def screenshot(chromium: str, html: Path, shot: Path, size: tuple[int, int] = (1200, 1600)):
+    """Render ``html`` in headless Chromium into ``shot``; returns the RGB pixels, checked to be a real page
+    (not blank, many colours: text, tables and the embedded plots)."""
     import matplotlib.image as mpimg
     import numpy as np
 
-    html = write_report(synth, tmp_path / "report", B=200)
-    shot = tmp_path / "shot.png"
     command = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                "--disable-background-networking", "--disable-component-update", "--disable-sync",
-               "--disable-dev-shm-usage", f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={shot}",
-               "--window-size=1200,1600", html.resolve().as_uri()]
+               "--disable-dev-shm-usage", f"--user-data-dir={shot.parent / 'chromium-profile'}",
+               f"--screenshot={shot}", f"--window-size={size[0]},{size[1]}", html.resolve().as_uri()]
     done = subprocess.run(command, capture_output=True, text=True, timeout=180)
     assert shot.exists(), f"no screenshot (rc {done.returncode}): {done.stderr[-800:]}"
     pixels = mpimg.imread(shot)[..., :3]
-    assert pixels.shape[:2] == (1600, 1200)
+    assert pixels.shape[:2] == (size[1], size[0])
     assert pixels.std() > 0.05  # not a blank page
     colours = np.unique((pixels.reshape(-1, 3) * 255).astype(np.uint8), axis=0)
     assert len(colours) > 50  # text, tables and the embedded plots, not a flat error page
+    return pixels
+
+
+@pytest.mark.slow
+def test_html_report_renders_in_headless_chromium(chromium, synth, tmp_path):
+    html = write_report(synth, tmp_path / "report", B=200)
+    screenshot(chromium, html, tmp_path / "shot.png")

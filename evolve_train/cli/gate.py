@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 EXIT_FAIL, EXIT_BAD_INPUT = 1, 2
-POOLED_KINDS = ("unchanged", "new", "updated")
 
 
 def _threshold(text: str) -> Optional[float]:
@@ -95,7 +94,7 @@ def _final_value(run, group: str, key: str, checkpoint: int) -> Optional[float]:
 
 def slice_value(run, name: str, checkpoint: int) -> Optional[float]:
     """EM of a set, of a split kind (item-weighted over its sets) or of ``all`` at ``checkpoint``."""
-    from evolve_train.reporting.summary import column_name
+    from evolve_train.evaluation.rows import POOLED_KINDS, column_name
 
     rows = [r for r in run.split_rows if int(r["checkpoint"]) == checkpoint and r.get("em") is not None]
     exact = [r for r in rows if column_name(r) == name]
@@ -112,7 +111,7 @@ def gate(run_dir: Path, baseline: Optional[Path] = None, overrides: Optional[dic
     """Values and thresholds of every check and ``release_gate``'s verdict; ReportError on bad run dirs."""
     from evolve_train.evaluation.compare import ALL, compare_runs
     from evolve_train.evaluation.metrics.stats import release_gate
-    from evolve_train.reporting.runs import load_run
+    from evolve_train.evaluation.rows import load_run
 
     run = load_run(run_dir)
     thresholds = run_thresholds(run_dir)

@@ -2,9 +2,11 @@
 
     evolve-report RUN_DIR [RUN_DIR ...] --out DIR [--bootstrap B] [--seed S] [--no-ci]
 
-A sweep dir (e.g. runs/<experiment>/multirun) expands to the run dirs below it. An incomplete run dir
-(no metrics.jsonl / summary.json) or runs evaluated on different questions exit with 2 and one line on
-stderr naming the dir, file or split.
+A sweep dir (e.g. runs/<experiment>/multirun) expands to the run dirs below it (found by their
+metrics.jsonl). Runs whose saved configs differ only by seed are grouped: mean ± 95% t-interval across seeds,
+forgetting curves with a band per configuration, differences between configurations pooled over seeds
+(docs/tracking.md). An incomplete run dir (no metrics.jsonl / summary.json) or runs evaluated on different
+questions exit with 2 and one line on stderr naming the dir, file or split.
 """
 
 from __future__ import annotations

@@ -288,7 +288,7 @@ def record_private_evaluations(run_dir: Path, checkpoint: int, sets: list[EvalSe
             records.append({"time": now, "checkpoint": checkpoint, "set": eval_set.name, "count": count,
                             "n": len(eval_set.items), "evaluators": sorted(evaluated[eval_set.name])})
     if records:  # append by an atomic replace: a killed run never leaves half a line
-        from evolve_train.training.checkpoint import atomic_write_text
+        from evolve_train.utils.io import atomic_write_text
 
         path = Path(run_dir) / PRIVATE_LOG
         before = path.read_text(encoding="utf-8") if path.exists() else ""

@@ -93,7 +93,7 @@ def sample_items(items: list[dict], cap: int) -> list[dict]:
 
 
 def write_predictions(run_dir: Path, checkpoint: int, set_name: str, records: list[dict]) -> None:
-    from evolve_train.training.checkpoint import atomic_write_text
+    from evolve_train.utils.io import atomic_write_text
 
     directory = run_dir / "predictions" / f"step_{checkpoint}"
     directory.mkdir(parents=True, exist_ok=True)

@@ -1,5 +1,7 @@
-"""Run summaries (``summary.py``) and cross-run reports: loading (``runs.py``), paired CIs (``compare.py``),
-figures (``plots.py``) and the Markdown/HTML report (``report.py``, ``write_report``)."""
+"""Run summaries (``summary.py``) and cross-run reports: finding runs (``runs.py``), grouping seeds and their
+statistics (``seeds.py``, ``seed_sections.py``), figures (``plots.py``) and the Markdown/HTML report (``report.py``,
+``write_report``). Rows and runs are read by ``evaluation/rows.py``; paired CIs come from
+``evaluation/compare.py``, the comparison ``evolve-gate`` uses too."""
 
 
 def __getattr__(name):  # lazy: importing the summary must not pull in matplotlib

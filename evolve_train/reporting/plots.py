@@ -1,4 +1,5 @@
-"""Report figures (matplotlib, Agg): forgetting curves, step x set heatmaps, paired metrics, training loss.
+"""Report figures (matplotlib, Agg): forgetting curves (per run, and per configuration with a band across
+seeds), step x set heatmaps, paired metrics, training loss.
 
 Every ``plot_*`` function saves one PNG and returns what it drew, read back from the figure's lines or
 image (``{panel: {run_label: (xs, ys)}}`` or the matrix), so tests can check the points against the data.
@@ -16,12 +17,12 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from evolve_train.reporting.runs import ROW_META, Run  # noqa: E402
-from evolve_train.reporting.summary import SPLIT_ORDER, _column_key  # noqa: E402
+from evolve_train.evaluation.rows import ALL, ROW_META, SPLIT_ORDER, Run, column_key  # noqa: E402
 
-ALL = "all"  # set_name of an evaluator's row over all its sets
+HIDDEN = ROW_META | {"n"}  # not drawn: a row's identity, its run, and its item count
 Series = dict[str, dict[str, tuple[list[float], list[float]]]]
 KIND_COLUMNS = ("new", "updated", "outdated")
+BAND = "seed-band"  # gid of the drawn 95% bands across seeds
 
 
 def checkpoint_label(checkpoint: int) -> str:
@@ -65,12 +66,10 @@ def forgetting_layout(columns: list[str]) -> list[list[str | None]]:
     return rows
 
 
-def plot_forgetting_curves(runs: list[Run], path: Path, metric: str = "em") -> Series:
-    """EM per eval set over checkpoints (time steps), one line per run, one panel per set."""
-    columns = sorted({c for run in runs for c in run.columns}, key=_column_key)
+def _forgetting_panels(columns: list[str], checkpoints: list[int], metric: str):
+    """The figure and ``{column: axes}`` of the forgetting-curve grid (:func:`forgetting_layout`), styled."""
     layout = forgetting_layout(columns)
     fig, axes = plt.subplots(len(layout), 3, figsize=(12, 2.8 * len(layout)), squeeze=False)
-    all_ckpts = sorted({k for run in runs for k in run.checkpoints})
     panels = {}
     for r, row in enumerate(layout):
         for c, column in enumerate(row):
@@ -78,26 +77,80 @@ def plot_forgetting_curves(runs: list[Run], path: Path, metric: str = "em") -> S
             if column is None:
                 ax.axis("off")
                 continue
-            for run in runs:
-                points = run.series(column, metric)
-                ax.plot([k for k, _ in points], [_value(v) for _, v in points], marker="o", label=run.label)
             hint = " (stale answer: lower is better)" if column.startswith("outdated") else ""
             ax.set_title(f"{column}{hint}", fontsize=10)
             ax.set_ylim(-0.05, 1.05)
-            ax.set_xticks(all_ckpts, [checkpoint_label(k) for k in all_ckpts])
+            ax.set_xticks(checkpoints, [checkpoint_label(k) for k in checkpoints])
             ax.set_xlabel("checkpoint (time step)")
             ax.set_ylabel(metric.upper())
             ax.grid(alpha=0.3)
             panels[column] = ax
+    return fig, panels
+
+
+def _legend_and_title(fig, panels: dict, title: str) -> None:
     first = next(iter(panels.values()), None)
     if first is not None:
-        handles, labels = first.get_legend_handles_labels()
-        fig.legend(handles, labels, loc="upper center", ncol=min(4, len(labels)), bbox_to_anchor=(0.5, 1.0))
-    fig.suptitle(f"{metric.upper()} per eval set over time steps", y=1.03)
+        lines = first.get_lines()
+        fig.legend(lines, [line.get_label() for line in lines], loc="upper center", ncol=min(4, len(lines)),
+                   bbox_to_anchor=(0.5, 1.0))
+    fig.suptitle(title, y=1.03)
     fig.tight_layout()
+
+
+def plot_forgetting_curves(runs: list[Run], path: Path, metric: str = "em") -> Series:
+    """EM per eval set over checkpoints (time steps), one line per run, one panel per set."""
+    columns = sorted({c for run in runs for c in run.columns}, key=column_key)
+    fig, panels = _forgetting_panels(columns, sorted({k for run in runs for k in run.checkpoints}), metric)
+    for column, ax in panels.items():
+        for run in runs:
+            points = run.series(column, metric)
+            ax.plot([k for k, _ in points], [_value(v) for _, v in points], marker="o", label=run.label)
+    _legend_and_title(fig, panels, f"{metric.upper()} per eval set over time steps")
     series = _read_back(panels)
     _save(fig, path)
     return series
+
+
+def _read_back_bands(panels: dict) -> dict:
+    """The bands actually drawn: ``{panel: {band label: (xs, lows, highs)}}`` from the filled polygons."""
+    out: dict = {}
+    for panel, ax in panels.items():
+        for band in [c for c in ax.collections if c.get_gid() == BAND]:
+            vertices = np.concatenate([path.vertices for path in band.get_paths()])
+            xs = sorted({float(x) for x in vertices[:, 0]})
+            low = [float(vertices[vertices[:, 0] == x, 1].min()) for x in xs]
+            high = [float(vertices[vertices[:, 0] == x, 1].max()) for x in xs]
+            out.setdefault(panel, {})[band.get_label()] = (xs, low, high)
+    return out
+
+
+def _band(ax, cells: list, color, label: str) -> None:
+    """A shaded 95% band over ``cells`` [(checkpoint, SeedStats)]; at a single checkpoint a wide translucent bar."""
+    if len(cells) == 1:
+        k, s = cells[0]
+        ax.vlines([k], [s.low], [s.high], colors=[color], linewidth=10, alpha=0.25, label=label, gid=BAND)
+    elif cells:
+        ax.fill_between([k for k, _ in cells], [s.low for _, s in cells], [s.high for _, s in cells], color=color,
+                        alpha=0.2, linewidth=0, label=label, gid=BAND)
+
+
+def plot_seed_bands(groups, path: Path, metric: str = "em") -> dict:
+    """Mean EM across seeds per configuration (a line) with its 95% t-interval (a shaded band), one panel per
+    eval set. ``groups``: :class:`~evolve_train.reporting.seeds.RunGroup`. Returns ``{"lines": Series,
+    "bands": {panel: {group name: (xs, lows, highs)}}}`` read back from the figure."""
+    columns = sorted({c for group in groups for c in group.columns}, key=column_key)
+    fig, panels = _forgetting_panels(columns, sorted({k for g in groups for k in g.checkpoints}), metric)
+    for column, ax in panels.items():
+        for group in groups:
+            cells = [(k, group.stats(k, column, metric)) for k in group.checkpoints]
+            cells = [(k, s) for k, s in cells if s.n]
+            line, = ax.plot([k for k, _ in cells], [s.mean for _, s in cells], marker="o", label=group.name)
+            _band(ax, [(k, s) for k, s in cells if s.low is not None], line.get_color(), group.name)
+    _legend_and_title(fig, panels, f"{metric.upper()} per eval set: mean across seeds, band = 95% t-interval")
+    drawn = {"lines": _read_back(panels), "bands": _read_back_bands(panels)}
+    _save(fig, path)
+    return drawn
 
 
 def em_matrix(run: Run, metric: str = "em") -> tuple[list[int], list[str], np.ndarray]:
@@ -139,7 +192,7 @@ def flat_metrics(row: dict) -> dict[str, float]:
         elif value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)):
             if not (prefix.endswith("/n") or prefix.endswith("_n")):
                 out[prefix] = _value(value)
-    walk("", {k: v for k, v in row.items() if k not in ROW_META})
+    walk("", {k: v for k, v in row.items() if k not in HIDDEN})
     return out
 
 
@@ -173,7 +226,7 @@ def plot_group_metrics(runs: list[Run], group: str, path: Path) -> Series:
         values = []
         for run in runs:
             rows = _group_rows(run, group)
-            set_names = sorted({str(r.get("set_name") or "") for r in rows}, key=_column_key_safe)
+            set_names = sorted({str(r.get("set_name") or "") for r in rows}, key=column_key)
             for set_name in set_names:
                 points = sorted((int(r["checkpoint"]), flat_metrics(r)[name]) for r in rows
                                 if str(r.get("set_name") or "") == set_name and name in flat_metrics(r))
@@ -196,13 +249,6 @@ def plot_group_metrics(runs: list[Run], group: str, path: Path) -> Series:
     series = _read_back(panels)
     _save(fig, path)
     return series
-
-
-def _column_key_safe(name: str):
-    try:
-        return _column_key(name) if name else (-2, -1, "")
-    except ValueError:  # a set name whose suffix is not a step number
-        return (99, 99, name)
 
 
 def plot_training_loss(runs: list[Run], path: Path) -> Series:
@@ -230,4 +276,4 @@ def plot_training_loss(runs: list[Run], path: Path) -> Series:
 
 
 __all__ = ["SPLIT_ORDER", "em_matrix", "forgetting_layout", "plot_forgetting_curves", "plot_group_metrics",
-           "plot_matrix_heatmap", "plot_training_loss"]
+           "plot_matrix_heatmap", "plot_seed_bands", "plot_training_loss"]

@@ -3,7 +3,13 @@
 Contents: the forgetting curves (EM per eval set over time steps, a line per run), a heatmap of each run's
 checkpoint x eval-set EM matrix, the training loss, the metrics of other row groups (e.g. ``paired``) per
 step, a per-step EM table per run, the final-checkpoint EM of every run side by side, and for each pair of
-runs the paired-bootstrap EM difference with its 95% CI per eval set at the final checkpoint.
+runs the paired-bootstrap EM difference with its 95% CI per eval set and pooled (``all``) at the final
+checkpoints (``evaluation/compare.py``, the comparison ``evolve-gate`` uses).
+
+When some configuration was run with several seeds (``reporting/seeds.py`` groups the runs by their saved
+config), the report adds: the configurations, their mean ± 95% t-interval across seeds at the final checkpoint
+and per step, forgetting curves with a band per configuration, and the differences between configurations
+pooled over seeds; the run-pair table then holds the same-seed pairs of different configurations.
 """
 
 from __future__ import annotations
@@ -11,13 +17,18 @@ from __future__ import annotations
 import base64
 import html
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Optional
 
+from evolve_train.evaluation.compare import PairedDiff, check_same_columns, compare_pairs
+from evolve_train.evaluation.rows import Run, column_key
 from evolve_train.reporting import plots
-from evolve_train.reporting.compare import PairedDiff, check_same_columns, compare_runs
-from evolve_train.reporting.runs import Run, load_runs
-from evolve_train.reporting.summary import _column_key
+from evolve_train.reporting.runs import load_runs
+from evolve_train.reporting.seed_sections import (configurations_section, final_mean_section, pooled_section,
+                                                  step_mean_section)
+from evolve_train.reporting.seeds import (PooledDiff, RunGroup, group_runs, has_seed_groups, pooled_diffs, relabel,
+                                          seed_pair_diffs)
 
 GROUPS_PLOTTED = ("paired",)
 
@@ -44,7 +55,7 @@ def step_table(run: Run) -> tuple[list[str], list[list[str]]]:
 def final_table(runs: list[Run]) -> tuple[list[str], list[list[str]]]:
     """Each run's final-checkpoint EM per eval set, side by side."""
     columns = list(dict.fromkeys(c for run in runs for c in run.columns))
-    columns.sort(key=_column_key)
+    columns.sort(key=column_key)
     header = ["run", "checkpoint"] + columns
     rows = [[run.label, str(run.final_checkpoint)] + [_fmt(run.cell(run.final_checkpoint, c)) for c in columns]
             for run in runs]
@@ -82,9 +93,10 @@ def groups_table(runs: list[Run]) -> Optional[tuple[list[str], list[list[str]]]]
 
 
 def diff_table(diffs: list[PairedDiff]) -> tuple[list[str], list[list[str]]]:
-    header = ["run a", "run b", "eval set", "n", "EM a", "EM b", "diff (a − b)", "95% CI", "CI excludes 0"]
+    header = ["run a", "run b", "eval set", "n", "EM a", "EM b", "diff (a − b)", "95% CI", "CI excludes 0", "kappa"]
     rows = [[d.run_a, d.run_b, d.column, str(d.n), _fmt(d.em_a), _fmt(d.em_b), f"{d.diff:+.3f}",
-             f"[{d.ci_low:+.3f}, {d.ci_high:+.3f}]", "yes" if d.significant else "no"] for d in diffs]
+             f"[{d.ci_low:+.3f}, {d.ci_high:+.3f}]", "yes" if d.significant else "no", _fmt(d.kappa)]
+            for d in diffs]
     return header, rows
 
 
@@ -105,9 +117,14 @@ def html_table(header: list[str], rows: list[list[str]]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def make_plots(runs: list[Run], out_dir: Path) -> dict:
-    """Write every PNG; returns {"figures": [(title, file name)], "series": what each plot drew}."""
+def make_plots(runs: list[Run], out_dir: Path, groups: Optional[list[RunGroup]] = None) -> dict:
+    """Write every PNG; returns {"figures": [(title, file name)], "series": what each plot drew}.
+    ``groups`` (configurations with several seeds): the forgetting curves with a band per configuration first."""
     figures, series = [], {}
+    if groups:
+        series["bands"] = plots.plot_seed_bands(groups, out_dir / "forgetting_bands.png")
+        figures.append(("EM per eval set over time steps: mean across seeds per configuration, band = 95% CI",
+                        "forgetting_bands.png"))
     series["forgetting"] = plots.plot_forgetting_curves(runs, out_dir / "forgetting_curves.png")
     figures.append(("EM per eval set over time steps (forgetting curves)", "forgetting_curves.png"))
     for run in runs:
@@ -127,41 +144,82 @@ def make_plots(runs: list[Run], out_dir: Path) -> dict:
     return {"figures": figures, "series": series}
 
 
-def build_sections(runs: list[Run], diffs: Optional[list[PairedDiff]], B: int, note: Optional[str]):
-    """(title, intro text, table) sections shared by the Markdown and HTML writers."""
-    sections = [("Runs", "Run dirs in this report.",
-                 (["run", "experiment", "method", "seed", "dir"],
-                  [[r.label, r.experiment, r.method, str(r.seed), str(r.path)] for r in runs])),
-                ("Final checkpoint", "EM of each run at its last checkpoint (Outdated: lower is better).",
-                 final_table(runs))]
+@dataclass
+class Findings:
+    """What a report shows, computed before anything is written (errors first)."""
+
+    runs: list[Run]
+    groups: list[RunGroup]
+    diffs: Optional[list[PairedDiff]]
+    """Paired differences of run pairs: every pair, or with seed groups the same-seed pairs of configurations."""
+    pooled: Optional[list[PooledDiff]]
+    """With seed groups: the differences between configurations pooled over seeds."""
+    B: int
+
+    @property
+    def seeded(self) -> bool:
+        return has_seed_groups(self.groups)
+
+    @property
+    def headline(self) -> str:
+        return f"{len(self.runs)} run(s)" + (f" in {len(self.groups)} configuration(s)." if self.seeded else ".")
+
+
+def diff_section(findings: Findings, note: Optional[str]):
+    intro = (f"Paired bootstrap (B={findings.B}, METRICS.md §8) of EM(a) − EM(b) over the same questions at the "
+             "final checkpoints, from the per-item prediction files; `all` pools the items of Unchanged, New and "
+             "Updated (the comparison `evolve-gate --baseline` checks). On Outdated sets (stale answers) a "
+             "negative diff favours a. kappa: Cohen's kappa of the two runs' per-question outcomes.")
+    title = "Paired differences (95% CI)"
+    if findings.seeded:
+        title = "Paired differences per seed (95% CI)"
+        intro += " Runs of different configurations with the same seed (the inputs of the pooled table)."
+    if note:
+        intro += f" Note: {note}."
+    if len(findings.runs) < 2:
+        intro += " (Only one run: nothing to compare.)"
+    return title, intro, diff_table(findings.diffs)
+
+
+def build_sections(findings: Findings, note: Optional[str]):
+    """(top, head, tail): (title, intro text, table) sections shared by the Markdown and HTML writers. With seed
+    groups, ``top`` holds the runs and the across-seed tables (the band figure follows them); then ``head``,
+    the other figures and ``tail`` (per-step tables). Without, ``top`` is empty and the runs open ``head``."""
+    runs = findings.runs
+    top = [("Runs", "Run dirs in this report.",
+            (["run", "experiment", "method", "seed", "dir"],
+             [[r.label, r.experiment, r.method, str(r.seed), str(r.path)] for r in runs]))]
+    if findings.seeded:
+        top += [configurations_section(findings.groups), final_mean_section(findings.groups)]
+        if findings.pooled is not None:
+            top.append(pooled_section(findings.pooled, findings.B))
+    top, head = (top, []) if findings.seeded else ([], top)
+    head.append(("Final checkpoint", "EM of each run at its last checkpoint (Outdated: lower is better).",
+                 final_table(runs)))
     for title, intro, table in (
             ("Continual-learning metrics", "METRICS.md §3 at each run's final checkpoint.", continual_table(runs)),
             ("Other evaluators", "Each group's row over all its sets at the final checkpoint.", groups_table(runs))):
         if table:
-            sections.append((title, intro, table))
-    if diffs is not None:
-        intro = (f"Paired bootstrap (B={B}, METRICS.md §8) of EM(a) − EM(b) over the same questions at the final "
-                 "checkpoints, from the per-item prediction files. On Outdated sets (stale answers) a negative "
-                 "diff favours a.")
-        if note:
-            intro += f" Note: {note}."
-        if len(runs) < 2:
-            intro += " (Only one run: nothing to compare.)"
-        sections.append(("Paired differences (95% CI)", intro, diff_table(diffs)))
-    for run in runs:
-        sections.append((f"Per-step EM: {run.label}", f"`{run.path}`", step_table(run)))
-    return sections
+            head.append((title, intro, table))
+    if findings.diffs is not None:
+        head.append(diff_section(findings, note))
+    tail = [step_mean_section(g) for g in findings.groups if findings.seeded and g.config is not None]
+    tail += [(f"Per-step EM: {run.label}", f"`{run.path}`", step_table(run)) for run in runs]
+    return top, head, tail
 
 
-def _ordered(runs, figures, sections):
-    """Comparison tables first, then the figures, then each run's per-step table."""
-    head, tail = sections[:-len(runs)], sections[-len(runs):]
-    return [("table", s) for s in head] + [("figure", f) for f in figures] + [("table", s) for s in tail]
+def _ordered(figures, sections):
+    """Comparison tables first (with seed groups: the across-seed tables and the band figure before them), then
+    the figures, then the per-step tables."""
+    top, head, tail = sections
+    lead = figures[:1] if top else []
+    return ([("table", s) for s in top] + [("figure", f) for f in lead] + [("table", s) for s in head]
+            + [("figure", f) for f in figures[len(lead):]] + [("table", s) for s in tail])
 
 
-def write_markdown(path: Path, runs, figures, sections) -> None:
-    parts = ["# evolve-train report", "", f"{len(runs)} run(s).", ""]
-    for kind, item in _ordered(runs, figures, sections):
+def write_markdown(path: Path, headline: str, figures, sections) -> None:
+    parts = ["# evolve-train report", "", headline, ""]
+    for kind, item in _ordered(figures, sections):
         if kind == "figure":
             title, name = item
             parts += [f"## {title}", "", f"![{title}]({name})", ""]
@@ -177,10 +235,10 @@ CSS = ("body{font-family:system-ui,sans-serif;margin:24px;color:#222;background:
        "img{max-width:100%;border:1px solid #ddd;margin:6px 0 18px}h1{color:#1f4e79}")
 
 
-def write_html(path: Path, out_dir: Path, runs, figures, sections) -> None:
+def write_html(path: Path, out_dir: Path, headline: str, figures, sections) -> None:
     parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>evolve-train report</title>"
-             f"<style>{CSS}</style></head><body><h1>evolve-train report</h1><p>{len(runs)} run(s).</p>"]
-    for kind, item in _ordered(runs, figures, sections):
+             f"<style>{CSS}</style></head><body><h1>evolve-train report</h1><p>{html.escape(headline)}</p>"]
+    for kind, item in _ordered(figures, sections):
         if kind == "figure":
             title, name = item
             data = base64.b64encode((out_dir / name).read_bytes()).decode("ascii")
@@ -194,19 +252,34 @@ def write_html(path: Path, out_dir: Path, runs, figures, sections) -> None:
     path.write_text("\n".join(parts), encoding="utf-8")
 
 
+def find(run_dirs: Iterable[Path | str], B: int = 2000, seed: int = 0, ci: bool = True) -> Findings:
+    """Load and group the runs and compute every comparison; ReportError before anything is written."""
+    runs = load_runs(run_dirs)
+    groups = group_runs(runs)
+    relabel(groups)
+    findings = Findings(runs=runs, groups=groups, diffs=None, pooled=None, B=B)
+    if ci and findings.seeded:
+        findings.pooled = pooled_diffs(groups, B=B, seed=seed)
+        findings.diffs = seed_pair_diffs(findings.pooled)
+    elif ci:
+        findings.diffs = compare_pairs(runs, B=B, seed=seed)
+    return findings
+
+
 def build_report(run_dirs: Iterable[Path | str], out_dir: Path | str, B: int = 2000, seed: int = 0,
                  ci: bool = True) -> dict:
-    """Write the report; returns paths, the plotted series and the paired diffs (for callers and tests)."""
-    runs = load_runs(run_dirs)
-    diffs = compare_runs(runs, B=B, seed=seed) if ci else None  # errors before anything is written
+    """Write the report; returns paths, the plotted series, the paired diffs and, with configurations run with
+    several seeds, the groups and pooled diffs (for callers and tests)."""
+    findings = find(run_dirs, B=B, seed=seed, ci=ci)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    drawn = make_plots(runs, out_dir)
-    sections = build_sections(runs, diffs, B, check_same_columns(runs))
-    write_markdown(out_dir / "report.md", runs, drawn["figures"], sections)
-    write_html(out_dir / "report.html", out_dir, runs, drawn["figures"], sections)
-    return {"html": out_dir / "report.html", "markdown": out_dir / "report.md", "runs": runs,
-            "diffs": diffs, "series": drawn["series"], "figures": [out_dir / n for _, n in drawn["figures"]]}
+    drawn = make_plots(findings.runs, out_dir, findings.groups if findings.seeded else None)
+    sections = build_sections(findings, check_same_columns(findings.runs))
+    write_markdown(out_dir / "report.md", findings.headline, drawn["figures"], sections)
+    write_html(out_dir / "report.html", out_dir, findings.headline, drawn["figures"], sections)
+    return {"html": out_dir / "report.html", "markdown": out_dir / "report.md", "runs": findings.runs,
+            "groups": findings.groups, "diffs": findings.diffs, "pooled": findings.pooled,
+            "series": drawn["series"], "figures": [out_dir / n for _, n in drawn["figures"]]}
 
 
 def write_report(run_dirs: Iterable[Path | str], out_dir: Path | str, B: int = 2000, seed: int = 0,

@@ -5,17 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from evolve_train.evaluation.evaluators.report import evaluation_summary, format_evaluation
-from evolve_train.tracking.disk import read_jsonl
-
-SPLIT_ORDER = ("unchanged", "new", "updated", "outdated")
+from evolve_train.evaluation.rows import METRICS_FILE, SPLITS, column_key, column_name, read_metrics
 
 
 def split_rows(rows: list[dict]) -> list[dict]:
-    return [r for r in rows if r.get("group") == "splits"]
-
-
-def column_name(row: dict) -> str:
-    return row["set"] if row["set_step"] is None else f"{row['set']}_{row['set_step']}"
+    return [r for r in rows if r.get("group") == SPLITS]
 
 
 def _metric_table(rows: list[dict], metric: str) -> dict[str, dict[str, float | None]]:
@@ -27,7 +21,7 @@ def _metric_table(rows: list[dict], metric: str) -> dict[str, dict[str, float | 
 
 
 def build_summary(run_dir: Path, timeline, cfg) -> dict:
-    rows = read_jsonl(Path(run_dir) / "metrics.jsonl")
+    rows = read_metrics(Path(run_dir) / METRICS_FILE)
     return {
         "run_dir": str(run_dir),
         "experiment": cfg.experiment,
@@ -41,15 +35,10 @@ def build_summary(run_dir: Path, timeline, cfg) -> dict:
     }
 
 
-def _column_key(name: str):
-    kind, _, step = name.partition("_")
-    return (int(step) if step else -1, SPLIT_ORDER.index(kind) if kind in SPLIT_ORDER else 99, name)
-
-
 def format_summary_table(summary: dict) -> str:
     """Checkpoints as rows, sets as columns, EM in the cells."""
     table = summary["em"]
-    columns = sorted({c for cells in table.values() for c in cells}, key=_column_key)
+    columns = sorted({c for cells in table.values() for c in cells}, key=column_key)
     width = max([10] + [len(c) + 1 for c in columns])
     lines = ["EM by checkpoint (rows) and eval set (columns)",
              "ckpt".ljust(6) + "".join(c.rjust(width) for c in columns)]

@@ -5,18 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from evolve_train.evaluation.rows import METRICS_FILE, read_metrics
 from evolve_train.tracking.base import MetricLogger, register_logger
-from evolve_train.training.checkpoint import atomic_write_text
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-
-
-def write_jsonl(path: Path, rows: list[dict]) -> None:
-    atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+from evolve_train.utils.io import atomic_write_text, read_jsonl, write_jsonl
 
 
 @register_logger("disk")
@@ -25,7 +16,7 @@ class DiskLogger(MetricLogger):
 
     def __init__(self, run_dir: Path, **_):
         self.run_dir = Path(run_dir)
-        self.metrics_path = self.run_dir / "metrics.jsonl"
+        self.metrics_path = self.run_dir / METRICS_FILE
         self.train_path = self.run_dir / "train_log.jsonl"
 
     def truncate_after(self, checkpoint: int) -> None:
@@ -41,7 +32,7 @@ class DiskLogger(MetricLogger):
             handle.write(json.dumps(row) + "\n")
 
     def log_eval(self, checkpoint, rows):
-        write_jsonl(self.metrics_path, read_jsonl(self.metrics_path) + rows)
+        write_jsonl(self.metrics_path, read_metrics(self.metrics_path) + rows)
 
     def log_summary(self, summary):
         atomic_write_text(self.run_dir / "summary.json", json.dumps(summary, indent=2) + "\n")

@@ -12,6 +12,10 @@ to ``<run_dir>/wandb/offline-run-*`` and uploaded later with ``wandb sync``. Wha
 - at the end, the step x set matrices as tables (``final/matrix_em``, ``final/matrix_f1``) and the final checkpoint's
   metrics in the run summary (``em/<set_name>``, ``f1/<set_name>``, ``final_checkpoint``).
 
+Group and name (:func:`run_identity`): one group per sweep (``hydra.sweep.dir`` in a Hydra multirun, else the
+experiment; ``logger.wandb.group`` wins), and run names that show the job's overrides in a multirun
+(``<experiment>/<hydra.job.override_dirname>``), else ``<experiment>/<method>/seed<seed>``.
+
 The run id is kept in ``<run_dir>/wandb_run_id.txt`` and reused with ``resume="allow"``, so a resumed run
 continues the same W&B run. ``close(ok)`` always calls ``finish`` (exit code 1 when not ok).
 """
@@ -19,34 +23,20 @@ continues the same W&B run. ``close(ok)`` always calls ``finish`` (exit code 1 w
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import os
 import random
-import re
 from pathlib import Path
 from typing import Any, Optional
 
+from evolve_train.evaluation.rows import ROW_META, column_key
 from evolve_train.tracking.base import MetricLogger, register_logger
+from evolve_train.utils.io import read_jsonl
+from evolve_train.utils.secrets import is_secret_key
 
 log = logging.getLogger(__name__)
 
 RUN_ID_FILE = "wandb_run_id.txt"
-ROW_META = {"group", "checkpoint", "set", "set_name", "set_step", "method", "seed", "train_seconds",
-            "train_tokens", "num_processes"}
-# a key-name segment ending in one of these is dropped from the uploaded config (api_key, hf_token,
-# client_secret, db_password); plural "tokens" (max_new_tokens) and "tokenizer" are kept
-_SECRET_SEGMENT = re.compile(r"(key|token|secret|password|passwd|credentials?)$")
-
-
-def is_secret_key(name: str) -> bool:
-    """True for config keys that may hold a secret (``api_key``, ``hf_token``, ``wandbApiKey``...)."""
-    lowered = str(name).lower()
-    if "secret" in lowered or "password" in lowered:
-        return True
-    return any(_SECRET_SEGMENT.search(part) for part in re.split(r"[^a-z0-9]+", lowered) if part)
-
-
 def strip_secrets(value: Any) -> Any:
     """A copy of ``value`` (nested dicts/lists) without the keys :func:`is_secret_key` flags."""
     if isinstance(value, dict):
@@ -81,6 +71,32 @@ def new_run_id(length: int = 8) -> str:
 def resolve_mode(configured: str) -> str:
     """``WANDB_MODE`` when set, else the configured mode."""
     return os.environ.get("WANDB_MODE") or configured or "offline"
+
+
+def hydra_sweep() -> Optional[tuple[str, str]]:
+    """``(hydra.sweep.dir, hydra.job.override_dirname)`` inside a Hydra multirun job, else None."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+    except ImportError:
+        return None
+    if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
+        return None
+    hydra_cfg = HydraConfig.get()
+    return str(hydra_cfg.sweep.dir), str(hydra_cfg.job.override_dirname or "")
+
+
+def run_identity(cfg: Any, sweep: Optional[tuple[str, str]] = None) -> tuple[str, str]:
+    """The W&B ``(group, name)`` of a run: group = ``logger.wandb.group``, else the sweep dir in a multirun (one
+    group per sweep), else the experiment; name = ``<experiment>/<override_dirname>`` in a multirun (the job's
+    overrides, e.g. ``method=lora,seed=1``), else ``<experiment>/<method>/seed<seed>``."""
+    wcfg = cfg.logger.wandb if cfg is not None else None
+    experiment = getattr(cfg, "experiment", "default")
+    method = cfg.method.name if cfg is not None else "run"
+    sweep_dir, overrides = sweep or (None, "")
+    group = getattr(wcfg, "group", None) or sweep_dir or experiment
+    name = f"{experiment}/{overrides}" if overrides else f"{experiment}/{method}/seed{getattr(cfg, 'seed', 0)}"
+    return group, name
 
 
 def _column(row: dict) -> str:
@@ -125,7 +141,7 @@ def sample_predictions(run_dir: Path, checkpoint: int, per_set: int, seed: int =
     folder = Path(run_dir) / "predictions" / f"step_{checkpoint}"
     table = []
     for path in sorted(folder.glob("*.jsonl")) if per_set > 0 else []:
-        items = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        items = read_jsonl(path)
         chosen = sorted(random.Random(f"{seed}/{path.stem}").sample(range(len(items)), min(per_set, len(items))))
         for i in chosen:
             item = items[i]
@@ -148,17 +164,15 @@ class WandbLogger(MetricLogger):
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.cfg = cfg
         wcfg = cfg.logger.wandb if cfg is not None else None
-        experiment = getattr(cfg, "experiment", "default")
+        group, name = run_identity(cfg, hydra_sweep())
         method = cfg.method.name if cfg is not None else "run"
-        seed = getattr(cfg, "seed", 0)
         self.mode = resolve_mode(getattr(wcfg, "mode", "offline"))
         self.sample_size = getattr(wcfg, "predictions_sample", 16)
         id_file = self.run_dir / RUN_ID_FILE
         run_id = id_file.read_text(encoding="utf-8").strip() if id_file.exists() else new_run_id()
         self.run = wandb.init(
             project=getattr(wcfg, "project", "evolve-train"), entity=getattr(wcfg, "entity", None),
-            group=getattr(wcfg, "group", None) or experiment, job_type=method,
-            name=f"{experiment}/{method}/seed{seed}", tags=list(getattr(wcfg, "tags", []) or []),
+            group=group, job_type=method, name=name, tags=list(getattr(wcfg, "tags", []) or []),
             config=config_dict(cfg), dir=str(self.run_dir), id=run_id, resume="allow", mode=self.mode,
             reinit="create_new")
         if self.mode != "disabled":
@@ -190,8 +204,6 @@ class WandbLogger(MetricLogger):
 
     def _global_step(self, time_step: int, optimizer_step: int) -> int:
         if self._steps_done is None:  # optimizer steps of earlier time steps (a resumed run)
-            from evolve_train.tracking.disk import read_jsonl
-
             self._steps_done = {}
             for row in read_jsonl(self.run_dir / "train_log.jsonl"):
                 if row.get("time_step", time_step) < time_step:
@@ -230,12 +242,10 @@ class WandbLogger(MetricLogger):
     def _log_summary(self, summary):
         import wandb
 
-        from evolve_train.reporting.summary import _column_key
-
         tables = {}
         for metric in ("em", "f1"):
             matrix = summary.get(metric) or {}
-            columns = sorted({c for cells in matrix.values() for c in cells}, key=_column_key)
+            columns = sorted({c for cells in matrix.values() for c in cells}, key=column_key)
             data = [[int(ckpt)] + [matrix[ckpt].get(c) for c in columns] for ckpt in sorted(matrix, key=int)]
             tables[f"final/matrix_{metric}"] = wandb.Table(columns=["checkpoint"] + columns, data=data)
             if matrix:

@@ -21,22 +21,10 @@ from pathlib import Path
 from typing import Optional
 
 from evolve_train.training import faults
+from evolve_train.utils.io import atomic_write_text
 
 log = logging.getLogger(__name__)
 MARGIN_BYTES = 16 * 2**20  # tokenizer, configs, metrics, predictions of a checkpoint (generous for small runs)
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with tmp.open("w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 def step_dir(run_dir: Path, step: int) -> Path:

@@ -1,7 +1,7 @@
 """Keep secrets out of the run dir: Hydra's saved config and the command line that loggers record.
 
 Secrets are (a) config values under a secret-looking key (``api_key``, ``hf_token``, ``*_secret``,
-``password``...; the same rule as the W&B logger's config filter, :func:`is_secret_key`) and (b) the values
+``password``...; :func:`evolve_train.utils.secrets.is_secret_key`, the rule of the W&B logger's config filter too) and (b) the values
 of secret-looking environment variables (``WANDB_API_KEY``, ``HF_TOKEN``, ...). At the start of a run
 (:func:`redact_run`, main process):
 
@@ -24,16 +24,13 @@ import sys
 from pathlib import Path
 from typing import Any, Iterable
 
+from evolve_train.utils.io import atomic_write_text
+from evolve_train.utils.secrets import is_secret_key
+
 log = logging.getLogger(__name__)
 REDACTED = "<redacted>"
 MIN_SECRET_LENGTH = 6  # shorter values (``""``, ``none``) would redact unrelated text
 HYDRA_FILES = ("config.yaml", "overrides.yaml", "hydra.yaml")
-
-
-def is_secret_key(name: str) -> bool:
-    from evolve_train.tracking.wandb_logger import is_secret_key as rule
-
-    return rule(name)
 
 
 def env_secrets(environ=None) -> set[str]:
@@ -97,8 +94,6 @@ def redact_value(value: Any, secrets: set[str]) -> Any:
 def redact_yaml_file(path: Path, secrets: set[str]) -> bool:
     """Rewrite ``path`` with secrets redacted (atomically); ``True`` if it changed."""
     import yaml
-
-    from evolve_train.training.checkpoint import atomic_write_text
 
     text = path.read_text(encoding="utf-8")
     data = yaml.safe_load(text)

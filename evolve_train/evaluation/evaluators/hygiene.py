@@ -35,10 +35,9 @@ from evolve_train.evaluation.evaluators.common import ALL, row, sample, select
 from evolve_train.evaluation.metrics.answer import exact_match, prediction_of
 from evolve_train.evaluation.metrics.stats import flip_rate
 from evolve_train.evaluation.registry import register_evaluator
+from evolve_train.evaluation.rows import POOLED_KINDS  # pooled into the ``all`` rows
 
 SPOTCHECK = "contamination_spotcheck.jsonl"
-POOLED_KINDS = ("unchanged", "new", "updated")
-"""Split kinds pooled into the ``all`` rows (Outdated asks Updated's questions with the stale gold)."""
 
 
 # ---------------------------------------------------------------- config
@@ -215,7 +214,7 @@ def _write_spotcheck(ctx: EvalContext, checks: list[dict]) -> None:
     count = _setting(ctx.cfg, "contamination", "spotcheck", 20)
     if ctx.run_dir is None or count <= 0:
         return
-    from evolve_train.training.checkpoint import atomic_write_text
+    from evolve_train.utils.io import atomic_write_text
 
     chosen = sorted(random.Random(f"spotcheck-{ctx.checkpoint}").sample(range(len(checks)),
                                                                           min(count, len(checks))))

@@ -23,7 +23,7 @@ from evolve_train.evaluation.context import EvalContext
 from evolve_train.evaluation.evaluators.splits import splits_evaluator
 from evolve_train.evaluation.metrics.continual import continual_summary, fuar
 from evolve_train.evaluation.registry import register_evaluator
-from evolve_train.tracking.disk import read_jsonl
+from evolve_train.evaluation.rows import read_metrics
 
 LEARNED = "learned"
 INITIAL = -1
@@ -93,7 +93,7 @@ def matrix_summary(rows: list[dict]) -> dict[str, Any]:
 def _previous_rows(ctx: EvalContext) -> list[dict]:
     if ctx.run_dir is None:
         return []
-    return [r for r in read_jsonl(Path(ctx.run_dir) / "metrics.jsonl") if r.get("checkpoint", 0) < ctx.checkpoint]
+    return [r for r in read_metrics(Path(ctx.run_dir) / "metrics.jsonl") if r.get("checkpoint", 0) < ctx.checkpoint]
 
 
 @register_evaluator("matrix")

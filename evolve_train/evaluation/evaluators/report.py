@@ -6,6 +6,7 @@ from typing import Any
 
 from evolve_train.evaluation.evaluators.common import ALL
 from evolve_train.evaluation.evaluators.matrix import format_matrix, matrix_summary
+from evolve_train.evaluation.rows import ROW_META
 
 GROUPS = ("paired", "ablation", "dimensions", "calibration", "grad_norms", "contamination", "flip_rate")
 PER_SET = {"grad_norms": "mean_grad_norm", "contamination": "contamination_gap", "flip_rate": "flip_rate"}
@@ -22,13 +23,11 @@ def groups_summary(rows: list[dict]) -> dict[str, Any]:
     """``{group: {checkpoint: row}}``: each group's row over all its sets (groups in ``PER_SET``:
     ``{set_name: row}`` per checkpoint, ``all`` included), metadata stripped; groups that did not run are absent."""
     out: dict[str, Any] = {}
-    meta = {"group", "checkpoint", "set", "set_name", "set_step", "method", "seed", "train_seconds",
-            "train_tokens", "num_processes"}
     for r in rows:
         group = r.get("group")
         if group not in GROUPS:
             continue
-        body = {k: v for k, v in r.items() if k not in meta}
+        body = {k: v for k, v in r.items() if k not in ROW_META}
         per_checkpoint = out.setdefault(group, {})
         if group in PER_SET:
             per_checkpoint.setdefault(str(r["checkpoint"]), {})[r["set_name"]] = body

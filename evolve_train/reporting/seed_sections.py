@@ -1,0 +1,63 @@
+"""The report's sections for configurations run with several seeds (see ``reporting/seeds.py``): the
+configurations, their mean ± 95% CI across seeds at the final checkpoint and per step, and the paired
+differences between configurations pooled over seeds. Each section is ``(title, intro, (header, rows))``."""
+
+from __future__ import annotations
+
+from evolve_train.evaluation.rows import column_key
+from evolve_train.reporting.seeds import NON_RESULT_KEYS, PooledDiff, RunGroup
+
+Section = tuple[str, str, tuple[list[str], list[list[str]]]]
+T_NOTE = ("mean ± half-width of the 95% Student t-interval across seeds (t with n − 1 degrees of freedom, "
+          "n = seeds; a single seed shows its value alone)")
+
+
+def _columns(groups: list[RunGroup]) -> list[str]:
+    return sorted({c for g in groups for c in g.columns}, key=column_key)
+
+
+def configurations_section(groups: list[RunGroup]) -> Section:
+    ignored = ", ".join(f"`{k}`" for k in NON_RESULT_KEYS)
+    intro = (f"Runs whose saved configs (`.hydra/config.yaml`) differ only in keys that do not change results "
+             f"({ignored}) are one configuration; names show the overrides that differ between configurations.")
+    rows = [[g.name, str(len(g.seeds)), ", ".join(map(str, g.seeds)), ", ".join(r.label for r in g.runs)]
+            for g in groups]
+    return "Configurations (runs grouped by seed)", intro, (["configuration", "seeds", "seed values", "runs"], rows)
+
+
+def final_mean_section(groups: list[RunGroup]) -> Section:
+    columns = _columns(groups)
+    rows = []
+    for group in groups:
+        final = group.final_checkpoint()
+        rows.append([group.name, str(len(group.runs)), str(final)]
+                    + [group.stats(final, c).text() for c in columns])
+    intro = f"EM at the final checkpoint per configuration: {T_NOTE}. Outdated: lower is better."
+    return ("Final checkpoint across seeds (mean ± 95% CI)", intro,
+            (["configuration", "seeds", "checkpoint"] + columns, rows))
+
+
+def step_mean_section(group: RunGroup) -> Section:
+    columns = sorted(group.columns, key=column_key)
+    rows = [[("init" if k < 0 else str(k))] + [group.stats(k, c).text() for c in columns]
+            for k in group.checkpoints]
+    return (f"Per-step EM across seeds: {group.name}", f"{len(group.runs)} seed(s): {T_NOTE}.",
+            (["checkpoint"] + columns, rows))
+
+
+def pooled_section(pooled: list[PooledDiff], B: int) -> Section:
+    intro = ("EM(a) − EM(b) pooled over seeds: for each seed both configurations ran, the paired difference on the "
+             f"same questions at the final checkpoints (the comparison of `evolve-gate`, B={B} bootstrap resamples "
+             "per seed); then the mean over seeds and its 95% Student t-interval with n − 1 degrees of freedom "
+             "(seeds are the replicates). With one shared seed: that seed's paired bootstrap over items. `all` "
+             "pools Unchanged, New and Updated; on Outdated a negative diff favours a.")
+    header = ["config a", "config b", "eval set", "seeds", "diff (a − b)", "95% CI", "CI excludes 0", "how"]
+    rows = []
+    for d in pooled:
+        interval = "-" if d.ci_low is None else f"[{d.ci_low:+.3f}, {d.ci_high:+.3f}]"
+        rows.append([d.group_a, d.group_b, d.column, ", ".join(map(str, d.seeds)), f"{d.diff:+.3f}", interval,
+                     "yes" if d.significant else "no", d.how])
+    return "Paired differences between configurations, pooled over seeds (95% CI)", intro, (header, rows)
+
+
+__all__ = ["configurations_section", "final_mean_section", "pooled_section", "step_mean_section"]
