@@ -262,6 +262,12 @@ class WorldConfig:
     """Calendar year of step 0; step k is year start_year + k."""
     dev_share: float = 0.2
     """Share of eval items marked ``dev`` (usable for tuning); the rest are ``private``."""
+    dates: str = "prefix"
+    """How each snapshot's date is written into its corpus and asked in its probes (``data/dates.py``):
+    ``prefix`` (``year: 2019 text: ...``), ``inline`` (``As of 2019, ...``) or ``none`` (undated corpus)."""
+    docs_per_entity: int = 3
+    """Differently worded documents per organisation per step (knowledge augmentation; the first always
+    uses the probe wording, the others distinct wordings of the relation's bank), sentence order shuffled."""
 
     def __post_init__(self):
         check_ranges("data.world", {"n_entities": (self.n_entities, POSITIVE), "n_steps": (self.n_steps, POSITIVE),
@@ -298,6 +304,16 @@ class DataConfig:
     files, recognised by their ``knowledge_event``/``questions`` fields), relative to ``root``."""
     default_split: Split = Split.private
     """Split (``dev``/``private``) of loaded items that do not name one."""
+    time_prefix: bool = False
+    """Time-aware training for every loader: each training example of step k starts with step k's date (the
+    world's year, else the step name) in ``time_prefix_format``, and each timestamped eval prompt with its
+    own timestamp (so the ablation's true/shuffled/none arms apply). The world writes it as
+    ``data.world.dates=prefix`` (``data/dates.py``)."""
+    time_prefix_format: str = "year: {date} text: "
+    """The date prefix (TempLAMA's form); ``{date}`` is the slot. Also the world's ``prefix`` form."""
+    keep_history: bool = False
+    """Every earlier step's corpus is kept in each step's corpus (the positive control of
+    ``experiment=time_aware``: each dated snapshot so far, not only the step's diff)."""
 
     def __post_init__(self):
         self.kind = as_choice("data.kind", DataKind, self.kind)

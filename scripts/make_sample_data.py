@@ -6,7 +6,7 @@ The world's three yearly snapshots are labelled like the release's months: the i
 ``20230101`` and the diffs ``0102`` and ``0203``. Written files (all CSV, as the release):
 
 * ``twiki_diffsets/wikipedia_<STEP>.csv`` — masked-entity pairs ``input`` (entity replaced by
-  ``<extra_id_0>``), ``output``;
+  ``<extra_id_0>``), ``output``: the world's undated corpus, every fact in five wordings of its bank;
 * ``finetune_qa/unchanged_eval.csv`` and ``unchanged_train.csv`` — the Unchanged facts split in two halves
   (eval / QA-adaptation train; no question in both), ``question``, ``question_time``, ``answer``;
 * ``finetune_qa/new_<STEP>.csv`` — ``question``, ``question_time``, ``answer``;
@@ -27,7 +27,8 @@ from evolve_train.data.relations import RELATIONS_BY_NAME
 from evolve_train.data.world import MASK, eval_sets, generate_world, step_corpus
 
 SAMPLE_WORLD = WorldConfig(seed=0, n_entities=30, n_steps=3, change_share=0.25, new_entities_per_step=6,
-                           n_people=20, n_cities=20, start_year=2018)
+                           n_people=20, n_cities=20, start_year=2018, dates="none", docs_per_entity=5)
+"""Undated, as the release's Wikipedia diffs; each fact in five wordings (knowledge augmentation)."""
 STEP_NAMES = ["20230101", "0102", "0203"]
 MONTHS = ["January", "February", "March"]
 SENTINEL = "<extra_id_0>"

@@ -51,8 +51,11 @@ def test_split_sets_are_unchanged_and_get_heldout_variants(timeline):
         if eval_set.kind in SET_KINDS:
             for item in eval_set.items:
                 relation = RELATIONS_BY_NAME[item["extra"]["relation"]]
-                assert item["question"] == relation.cloze(relation.statements[0], item["extra"]["entity"])
+                prefix = f"year: {item['timestamp']} text: "  # the default world's date form
+                cloze = relation.cloze(relation.statements[0], item["extra"]["entity"])
+                assert item["question"] == prefix + cloze
                 assert len(item["extra"]["variants"]) == len(relation.heldout)
+                assert all(v.startswith(prefix) for v in item["extra"]["variants"])
 
 
 def test_every_change_yields_a_timestamped_pair_and_a_now_question(timeline, world):
@@ -67,7 +70,8 @@ def test_every_change_yields_a_timestamped_pair_and_a_now_question(timeline, wor
                               key=lambda i: i["timestamp"])
             assert (old["timestamp"], old["answers"]) == (str(world.years[step - 1]), [change.old])
             assert (new["timestamp"], new["answers"]) == (str(world.years[step]), [change.new])
-            assert old["question"].startswith(f"As of {world.years[step - 1]}, ")
+            assert old["question"].startswith(f"year: {world.years[step - 1]} text: ")
+            assert old["extra"]["cloze"] in old["question"]
             assert new["question"] == new["extra"]["ts_template"].format(timestamp=world.years[step])
             now = [i for i in by_pair[None] if i["extra"]["role"] == "now" and
                    i["extra"]["entity"] == change.entity and i["extra"]["relation"] == change.relation]
@@ -96,6 +100,20 @@ def test_timestamped_cloze_keeps_a_leading_entity_capitalised():
     expected = "As of 2019, the director of Ka Guild is"
     assert with_timestamp("The director of Ka Guild is", "Ka Guild", "2019") == expected
     assert with_timestamp("Ka Guild is led by", "Ka Guild", "2019") == "As of 2019, Ka Guild is led by"
+
+
+@pytest.mark.parametrize("dates, asked", [("prefix", "year: 2019 text: The director of"),
+                                          ("inline", "As of 2019, the director of"),
+                                          ("none", "As of 2019, the director of")])
+def test_timestamped_probes_ask_in_the_corpus_date_form(dates, asked):
+    timeline = build_timeline(DataConfig(world=WorldConfig(n_entities=20, new_entities_per_step=3, n_people=8,
+                                                           n_cities=8, n_steps=2, dates=dates)))
+    new = [i for s in timeline.eval_sets if s.kind == PAIRED_KIND for i in s.items
+           if i["extra"].get("role") == "new" and i["extra"]["relation"] == "director"]
+    assert new and all(i["question"].startswith(asked) for i in new)
+    for item in new:
+        assert item["extra"]["ts_template"].format(timestamp="2031") == item["question"].replace("2019", "2031")
+        assert "2019" not in item["extra"]["cloze"]
 
 
 def test_dimension_items_have_options_golds_and_heldout_variants(timeline):

@@ -7,7 +7,8 @@ a :class:`DataError` naming the private item and where its question was found. T
 is in docs/hygiene.md; in short, with every text compared as the token sequence of METRICS.md §1
 ``normalize``:
 
-* A **surface** of a private item is its question and each of its held-out variants (``extra.variants``).
+* A **surface** of a private item is its question and each of its held-out variants (``extra.variants``;
+  a dated variant also without its date, so the wording is caught in a training example of any date).
   A surface containing ``?`` is *interrogative*; any other is a *cloze* (a statement with its value cut off).
 * **Training examples** (every step's corpus: masked-entity pairs with the mask replaced by the output, and
   documents). An interrogative surface leaks when its tokens occur anywhere in an example; a cloze *variant*
@@ -147,10 +148,16 @@ class PhraseIndex:
 
 
 def _surfaces(name: Optional[str], item: dict) -> Iterator[tuple[str, str]]:
+    """The question and the held-out variants; a variant that carries the item's timestamp also without the
+    date and what precedes it, so a held-out wording is found in a training example of any date."""
     yield "question", item["question"]
+    stamp = str(item["timestamp"]) if item.get("timestamp") is not None else None
     for k, variant in enumerate((item.get("extra") or {}).get("variants") or []):
         if isinstance(variant, str):
             yield f"held-out variant {k}", variant
+            after = variant.split(stamp, 1)[1] if stamp and stamp in variant else ""
+            if after.strip(" ,:"):
+                yield f"held-out variant {k} (at any date)", after
 
 
 def corpus_index(private: list[tuple[Optional[str], dict]]) -> PhraseIndex:

@@ -1,8 +1,11 @@
 """Relations of the embedded world and their phrasing templates.
 
 Every template ends with ``{v}`` (the value), so a template's text before ``{v}`` is a cloze prompt.
-``statements`` are the phrasings the training corpora use; ``heldout`` phrasings never appear in any
-corpus (they measure paraphrase robustness: flip rate and contamination gap).
+``statements`` is the bank of training wordings (9 per relation; the first is the probe wording the eval
+sets ask in, the others give the knowledge augmentation of ``data.world.docs_per_entity``); ``heldout``
+wordings (3 per relation) never appear in any corpus — the private-leak preflight
+(``data/hygiene.py``) checks it on every run — and measure paraphrase robustness (flip rate and
+contamination gap). Every wording names the organisation in full.
 """
 
 from __future__ import annotations
@@ -33,7 +36,10 @@ RELATIONS: tuple[Relation, ...] = (
     Relation(
         name="director", changes=True, value_kind="person",
         statements=("The director of {e} is {v}.", "{e} is led by {v}.",
-                    "The person in charge of {e} is {v}."),
+                    "The person in charge of {e} is {v}.", "The head of {e} is {v}.",
+                    "{e} is directed by {v}.", "The chief of {e} is {v}.",
+                    "{e} has as its director {v}.", "{e} is run by {v}.",
+                    "The one who leads {e} is {v}."),
         heldout=("At the head of {e} stands {v}.", "Heading {e} is {v}.",
                  "{e} answers to its director, {v}."),
         question="Who is the director of {e}?",
@@ -41,7 +47,10 @@ RELATIONS: tuple[Relation, ...] = (
     Relation(
         name="headquarters", changes=True, value_kind="city",
         statements=("The headquarters of {e} are in {v}.", "{e} is based in {v}.",
-                    "The main office of {e} is located in {v}."),
+                    "The main office of {e} is located in {v}.", "{e} has its headquarters in {v}.",
+                    "The home city of {e} is {v}.", "{e} is headquartered in {v}.",
+                    "The offices of {e} are in {v}.", "{e} keeps its main office in {v}.",
+                    "The base of {e} is {v}."),
         heldout=("{e} has its seat in {v}.", "You will find {e} in {v}.",
                  "{e} operates out of {v}."),
         question="Where is {e} based?",
@@ -49,7 +58,10 @@ RELATIONS: tuple[Relation, ...] = (
     Relation(
         name="founded", changes=False, value_kind="year",
         statements=("{e} was founded in {v}.", "The founding year of {e} is {v}.",
-                    "{e} has existed since {v}."),
+                    "{e} has existed since {v}.", "{e} was created in {v}.",
+                    "The year {e} was founded is {v}.", "{e} dates back to {v}.",
+                    "{e} came into being in {v}.", "{e} first appeared in {v}.",
+                    "The origins of {e} go back to {v}."),
         heldout=("{e} opened its doors in {v}.", "{e} was established in {v}.",
                  "The year {e} began was {v}."),
         question="When was {e} founded?",

@@ -4,13 +4,20 @@ Organisations have a director and a headquarters (facts that change between time
 founding year (a stable fact). Step 0 is the initial snapshot; every later step changes a share of
 the changeable facts and founds new organisations. From the fact states the world derives
 
-* per step, the training corpus: masked-entity pairs (EvolvingQA layout: ``input`` with the value
-  masked, ``output`` = the value) and plain-text documents. A later step's corpus is the *diff*:
-  documents of organisations that changed or are new, restating their unchanged facts too;
+* per step, the training corpus: ``data.world.docs_per_entity`` differently worded documents per
+  organisation (knowledge augmentation, Physics of LMs 3.1: document 0 in each relation's probe wording,
+  the others in distinct wordings of the relation's bank drawn per organisation and step; sentence order
+  shuffled per document; the full name in every sentence), as plain text and as masked-entity pairs (one
+  per sentence, EvolvingQA layout: ``input`` with the value masked, ``output`` = the value). Every
+  document and pair carries its snapshot's date in the form ``data.world.dates`` (``data/dates.py``).
+  A later step's corpus is the *diff*: documents of organisations that changed or are new, restating
+  their unchanged facts too;
 * the eval sets of METRICS.md section 2: Unchanged (one set), New_k, Updated_k and Outdated_k.
 
-Probe questions are cloze prompts in the first training phrasing of a relation (an "efficacy"
-probe, as knowledge-editing evaluations call it); the held-out phrasings never occur in a corpus.
+Split questions are cloze prompts in the probe wording of a relation (an "efficacy" probe, as
+knowledge-editing evaluations call it), dated like the corpus: Unchanged as of the first year, New_k,
+Updated_k and Outdated_k (the same questions as Updated_k) as of step k's year; with ``dates=none`` they
+are undated. The held-out wordings never occur in a corpus.
 
 ``python -m evolve_train.data.world --out DIR`` writes everything as JSONL for inspection.
 """
@@ -25,6 +32,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from evolve_train.config import WorldConfig
+from evolve_train.data.dates import PREFIX_FORMAT, check_form, dated, training_text
 from evolve_train.data.names import NameFactory
 from evolve_train.data.relations import RELATIONS, RELATIONS_BY_NAME, Relation
 
@@ -50,6 +58,14 @@ class World:
     """Facts whose value changed at each step (empty at step 0)."""
     founded_at: dict[str, int] = field(default_factory=dict)
     """Step at which each organisation first appears."""
+    dates: str = "none"
+    """Date form of the corpora and probes (``data.world.dates``; ``data.time_prefix`` sets ``prefix``)."""
+    prefix_format: str = PREFIX_FORMAT
+    """The ``prefix`` form's format (``data.time_prefix_format``)."""
+
+    def stamp(self, text: str, step: int, entity: str | None = None) -> str:
+        """A training text of step ``step`` carrying its date (unchanged when ``dates`` is ``none``)."""
+        return training_text(text, str(self.years[step]), self.dates, entity, self.prefix_format)
 
 
 def generate_world(config: WorldConfig) -> World:
@@ -58,6 +74,9 @@ def generate_world(config: WorldConfig) -> World:
         raise ValueError(f"data.world.n_steps must be >= 1, got {config.n_steps}")
     if not 0.0 <= config.change_share <= 1.0:
         raise ValueError(f"data.world.change_share must be in [0, 1], got {config.change_share}")
+    if config.docs_per_entity < 1:
+        raise ValueError(f"data.world.docs_per_entity must be >= 1, got {config.docs_per_entity}")
+    check_form(config.dates)
     rng = random.Random(config.seed)
     names = NameFactory(rng)
     founded_at: dict[str, int] = {}
@@ -95,16 +114,27 @@ def generate_world(config: WorldConfig) -> World:
         states.append(dict(state))
         changes.append(step_changes)
     years = [config.start_year + step for step in range(config.n_steps)]
-    return World(config=config, years=years, states=states, changes=changes, founded_at=founded_at)
+    return World(config=config, years=years, states=states, changes=changes, founded_at=founded_at,
+                 dates=config.dates)
 
 
 # ---------------------------------------------------------------- training corpora
 
-def _sentences(org: str, state: dict[FactKey, str]):
+def document_wordings(world: World, org: str, step: int) -> list[dict[str, str]]:
+    """Per document of ``org`` at ``step``: relation name -> training wording. Document 0 uses each relation's
+    probe wording (``statements[0]``); documents 1.. use distinct other wordings of the bank, drawn per
+    organisation, step and relation (cycling through the bank when there are more documents than wordings)."""
+    count = world.config.docs_per_entity
+    rng = random.Random(f"{world.config.seed}-wordings-{step}-{org}")
+    chosen: dict[str, list[str]] = {}
     for relation in RELATIONS:
-        value = state[(org, relation.name)]
-        for template in relation.statements:
-            yield relation, template, value
+        others = list(relation.statements[1:])
+        rng.shuffle(others)
+        picks = [relation.statements[0]]
+        while len(picks) < count:
+            picks += others[:count - len(picks)]
+        chosen[relation.name] = picks
+    return [{name: picks[d] for name, picks in chosen.items()} for d in range(count)]
 
 
 def step_documents(world: World, step: int) -> list[str]:
@@ -117,19 +147,23 @@ def step_documents(world: World, step: int) -> list[str]:
 
 
 def step_corpus(world: World, step: int) -> tuple[list[dict], list[dict]]:
-    """Masked-entity pairs and plain-text documents of one step (diff corpus after step 0)."""
+    """Masked-entity pairs and plain-text documents of one step (diff corpus after step 0), dated."""
     state = world.states[step]
     rng = random.Random(f"{world.config.seed}-corpus-{step}")
     pairs, texts = [], []
     for org in step_documents(world, step):
-        sentences = []
-        for relation, template, value in _sentences(org, state):
-            sentence = relation.sentence(template, org, value)
-            pairs.append({"input": sentence.replace(value, MASK, 1), "output": value,
-                          "entity": org, "relation": relation.name})
-            sentences.append(sentence)
-        rng.shuffle(sentences)
-        texts.append({"doc_id": org, "text": " ".join(sentences)})
+        for number, wordings in enumerate(document_wordings(world, org, step)):
+            sentences = []
+            for relation in RELATIONS:
+                value = state[(org, relation.name)]
+                sentence = relation.sentence(wordings[relation.name], org, value)
+                masked = relation.sentence(wordings[relation.name], org, MASK)
+                pairs.append({"input": world.stamp(masked, step, org), "output": value,
+                              "entity": org, "relation": relation.name})
+                sentences.append(sentence)
+            rng.shuffle(sentences)
+            doc_id = org if number == 0 else f"{org}#{number}"
+            texts.append({"doc_id": doc_id, "text": world.stamp(" ".join(sentences), step, org)})
     return pairs, texts
 
 
@@ -146,15 +180,21 @@ def _split(item_id: str, dev_share: float) -> str:
 
 
 def _item(world: World, set_name: str, set_kind: str, set_step, org: str, relation: Relation,
-          gold: str, year_step: int, stable: bool = False) -> dict:
+          gold: str, year_step: int, asked_step: int, stable: bool = False) -> dict:
+    """A split item. Undated world: the undated cloze, ``timestamp`` = the year its gold holds (``year_step``).
+    Dated world: the cloze asked as of ``asked_step``'s year in the corpus's date form, which is then its
+    ``timestamp`` (Outdated_k asks Updated_k's question, so its timestamp is step k's year)."""
     item_id = _item_id(set_name, org, relation.name)
+    cloze = relation.cloze(relation.statements[0], org)
+    timestamp = str(world.years[year_step if world.dates == "none" else asked_step])
     return {
         "id": item_id,
-        "question": relation.cloze(relation.statements[0], org),
+        "question": cloze if world.dates == "none" else dated(cloze, timestamp, world.dates, org,
+                                                              world.prefix_format),
         "answers": [gold],
         "set": set_kind,
         "step": set_step,
-        "timestamp": str(world.years[year_step]),
+        "timestamp": timestamp,
         "split": _split(item_id, world.config.dev_share),
         "pair_id": f"{org}/{relation.name}/{set_step}" if set_kind in ("updated", "outdated") else None,
         "stable": stable,
@@ -171,21 +211,22 @@ def eval_sets(world: World) -> dict[str, list[dict]]:
         if all(state[(org, rel)] == value for state in world.states):
             relation = RELATIONS_BY_NAME[rel]
             sets["unchanged"].append(_item(world, "unchanged", "unchanged", None, org, relation,
-                                           value, last, stable=True))
+                                           value, last, 0, stable=True))
     for step in range(1, len(world.states)):
         new_orgs = sorted(org for org, first in world.founded_at.items() if first == step)
         sets[f"new_{step}"] = [
             _item(world, f"new_{step}", "new", step, org, relation,
-                  world.states[step][(org, relation.name)], step)
+                  world.states[step][(org, relation.name)], step, step)
             for org in new_orgs for relation in RELATIONS
         ]
         sets[f"updated_{step}"], sets[f"outdated_{step}"] = [], []
         for change in world.changes[step]:
             relation = RELATIONS_BY_NAME[change.relation]
             sets[f"updated_{step}"].append(
-                _item(world, f"updated_{step}", "updated", step, change.entity, relation, change.new, step))
+                _item(world, f"updated_{step}", "updated", step, change.entity, relation, change.new, step, step))
             sets[f"outdated_{step}"].append(
-                _item(world, f"outdated_{step}", "outdated", step, change.entity, relation, change.old, step - 1))
+                _item(world, f"outdated_{step}", "outdated", step, change.entity, relation, change.old, step - 1,
+                      step))
     return sets
 
 

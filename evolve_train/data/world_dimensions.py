@@ -2,7 +2,7 @@
 
 Each item carries ``dimension``, ``options`` (gold + distractors, ``gold_index``), an open-form gold and
 ``extra.variants`` (held-out phrasings). What each dimension asks is in :func:`dimension_set` and
-docs/evaluation.md; ``world_probes.add_probes`` appends the sets to the timeline.
+docs/evaluation.md; ``world_timeline.add_probes`` appends the sets to the timeline.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 
 from evolve_train.data.relations import RELATIONS_BY_NAME
-from evolve_train.data.timeline import EvalSet
+from evolve_train.data.schema import EvalSet
 from evolve_train.data.world import World
 from evolve_train.data.world_probes import (DIMENSION_KIND, N_PER_DIMENSION, choice_options, probe, slug,
                                             values_of, with_timestamp)
@@ -102,8 +102,8 @@ def _evolution_items(world: World, step: int, rng: random.Random) -> list[dict]:
                                              else ((y_new, change.new), (y_old, change.old)))
 
         def prompt(template: str) -> str:
-            stated = with_timestamp(relation.sentence(template, change.entity, known), change.entity, y_known)
-            asked = with_timestamp(relation.cloze(template, change.entity), change.entity, y_asked)
+            stated = with_timestamp(relation.sentence(template, change.entity, known), change.entity, y_known, world)
+            asked = with_timestamp(relation.cloze(template, change.entity), change.entity, y_asked, world)
             return f"{stated} {asked}"
 
         options = choice_options(rng, [change.old, change.new], values_of(world, relation))

@@ -1,25 +1,20 @@
-"""Probe sets of the embedded world beyond the four EvolvingQA splits, and the one corpus extension they need.
+"""Probe sets of the embedded world beyond the four EvolvingQA splits.
 
-``add_probes(world, steps, sets)`` (called once by ``timeline.world_timeline``) leaves the world's fact
-generation and its corpora untouched and
+``data/world_timeline.py`` builds the world's timeline from them (the dimension sets are in
+``world_dimensions``, the dated toolkit releases in ``world_releases``):
 
-* extends each step's corpus with **dated toolkit releases** (:mod:`world_releases`): a share of the
-  organisations publish a numbered toolkit; at step 0 every toolkit states its version and at each later
-  step about half of them release the next one. Each release is a time-scoped fact ("In 2019, X released
-  version 3 of its toolkit.") that stays true forever — the versioned knowledge of ``version_awareness``
-  and ``time_localization``;
-* appends ``paired_<k>`` sets (kind ``paired``): for every fact changed at step k a pair of timestamped
-  cloze questions ("As of 2018, the director of X is" → old value, "As of 2019, ..." → new value, sharing
+* ``paired_<k>`` sets (kind ``paired``, :func:`paired_set`): for every fact changed at step k a pair of
+  timestamped cloze questions (as of step k-1's year → old value, as of step k's year → new value, sharing
   a ``pair_id``), the same question without a timestamp (``role: now``, scored against the answer at the
   evaluated checkpoint, ``extra.answers_by_step``), and timestamped questions about a fixed sample of
   stable facts (``stable: true``) at the step's year;
-* appends ``dimension_<k>`` sets (kind ``dimension``): questions of the five EvolveBench dimensions, each
-  with ``options`` (gold + distractors) for multiple-choice scoring and an open-form gold;
-* gives every world item (splits included) ``extra.variants``: the same prompt in held-out phrasings that
-  never occur in a corpus (flip-rate and contamination checks).
+* ``extra.variants`` of every world item (:func:`add_split_variants` for the splits): the same prompt in
+  held-out wordings that never occur in a corpus (flip-rate and contamination checks).
 
-Timestamped prompts keep the world's cloze form: ``"As of <year>, " + cloze``; ``extra.ts_template`` holds
-the prompt with a ``{timestamp}`` slot and ``extra.cloze`` the prompt without one (the §5 ablations).
+Timestamped prompts are asked in the world's date form (``data.world.dates``, ``data/dates.py``):
+``"year: 2019 text: " + cloze`` (``prefix``) or ``"As of 2019, " + cloze`` (``inline``, and ``none``, whose
+corpus is undated); ``extra.ts_template`` holds the prompt with a ``{timestamp}`` slot and ``extra.cloze``
+the prompt without one (the §5 ablations).
 """
 
 from __future__ import annotations
@@ -27,34 +22,31 @@ from __future__ import annotations
 import random
 from typing import Optional
 
+from evolve_train.data.dates import PREFIX_FORMAT, dated, dated_template, lower_first  # noqa: F401 (re-export)
 from evolve_train.data.relations import RELATIONS_BY_NAME, Relation
-from evolve_train.data.timeline import EvalSet, TimeStep
+from evolve_train.data.schema import EvalSet
 from evolve_train.data.world import World, _split
-from evolve_train.data.world_releases import generate_releases, release_corpus
 
 PAIRED_KIND = "paired"
 DIMENSION_KIND = "dimension"
 PROBE_KINDS = (PAIRED_KIND, DIMENSION_KIND)
-TS_PREFIX = "As of {timestamp}, "
 N_STABLE = 20
 """Stable facts asked with a timestamp at every step (old-knowledge retention)."""
 N_PER_DIMENSION = 16
 """Most items of one dimension introduced at one step."""
 
 
-def lower_first(text: str, entity: str) -> str:
-    """``text`` with its first letter lowercased unless it starts with the entity's (proper) name."""
-    return text if text.startswith(entity) or not text else text[0].lower() + text[1:]
+def ts_template(cloze: str, entity: str, world: Optional[World] = None) -> str:
+    """The cloze with a ``{timestamp}`` slot in the world's date form (``data/dates.py``; without a world, or
+    with ``dates=none``, the inline form): "As of {timestamp}, the director of X is"."""
+    form, prefix = (world.dates, world.prefix_format) if world is not None else ("none", PREFIX_FORMAT)
+    return dated_template(cloze, form, entity, prefix)
 
 
-def ts_template(cloze: str, entity: str) -> str:
-    """The cloze with a leading ``{timestamp}`` slot: "As of {timestamp}, the director of X is"."""
-    return TS_PREFIX + lower_first(cloze, entity).replace("{", "{{").replace("}", "}}")
-
-
-def with_timestamp(cloze: str, entity: str, timestamp: str) -> str:
-    """The cloze asked as of ``timestamp``."""
-    return ts_template(cloze, entity).format(timestamp=timestamp)
+def with_timestamp(cloze: str, entity: str, timestamp: str, world: Optional[World] = None) -> str:
+    """The cloze asked as of ``timestamp`` (see :func:`ts_template`)."""
+    form, prefix = (world.dates, world.prefix_format) if world is not None else ("none", PREFIX_FORMAT)
+    return dated(cloze, timestamp, form, entity, prefix)
 
 
 def probe(world: World, set_name: str, kind: str, step: int, key: str, question: str, answers: list[str],
@@ -98,9 +90,9 @@ def _relational(world: World, set_name: str, step: int, org: str, relation: Rela
     variants = [relation.cloze(t, org) for t in relation.heldout]
     extra = {"entity": org, "relation": relation.name, "role": role, "cloze": cloze}
     if timestamp is not None:
-        extra["ts_template"] = ts_template(cloze, org)
-        variants = [with_timestamp(v, org, timestamp) for v in variants]
-        question = with_timestamp(cloze, org, timestamp)
+        extra["ts_template"] = ts_template(cloze, org, world)
+        variants = [with_timestamp(v, org, timestamp, world) for v in variants]
+        question = with_timestamp(cloze, org, timestamp, world)
     else:
         question = cloze
     extra["variants"] = variants
@@ -145,32 +137,20 @@ def paired_set(world: World, step: int) -> EvalSet:
     return EvalSet(name=name, kind=PAIRED_KIND, step=step, items=items)
 
 
-# ---------------------------------------------------------------- the hook
-
-def add_split_variants(sets: list[EvalSet]) -> None:
-    """Give each split item of the world ``extra.variants``: its cloze in the relation's held-out phrasings."""
+def add_split_variants(sets: list[EvalSet], world: Optional[World] = None) -> None:
+    """Give each split item of the world ``extra.variants``: its question in the relation's held-out wordings
+    (dated as the question is)."""
     for eval_set in sets:
         for item in eval_set.items:
             extra = item.setdefault("extra", {})
             relation = RELATIONS_BY_NAME.get(extra.get("relation", ""))
-            if relation is not None and "variants" not in extra:
-                extra["variants"] = [relation.cloze(t, extra["entity"]) for t in relation.heldout]
+            if relation is None or "variants" in extra:
+                continue
+            variants = [relation.cloze(t, extra["entity"]) for t in relation.heldout]
+            if world is not None and world.dates != "none" and item.get("timestamp") is not None:
+                variants = [with_timestamp(v, extra["entity"], str(item["timestamp"]), world) for v in variants]
+            extra["variants"] = variants
 
 
-def add_probes(world: World, steps: list[TimeStep], sets: list[EvalSet]) -> None:
-    """Extend the steps' corpora with the toolkit releases and append the paired and dimension sets."""
-    from evolve_train.data.world_dimensions import dimension_set
-
-    releases = generate_releases(world)
-    for step in steps:
-        pairs, texts = release_corpus(world, releases, step.index)
-        step.pairs.extend(pairs)
-        step.texts.extend(texts)
-    add_split_variants(sets)
-    for step in range(len(world.states)):
-        sets.append(paired_set(world, step))
-        sets.append(dimension_set(world, releases, step))
-
-
-__all__ = ["PAIRED_KIND", "DIMENSION_KIND", "PROBE_KINDS", "add_probes", "paired_set", "stable_facts",
-           "ts_template", "with_timestamp", "probe", "choice_options"]
+__all__ = ["PAIRED_KIND", "DIMENSION_KIND", "PROBE_KINDS", "paired_set", "stable_facts", "ts_template",
+           "with_timestamp", "probe", "choice_options", "add_split_variants"]

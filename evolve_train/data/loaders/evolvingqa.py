@@ -26,7 +26,7 @@ from typing import Optional
 from evolve_train.config import DataConfig
 from evolve_train.data.loaders.common import (csv_header, effective_fields, numbered_records,
                                               read_release_items, read_training_file, require_file)
-from evolve_train.data.timeline import EvalSet, TimeStep, Timeline
+from evolve_train.data.schema import EvalSet, TimeStep, Timeline
 from evolve_train.errors import ConfigError, DataError
 
 TRAIN_FILE = re.compile(r"^wikipedia_(\d+)(?:_.*)?\.csv$")

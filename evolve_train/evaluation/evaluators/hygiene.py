@@ -15,6 +15,11 @@ skipped (counted in ``n_skipped``).
   (``eval.flip_rate.templates`` = 4) equivalent templates: the original and K−1 variants. Greedy decoding
   with ``eval.flip_rate.samples`` = 1; with n > 1, n sampled answers per template and their majority.
 
+Each row also carries ``by_kind``: per perturbation kind — the surface kinds ``case``, ``spacing``,
+``punctuation``, ``qa_frame`` (:func:`surface_variants`) and ``heldout`` (the variants above) —
+``contamination_gap``, ``acc_perturbed`` and ``flip_rate`` (the original against that kind, greedy), so a
+user sees which kind of surface form the model depends on.
+
 Each also writes an ``all`` row pooled over Unchanged, New and Updated (Outdated repeats Updated's questions
 with the stale gold, so it is reported per set but not pooled); ``evolve-gate`` reads the ``all`` rows.
 Greedy generations are shared with the other evaluators through ``EvalContext.answers``; sampled ones are
@@ -117,6 +122,65 @@ def perturbations(item: dict, rewrites: list[dict], limit: int) -> list[tuple[st
     return out[:limit]
 
 
+SURFACE_KINDS = ("case", "spacing", "punctuation", "qa_frame")
+"""Surface perturbations of ``by_kind`` (besides ``heldout``, the item's variants): see :func:`surface_variants`."""
+
+
+def surface_variants(question: str) -> dict[str, str]:
+    """Label-preserving surface rewrites of a question, by kind: ``case`` (lowercased; uppercased if it already
+    is), ``spacing`` (every space doubled), ``punctuation`` (a trailing ``.?!:`` removed, else ``:`` added) and
+    ``qa_frame`` (``Question: <q>\nAnswer:``). A rewrite that leaves the question as it is is left out."""
+    stripped = question.rstrip()
+    punctuated = stripped[:-1].rstrip() if stripped[-1:] in (".", "?", "!", ":") else stripped + ":"
+    kinds = {"case": question.lower() if question.lower() != question else question.upper(),
+             "spacing": question.replace(" ", "  "), "punctuation": punctuated,
+             "qa_frame": f"Question: {question}\nAnswer:"}
+    return {kind: text for kind, text in kinds.items() if text != question}
+
+
+def kind_variants(item: dict, rewrites: list[dict], limit: int) -> dict[str, list[str]]:
+    """Per perturbation kind, the item's perturbed questions: the surface kinds, and ``heldout`` (the item's
+    ``extra.variants`` or the configured rewrites, as :func:`perturbations`)."""
+    kinds = {kind: [text] for kind, text in surface_variants(item["question"]).items()}
+    heldout = [text for _, text in perturbations(item, rewrites, limit)]
+    if heldout:
+        kinds["heldout"] = heldout
+    return kinds
+
+
+def kind_stats(plan: list[tuple[dict, dict[str, list[str]]]], answer) -> dict:
+    """``by_kind`` of one row: per kind, contamination_gap / acc_perturbed / flip_rate over the questions that
+    have that kind (greedy answers; ``answer(item, question)`` gives the prediction)."""
+    out = {}
+    for kind in SURFACE_KINDS + ("heldout",):
+        original, perturbed, templates = [], [], []
+        for item, kinds in plan:
+            if kind not in kinds:
+                continue
+            first = answer(item, item["question"])
+            predictions = [answer(item, text) for text in kinds[kind]]
+            original.append(exact_match(first, item["answers"]))
+            perturbed.append([exact_match(p, item["answers"]) for p in predictions])
+            templates.append([first] + predictions)
+        stats = gap_stats(original, perturbed)
+        out[kind] = {"contamination_gap": stats["contamination_gap"], "acc_perturbed": stats["acc_perturbed"],
+                     "flip_rate": flip_rate(templates), "n": stats["n"]}
+    return out
+
+
+def attach_by_kind(ctx: EvalContext, sets: list[EvalSet], rows: list[dict], limit: int) -> None:
+    """Add ``by_kind`` (:func:`kind_stats`) to each set's row and to the pooled ``all`` row."""
+    rewrites = _rewrites(ctx)
+    plans = {s.name: [(item, kind_variants(item, rewrites, limit)) for item in s.items] for s in sets}
+    prompts = [_prompt(ctx, item, q) for plan in plans.values() for item, kinds in plan
+               for q in [item["question"]] + [t for texts in kinds.values() for t in texts]]
+    answers = _greedy(ctx, prompts)
+    answer = lambda item, question: answers[_prompt(ctx, item, question)]  # noqa: E731
+    pooled = [entry for s in sets if s.kind in POOLED_KINDS for entry in plans[s.name]]
+    for r in rows:
+        r["by_kind"] = kind_stats(pooled if r["set_name"] == ALL else plans[r["set_name"]], answer)
+
+
 def gap_stats(original: list[int], perturbed: list[list[int]]) -> dict:
     """contamination_gap over questions: acc(original) − mean over questions of the mean over its variants
     (= acc(original) − mean over k of acc(variant k) when every question has the same k variants)."""
@@ -206,6 +270,7 @@ def contamination_evaluator(ctx: EvalContext) -> list[dict]:
     skipped = sum(r["n_skipped"] for r in rows if r["set"] in POOLED_KINDS)
     rows.append(row(ctx, "contamination", "splits", ALL, None, **stats, n_skipped=skipped, threshold=threshold,
                     flagged=_flag(stats["contamination_gap"], threshold)))
+    attach_by_kind(ctx, sets, rows, limit)
     _write_spotcheck(ctx, checks)
     return rows
 
@@ -257,6 +322,7 @@ def flip_rate_evaluator(ctx: EvalContext) -> list[dict]:
     rows.append(row(ctx, "flip_rate", "splits", ALL, None, flip_rate=value,
                     k=min((len(t) for t in pooled), default=0), samples=samples, n=len(pooled), n_skipped=skipped,
                     threshold=threshold, flagged=_flag(value, threshold)))
+    attach_by_kind(ctx, sets, rows, k - 1)
     return rows
 
 

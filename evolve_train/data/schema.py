@@ -1,0 +1,52 @@
+"""The timeline's data types: time steps with their corpora, and eval sets of QA items.
+
+The bottom of the data layer: loaders, the embedded world and the evaluators import these types from here
+(or through :mod:`evolve_train.data.timeline`, which re-exports them), so no loader needs the module that
+dispatches to it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+SET_KINDS = ("unchanged", "new", "updated", "outdated")
+
+
+@dataclass
+class TimeStep:
+    index: int
+    name: str
+    """Human name of the snapshot (a year, a month code such as ``0901``)."""
+    pairs: list[dict] = field(default_factory=list)
+    """Masked-entity training pairs: ``input`` (value replaced by a mask token) and ``output``."""
+    texts: list[dict] = field(default_factory=list)
+    """Plain-text documents: ``text`` (and ``doc_id``)."""
+
+
+@dataclass
+class EvalSet:
+    name: str
+    """Unique name, e.g. ``unchanged`` or ``updated_2``."""
+    kind: str
+    """One of ``unchanged``, ``new``, ``updated``, ``outdated`` (or a loader-specific kind)."""
+    step: Optional[int]
+    """Step that introduced the set (``None`` for Unchanged, evaluated at every checkpoint)."""
+    items: list[dict]
+    """QA items following the item contract of ``data/qa_items.py`` (``id``, ``question``, ``answers``, ...)."""
+
+
+@dataclass
+class Timeline:
+    steps: list[TimeStep]
+    eval_sets: list[EvalSet]
+    prompt_template: str = "{question}"
+    """How a QA item becomes a prompt."""
+
+    def sets_for_checkpoint(self, checkpoint: int, forward_transfer: bool = False) -> list[EvalSet]:
+        """Sets evaluated on the checkpoint saved after ``checkpoint``: every set introduced so far."""
+        horizon = checkpoint + 1 if forward_transfer else checkpoint
+        return [s for s in self.eval_sets if s.step is None or s.step <= horizon]
+
+    def prompt(self, item: dict) -> str:
+        return self.prompt_template.format(**item)

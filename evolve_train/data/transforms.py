@@ -1,0 +1,71 @@
+"""Loader-independent transforms of a built timeline: time-aware training and the full-history corpus.
+
+* ``data.time_prefix`` (TempLAMA's time-aware training, Dhingra et al. 2022): every training example of
+  step k starts with step k's date in ``data.time_prefix_format`` (the step's name: a year, a month code
+  such as ``0102``, a date), and every timestamped eval item's question starts with its own timestamp,
+  with ``extra.ts_template`` / ``extra.cloze`` set so the timestamp ablation (METRICS.md §5) asks it with
+  another date (``shuffled``) and without one (``none``). The embedded world writes the same prefix
+  itself, dating its corpus with the step's year (``data.world.dates=prefix``), so it is not transformed
+  again here.
+* ``data.keep_history``: step k's corpus is every step's corpus up to k (each dated snapshot so far, not
+  only the diff) — the positive control of ``experiment=time_aware``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from evolve_train.config import DataConfig
+from evolve_train.data.dates import check_prefix_format, dated, dated_template
+from evolve_train.data.schema import TimeStep, Timeline
+from evolve_train.data.timestamps import strip_timestamp_phrase
+
+
+def prefixed_step(step: TimeStep, prefix_format: str) -> TimeStep:
+    """The step's pairs and documents, each starting with the step's date (its name)."""
+    date = step.name
+    pairs = [{**pair, "input": dated(pair["input"], date, "prefix", prefix_format=prefix_format)}
+             for pair in step.pairs]
+    texts = [{**doc, "text": dated(doc["text"], date, "prefix", prefix_format=prefix_format)} for doc in step.texts]
+    return replace(step, pairs=pairs, texts=texts)
+
+
+def prefixed_item(item: dict, prefix_format: str) -> dict:
+    """A timestamped item asked with its timestamp as a prefix (an inline timestamp phrase of its question
+    is removed, so the prefix is the one date the question carries); others unchanged."""
+    if item.get("timestamp") is None:
+        return item
+    own = str(item["timestamp"])
+    extra = dict(item.get("extra") or {})
+    cloze = extra.get("cloze") or strip_timestamp_phrase(item["question"], own)
+    extra.update(cloze=cloze, ts_template=dated_template(cloze, "prefix", prefix_format=prefix_format))
+    if extra.get("variants"):
+        extra["variants"] = [dated(strip_timestamp_phrase(v, own), own, "prefix", prefix_format=prefix_format)
+                             for v in extra["variants"]]
+    return {**item, "question": dated(cloze, own, "prefix", prefix_format=prefix_format), "extra": extra}
+
+
+def with_time_prefix(timeline: Timeline, prefix_format: str) -> Timeline:
+    steps = [prefixed_step(step, prefix_format) for step in timeline.steps]
+    sets = [replace(s, items=[prefixed_item(item, prefix_format) for item in s.items]) for s in timeline.eval_sets]
+    return replace(timeline, steps=steps, eval_sets=sets)
+
+
+def with_history(timeline: Timeline) -> Timeline:
+    """Step k's corpus = the corpora of steps 0..k, oldest first."""
+    steps, pairs, texts = [], [], []
+    for step in timeline.steps:
+        pairs, texts = pairs + step.pairs, texts + step.texts
+        steps.append(replace(step, pairs=list(pairs), texts=list(texts)))
+    return replace(timeline, steps=steps)
+
+
+def apply_transforms(timeline: Timeline, cfg: DataConfig) -> Timeline:
+    """The transforms ``cfg`` asks for (the world dates its own corpus: see the module docstring)."""
+    if cfg.time_prefix:
+        check_prefix_format(cfg.time_prefix_format)
+        if cfg.kind != "synthetic_world":
+            timeline = with_time_prefix(timeline, cfg.time_prefix_format)
+    if cfg.keep_history:
+        timeline = with_history(timeline)
+    return timeline
