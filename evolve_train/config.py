@@ -59,6 +59,12 @@ class Split(Choice):
     private = "private"
 
 
+class DateForm(Choice):
+    prefix = "prefix"
+    inline = "inline"
+    none = "none"
+
+
 class Precision(Choice):
     no = "no"
     bf16 = "bf16"
@@ -262,7 +268,7 @@ class WorldConfig:
     """Calendar year of step 0; step k is year start_year + k."""
     dev_share: float = 0.2
     """Share of eval items marked ``dev`` (usable for tuning); the rest are ``private``."""
-    dates: str = "prefix"
+    dates: DateForm = DateForm.prefix
     """How each snapshot's date is written into its corpus and asked in its probes (``data/dates.py``):
     ``prefix`` (``year: 2019 text: ...``), ``inline`` (``As of 2019, ...``) or ``none`` (undated corpus)."""
     docs_per_entity: int = 3
@@ -274,7 +280,9 @@ class WorldConfig:
                                     "change_share": (self.change_share, UNIT),
                                     "new_entities_per_step": (self.new_entities_per_step, NON_NEGATIVE),
                                     "n_people": (self.n_people, POSITIVE), "n_cities": (self.n_cities, POSITIVE),
-                                    "dev_share": (self.dev_share, UNIT)})
+                                    "dev_share": (self.dev_share, UNIT),
+                                    "docs_per_entity": (self.docs_per_entity, AT_LEAST_ONE)})
+        self.dates = as_choice("data.world.dates", DateForm, self.dates)
 
 
 @dataclass
