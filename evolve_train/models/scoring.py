@@ -29,7 +29,7 @@ def causal_option_scores(model, requests: Sequence[tuple[str, str]], contexts: d
     """Sum of option-token log-probabilities for each request, in request order: ``contexts`` maps each
     prompt to its ids, ``targets[i]`` holds request i's option ids."""
     device = next(model.parameters()).device
-    prompts = sorted({prompt for prompt, _ in requests}, key=len)
+    prompts = sorted({prompt for prompt, _ in requests}, key=lambda p: (len(p), p))  # no set (hash) order
     by_prompt: dict[str, list[int]] = {}
     for index, (prompt, _) in enumerate(requests):
         by_prompt.setdefault(prompt, []).append(index)
