@@ -22,7 +22,7 @@ from __future__ import annotations
 import random
 from typing import Optional
 
-from evolve_train.data.dates import PREFIX_FORMAT, dated, dated_template, lower_first  # noqa: F401 (re-export)
+from evolve_train.data.dates import PREFIX_FORMAT, dated, dated_template
 from evolve_train.data.relations import RELATIONS_BY_NAME, Relation
 from evolve_train.data.schema import EvalSet
 from evolve_train.data.world import World, _split
