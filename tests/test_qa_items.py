@@ -1,4 +1,4 @@
-"""The QA item contract (DESIGN.md) and its JSONL/CSV reader."""
+"""The QA item contract (docs/data.md) and its JSONL/CSV reader."""
 
 import json
 

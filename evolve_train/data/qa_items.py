@@ -1,4 +1,4 @@
-"""The timestamped QA item contract (DESIGN.md, "Contracts worth keeping stable") and its reader.
+"""The timestamped QA item contract (docs/data.md, "Generic timestamped QA") and its reader.
 
 One item per JSONL line (or CSV row). Other layouts load through a field mapping
 ``{contract_name: source_name}``, e.g. ``{"question": "edited_question", "answers": "answer"}``.
