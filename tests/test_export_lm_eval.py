@@ -18,7 +18,7 @@ from evolve_train.config import DataConfig, WorldConfig
 from evolve_train.data.qa_items import read_qa_items
 from evolve_train.data.timeline import build_timeline
 from evolve_train.errors import ConfigError, DataError
-from evolve_train.evaluation.evaluator import sample_items
+from evolve_train.evaluation.context import sample_items
 from evolve_train.evaluation.metrics import answer
 from evolve_train.export import lm_eval_utils
 from evolve_train.export.lm_eval import MANIFEST, export_from_overrides, export_lm_eval

@@ -107,7 +107,7 @@ def plan_tasks(timeline: Timeline, prefix: str, max_items_per_set: int = 0) -> l
     for eval_set in timeline.eval_sets:
         items = eval_set.items
         if max_items_per_set > 0:
-            from evolve_train.evaluation.evaluator import sample_items  # the evaluator's own seeded sample
+            from evolve_train.evaluation.context import sample_items  # the evaluator's own seeded sample
 
             items = sample_items(items, max_items_per_set)
         if not items:

@@ -30,7 +30,7 @@ from evolve_train.reporting.seed_sections import (configurations_section, final_
 from evolve_train.reporting.seeds import (PooledDiff, RunGroup, group_runs, has_seed_groups, pooled_diffs, relabel,
                                           seed_pair_diffs)
 
-GROUPS_PLOTTED = ("paired",)
+GROUPS_PLOTTED = ("paired", "heldout")
 
 
 def _fmt(value, digits: int = 3) -> str:
@@ -136,7 +136,7 @@ def make_plots(runs: list[Run], out_dir: Path, groups: Optional[list[RunGroup]] 
             name = f"{group}_metrics.png"
             series[group] = plots.plot_group_metrics(runs, group, out_dir / name)
             if series[group]:
-                figures.append((f"{group} temporal metrics per time step", name))
+                figures.append((f"{group} metrics per time step", name))
     loss = plots.plot_training_loss(runs, out_dir / "training_loss.png")
     if loss:
         series["loss"] = loss

@@ -8,8 +8,9 @@ from evolve_train.evaluation.evaluators.common import ALL
 from evolve_train.evaluation.evaluators.matrix import format_matrix, matrix_summary
 from evolve_train.evaluation.rows import ROW_META
 
-GROUPS = ("paired", "ablation", "dimensions", "calibration", "grad_norms", "contamination", "flip_rate")
-PER_SET = {"grad_norms": "mean_grad_norm", "contamination": "contamination_gap", "flip_rate": "flip_rate"}
+GROUPS = ("paired", "ablation", "dimensions", "calibration", "grad_norms", "contamination", "flip_rate", "heldout")
+PER_SET = {"grad_norms": "mean_grad_norm", "contamination": "contamination_gap", "flip_rate": "flip_rate",
+           "heldout": "perplexity"}
 """Groups kept per set in ``summary.json`` (``{checkpoint: {set_name: row}}``), with the value printed per set."""
 HEADLINE = {
     "paired": ("update_adoption", "confusion_index", "n_pairs"),
