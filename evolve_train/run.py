@@ -97,14 +97,15 @@ class ContinualRun:
         """Everything that can fail on bad input fails here, before the run dir is written."""
         cfg = self.cfg
         validate(cfg)
-        self.timeline = build_timeline(cfg.data)  # validates input before anything is written
-        self.qa_adaptation = QAAdaptation.from_config(cfg, self.timeline)  # checked up front too; None when off
-        hygiene_preflight(cfg, self.timeline, self.qa_adaptation)  # no private eval item in training/prompts
         self.run_dir = resolve_run_dir(cfg)
         self.state = RunState.load(self.run_dir)
         check_run_dir(self.run_dir, cfg.resume)
-        identity.check_resume(self.run_dir, cfg, self.state)  # a changed result-affecting config: ConfigError
+        # a changed result-affecting config: ConfigError before anything (even a log line) reaches the dir
+        identity.check_resume(self.run_dir, cfg, self.state)
         identity.record(self.state, cfg)  # state.json carries the config from the first save on
+        self.timeline = build_timeline(cfg.data)  # validates input before anything is written
+        self.qa_adaptation = QAAdaptation.from_config(cfg, self.timeline)  # checked up front too; None when off
+        hygiene_preflight(cfg, self.timeline, self.qa_adaptation)  # no private eval item in training/prompts
         if cfg.trainer.num_threads > 0:
             torch.set_num_threads(cfg.trainer.num_threads)
         self.accelerator = Accelerator(mixed_precision=cfg.trainer.mixed_precision,
