@@ -2,9 +2,9 @@
 paired differences between configurations pooled over seeds.
 
 **Grouping.** A run's configuration is its saved Hydra config (``<run_dir>/.hydra/config.yaml``) without
-the keys that do not change results (:data:`NON_RESULT_KEYS`: ``seed``, ``run_dir``, ``resume``,
-``logger.*``, ``eval.batch_size``, ``trainer.num_threads``, ``hydra.*`` and the cache locations
-``method.step0_cache``, ``data.cache_dir``), interpolations resolved where they can be. Runs with equal
+the keys that do not change results (:data:`NON_RESULT_KEYS`: ``seed``, ``hydra.*`` and the keys a run may
+change on resume, ``training/identity.py: MAY_DIFFER_ON_RESUME`` — ``logger.*``, ``run_dir``, ``resume``,
+``eval.batch_size``, ``trainer.num_threads``, cache locations, ...), interpolations resolved where they can be. Runs with equal
 configurations are one group. A run without a saved config (``train(cfg)`` called from Python) is a
 group of its own, labelled as before.
 
@@ -34,10 +34,11 @@ from typing import Any, Optional
 
 from evolve_train.evaluation.compare import PairedDiff, paired_diffs
 from evolve_train.evaluation.rows import Run
+from evolve_train.training.identity import MAY_DIFFER_ON_RESUME
 
-NON_RESULT_KEYS = ("seed", "run_dir", "resume", "logger", "eval.batch_size", "trainer.num_threads", "hydra",
-                   "method.step0_cache", "data.cache_dir")
-"""Config keys (and their subtrees) that never change a run's results: ignored when grouping seeds."""
+NON_RESULT_KEYS = ("seed", "hydra", *MAY_DIFFER_ON_RESUME)
+"""Config keys (and their subtrees) that never change a run's results: ignored when grouping seeds (the seed,
+Hydra's own settings, and the keys a run may change on resume: ``training/identity.py``)."""
 MAX_NAME_KEYS = 4
 
 
