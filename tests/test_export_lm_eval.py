@@ -136,18 +136,25 @@ def test_a_task_per_set_with_our_prompt_stops_and_budget(exported):
 
 
 def test_data_files_are_gold_files_and_few_shot_comes_from_dev_items_only(exported):
+    import datasets
+
     out, manifest = exported
+    utils = shipped_utils(out)
+    assert sorted(p.name for p in (out / "data").iterdir()) == sorted(f"{t['task']}.jsonl" for t in manifest["tasks"])
     for task in manifest["tasks"]:
         config = load_yaml(out / f"{task['task']}.yaml")
-        files = config["dataset_kwargs"]["data_files"]
-        items = read_qa_items(files["test"])  # the evolve-score --gold contract
+        items = read_qa_items(config["dataset_kwargs"]["data_files"]["test"])  # the evolve-score --gold contract
         assert len(items) == task["n"]
-        dev = [item.id for item in items if item.split == "dev"]
-        if dev:
-            assert config["fewshot_split"] == "dev"
-            assert [json.loads(line)["id"] for line in Path(files["dev"]).read_text().splitlines()] == dev
-        else:
-            assert "dev" not in files and "fewshot_split" not in config
+        # few-shot pool: the test split itself (lm-eval then never shows an item as its own example), dev items only
+        assert config["fewshot_split"] == config["test_split"] == "test"
+        assert config["fewshot_config"] == {"process_docs": ("!function", "utils.dev_items")}
+        docs = [json.loads(line) for line in (out / task["data"]).read_text().splitlines()]
+        dev = [d["id"] for d in docs if d["split"] == "dev"]
+        assert [d["id"] for d in utils.dev_items(docs)] == dev == [i.id for i in items if i.split == "dev"]
+        assert task["n_dev"] == len(dev)
+        if dev:  # lm-eval hands process_docs a datasets.Dataset
+            assert utils.dev_items(datasets.Dataset.from_list(docs))["id"] == dev
+    assert any(d["split"] == "private" for d in docs) and any(t["n_dev"] for t in manifest["tasks"])
 
 
 def test_items_with_options_become_multiple_choice_tasks(exported):
