@@ -96,10 +96,10 @@ def contract_record(item: dict, prompt: str, eval_set: EvalSet) -> dict:
 def _gold_index(record: dict) -> int:
     if record.get("gold_index") is not None:
         return record["gold_index"]
-    golds = record["answers"]
-    for index, option in enumerate(record["options"]):
-        if option in golds:
-            return index
+    options = record["options"]
+    for gold in record["answers"]:  # the first alias first, as the calibration evaluator reads it
+        if gold in options:
+            return options.index(gold)
     raise DataError(f"item '{record['id']}': no option equals a gold answer and no gold_index", field="options")
 
 
