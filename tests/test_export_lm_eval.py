@@ -72,7 +72,8 @@ def random_strings(n: int, seed: int = 0) -> list[str]:
     texts = []
     for _ in range(n):
         if rng.random() < 0.5:
-            texts.append("".join(rng.choice(PIECES) + rng.choice(["", " ", "  ", "\u00a0"]) for _ in range(rng.randint(0, 6))))
+            words = [rng.choice(PIECES) + rng.choice(["", " ", "  ", "\u00a0"]) for _ in range(rng.randint(0, 6))]
+            texts.append("".join(words))
         else:
             texts.append("".join(rng.choice(alphabet) for _ in range(rng.randint(0, 20))))
     return texts
@@ -95,7 +96,8 @@ def test_shipped_normalization_equals_the_package_one_on_many_strings():
 
 def test_shipped_utils_imports_only_the_standard_library():
     tree = ast.parse(Path(lm_eval_utils.__file__).read_text(encoding="utf-8"))
-    roots = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    roots = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
+             for alias in node.names}
     roots |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
     assert roots and roots <= set(sys.stdlib_module_names) | {"__future__"}, roots
 
@@ -136,18 +138,25 @@ def test_a_task_per_set_with_our_prompt_stops_and_budget(exported):
 
 
 def test_data_files_are_gold_files_and_few_shot_comes_from_dev_items_only(exported):
+    import datasets
+
     out, manifest = exported
+    utils = shipped_utils(out)
+    assert sorted(p.name for p in (out / "data").iterdir()) == sorted(f"{t['task']}.jsonl" for t in manifest["tasks"])
     for task in manifest["tasks"]:
         config = load_yaml(out / f"{task['task']}.yaml")
-        files = config["dataset_kwargs"]["data_files"]
-        items = read_qa_items(files["test"])  # the evolve-score --gold contract
+        items = read_qa_items(config["dataset_kwargs"]["data_files"]["test"])  # the evolve-score --gold contract
         assert len(items) == task["n"]
-        dev = [item.id for item in items if item.split == "dev"]
-        if dev:
-            assert config["fewshot_split"] == "dev"
-            assert [json.loads(line)["id"] for line in Path(files["dev"]).read_text().splitlines()] == dev
-        else:
-            assert "dev" not in files and "fewshot_split" not in config
+        # few-shot pool: the test split itself (lm-eval then never shows an item as its own example), dev items only
+        assert config["fewshot_split"] == config["test_split"] == "test"
+        assert config["fewshot_config"] == {"process_docs": ("!function", "utils.dev_items")}
+        docs = [json.loads(line) for line in (out / task["data"]).read_text().splitlines()]
+        dev = [d["id"] for d in docs if d["split"] == "dev"]
+        assert [d["id"] for d in utils.dev_items(docs)] == dev == [i.id for i in items if i.split == "dev"]
+        assert task["n_dev"] == len(dev)
+        if dev:  # lm-eval hands process_docs a datasets.Dataset
+            assert utils.dev_items(datasets.Dataset.from_list(docs))["id"] == dev
+    assert any(d["split"] == "private" for d in docs) and any(t["n_dev"] for t in manifest["tasks"])
 
 
 def test_items_with_options_become_multiple_choice_tasks(exported):
@@ -157,7 +166,8 @@ def test_items_with_options_become_multiple_choice_tasks(exported):
     assert set(mc) == {name for name, items in with_options.items() if items} and mc
     for set_name, task in mc.items():
         config = load_yaml(out / f"{task['task']}.yaml")
-        assert (config["doc_to_choice"], config["doc_to_target"], config["target_delimiter"]) == ("choices", "label", " ")
+        assert config["doc_to_choice"] == "choices" and config["doc_to_target"] == "label"
+        assert config["target_delimiter"] == " "
         records = [json.loads(line) for line in (out / task["data"]).read_text().splitlines()]
         assert len(records) == len(with_options[set_name])
         for record in records:
@@ -174,14 +184,16 @@ def test_a_group_per_kind_covers_every_task_once(exported):
         assert len(kinds) == 1 and name == f"evolve_{kinds.pop()}{'_mc' if name.endswith('_mc_all') else ''}_all"
         grouped += members
     assert sorted(grouped) == sorted(t["task"] for t in manifest["tasks"])
-    assert {"evolve_unchanged_all", "evolve_new_all", "evolve_updated_all", "evolve_outdated_all"} <= set(manifest["groups"])
+    kinds = {"evolve_unchanged_all", "evolve_new_all", "evolve_updated_all", "evolve_outdated_all"}
+    assert kinds <= set(manifest["groups"])
 
 
 def test_max_items_per_set_keeps_the_evaluators_sample(tmp_path):
     timeline = small_timeline()
     manifest = export_lm_eval(timeline, tmp_path / "t", stop_strings=["\n"], max_new_tokens=4, max_items_per_set=5)
     unchanged = next(s for s in timeline.eval_sets if s.name == "unchanged")
-    records = [json.loads(line) for line in (tmp_path / "t" / "data" / "evolve_unchanged.jsonl").read_text().splitlines()]
+    lines = (tmp_path / "t" / "data" / "evolve_unchanged.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines]
     assert [r["id"] for r in records] == [item["id"] for item in sample_items(unchanged.items, 5)]
     assert all(t["n"] <= 5 for t in manifest["tasks"])
 
@@ -240,7 +252,8 @@ def generation_sample(doc_id, doc, raw, filtered, filter_name="answer"):
 def choice_sample(doc_id, doc, lls):
     """...and for a multiple_choice task (log-likelihoods logged as strings)."""
     return {"doc_id": doc_id, "doc": doc, "target": str(doc["label"]),
-            "arguments": {f"gen_args_{k}": {"arg_0": doc["prompt"], "arg_1": f" {c}"} for k, c in enumerate(doc["choices"])},
+            "arguments": {f"gen_args_{k}": {"arg_0": doc["prompt"], "arg_1": f" {c}"}
+                          for k, c in enumerate(doc["choices"])},
             "resps": [[[str(ll), "False"]] for ll in lls], "filtered_resps": [[str(ll), "False"] for ll in lls],
             "filter": "none", "metrics": ["acc", "acc_norm", "acc_bytes"], "acc": 0.0}
 
@@ -269,7 +282,8 @@ def test_evolve_score_reads_choice_samples_as_option_scores(exported, tmp_path):
     task = next(t for t in manifest["tasks"] if t["output_type"] == "multiple_choice")
     docs = [json.loads(line) for line in (out / task["data"]).read_text().splitlines()]
     lls = [[-1.5 * (k + 1) for k in range(len(d["choices"]))] for d in docs]
-    path = write_jsonl(tmp_path / "samples_mc.jsonl", [choice_sample(k, d, ll) for k, (d, ll) in enumerate(zip(docs, lls))])
+    samples = [choice_sample(k, d, ll) for k, (d, ll) in enumerate(zip(docs, lls))]
+    path = write_jsonl(tmp_path / "samples_mc.jsonl", samples)
     predictions = read_predictions(path)
     assert predictions[docs[0]["id"]][1] == {"prediction": None, "option_scores": lls[0]}
 

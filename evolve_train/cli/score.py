@@ -144,8 +144,9 @@ def format_table(report: dict[str, Any]) -> str:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="evolve-score", description=__doc__.splitlines()[0])
     parser.add_argument("--gold", required=True, help="gold QA items (JSONL or CSV, the QA item contract)")
-    parser.add_argument("--predictions", required=True, help="JSONL with id, prediction [, option_scores], or lm-eval's "
-                             "samples_<task>_<date>.jsonl (--log_samples) of an exported task")
+    parser.add_argument("--predictions", required=True,
+                        help="JSONL with id, prediction [, option_scores], or lm-eval's samples_<task>_<date>.jsonl "
+                             "(--log_samples) of an exported task")
     parser.add_argument("--field", action="append", default=[], metavar="KEY=SOURCE",
                         help="read contract field KEY from the gold file's SOURCE column (repeatable)")
     parser.add_argument("--stop", action="append", default=None, metavar="TEXT",

@@ -11,9 +11,14 @@ Written under ``out``:
 * ``<prefix>_<kind>_all.yaml``: a group per kind of set (unchanged, new, updated, outdated, ...; ``_mc_all``
   for the choice tasks), its metrics pooled over the items of its sets.
 * ``data/<task>.jsonl``: the items in the QA item contract plus ``prompt`` and ``target`` (the first alias),
-  a valid ``--gold`` file for ``evolve-score``; ``data/<task>.dev.jsonl``: the set's ``dev`` items, the only
-  ones lm-eval may draw few-shot examples from (``fewshot_split: dev``, METRICS.md section 8).
-* ``utils.py`` (the filter and metric, standard library only) and ``evolve_export.json`` (the manifest).
+  a valid ``--gold`` file for ``evolve-score``.
+* ``utils.py`` (the filter, the metric and the few-shot pool; standard library only) and ``evolve_export.json``
+  (the manifest).
+
+Few-shot examples (``--num_fewshot``) come from the set's own ``dev`` items only (METRICS.md section 8):
+``fewshot_split`` is the test split itself, so lm-eval never shows an item as its own example, and
+``utils.dev_items`` keeps its dev items; a set without dev items has none to give (lm-eval then stops with
+"no documents available for sampling" instead of showing private items).
 
 The YAML names the data files by absolute path (lm-eval resolves ``data_files`` against its working
 directory): export again after moving the directory.
@@ -67,7 +72,10 @@ class ExportedTask:
     kind: str
     output_type: str
     records: list[dict] = field(repr=False)
-    dev_records: list[dict] = field(repr=False)
+
+    @property
+    def n_dev(self) -> int:
+        return sum(1 for record in self.records if record.get("split") == "dev")
 
 
 def task_name(prefix: str, *parts: str) -> str:
@@ -88,10 +96,10 @@ def contract_record(item: dict, prompt: str, eval_set: EvalSet) -> dict:
 def _gold_index(record: dict) -> int:
     if record.get("gold_index") is not None:
         return record["gold_index"]
-    golds = record["answers"]
-    for index, option in enumerate(record["options"]):
-        if option in golds:
-            return index
+    options = record["options"]
+    for gold in record["answers"]:  # the first alias first, as the calibration evaluator reads it
+        if gold in options:
+            return options.index(gold)
     raise DataError(f"item '{record['id']}': no option equals a gold answer and no gold_index", field="options")
 
 
@@ -126,23 +134,14 @@ def plan_tasks(timeline: Timeline, prefix: str, max_items_per_set: int = 0) -> l
 
 def _task(name: str, eval_set: EvalSet, output_type: str, records: list[dict]) -> ExportedTask:
     return ExportedTask(name=name, set_name=eval_set.name, kind=eval_set.kind, output_type=output_type,
-                        records=records, dev_records=[r for r in records if r.get("split") == "dev"])
-
-
-def _data_files(task: ExportedTask, out: Path) -> dict[str, str]:
-    files = {"test": str(out / "data" / f"{task.name}.jsonl")}
-    if task.dev_records:
-        files["dev"] = str(out / "data" / f"{task.name}.dev.jsonl")
-    return files
+                        records=records)
 
 
 def _common(task: ExportedTask, out: Path) -> dict[str, Any]:
-    files = _data_files(task, out)
-    config: dict[str, Any] = {"task": task.name, "dataset_path": "json", "dataset_kwargs": {"data_files": files},
-                              "test_split": "test"}
-    if "dev" in files:
-        config["fewshot_split"] = "dev"
-    return {**config, "output_type": task.output_type, "doc_to_text": "prompt"}
+    files = {"test": str(out / "data" / f"{task.name}.jsonl")}
+    return {"task": task.name, "dataset_path": "json", "dataset_kwargs": {"data_files": files}, "test_split": "test",
+            "fewshot_split": "test", "fewshot_config": {"process_docs": _Function("utils.dev_items")},
+            "output_type": task.output_type, "doc_to_text": "prompt"}
 
 
 def generation_task_config(task: ExportedTask, out: Path, stop_strings: Sequence[str],
@@ -217,8 +216,6 @@ def _write_tree(target: Path, out: Path, tasks: Sequence[ExportedTask], groups: 
     (target / "data").mkdir(parents=True)
     for task in tasks:
         _write_jsonl(target / "data" / f"{task.name}.jsonl", task.records)
-        if task.dev_records:
-            _write_jsonl(target / "data" / f"{task.name}.dev.jsonl", task.dev_records)
         config = (generation_task_config(task, out, stop_strings, max_new_tokens)
                   if task.output_type == "generate_until" else choice_task_config(task, out))
         _write_yaml(target / f"{task.name}.yaml", config)
@@ -254,7 +251,7 @@ def export_lm_eval(timeline: Timeline, out: str | Path, *, stop_strings: Sequenc
     manifest = {"format": 1, "prefix": prefix, "stop_strings": list(stop_strings), "max_new_tokens": max_new_tokens,
                 "prompt_template": timeline.prompt_template, "source": source or {},
                 "tasks": [{"task": t.name, "set": t.set_name, "kind": t.kind, "output_type": t.output_type,
-                           "n": len(t.records), "n_dev": len(t.dev_records), "data": f"data/{t.name}.jsonl"}
+                           "n": len(t.records), "n_dev": t.n_dev, "data": f"data/{t.name}.jsonl"}
                           for t in tasks],
                 "groups": {g["group"]: g["task"] for g in groups}}
     staging = out.with_name(f".{out.name}.tmp")

@@ -8,6 +8,7 @@ NFKC first), the same as ``evolve_train/evaluation/metrics/answer.py`` (a test c
   prediction evolve-train scores; lm-eval's own ``exact_match`` compares the raw generation, whose leading
   space alone makes every answer wrong.
 * ``process_results``: ``exact_match`` and ``f1`` of that prediction against every gold alias of the item.
+* ``dev_items`` (``fewshot_config.process_docs``): the only items few-shot examples may come from.
 
 The stop strings are the export's ``eval.stop_strings``, read from ``evolve_export.json`` next to this file.
 """
@@ -90,6 +91,13 @@ def answer_filter(resps, docs):
     """lm-eval ``custom`` filter: every response cut at the export's stop strings and stripped."""
     stops = stop_strings()
     return [[cut_at_stop(response, stops).strip() for response in responses] for responses in resps]
+
+
+def dev_items(docs):
+    """lm-eval few-shot pool: the ``dev`` items of the set (METRICS.md section 8: never a private one)."""
+    if hasattr(docs, "filter"):  # a datasets.Dataset
+        return docs.filter(lambda doc: doc.get("split") == "dev")
+    return [doc for doc in docs if doc.get("split") == "dev"]
 
 
 def process_results(doc, results):
