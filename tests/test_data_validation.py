@@ -349,6 +349,10 @@ def test_events_unparseable_timestamp(tmp_path, temporal):
     assert "events.jsonl, line 1, field 'questions[0].timestamp'" in message
 
 
-def test_unknown_data_kind_is_a_config_error(tmp_path):
-    message = fails(tmp_path, "data.kind=wikipedia", error=ConfigError)
-    assert "data.kind" in message
+def test_unknown_data_kind_fails_while_composing_naming_the_key(tmp_path):
+    from hydra.errors import ConfigCompositionException
+
+    with pytest.raises(ConfigCompositionException) as info:
+        tiny_cfg(tmp_path / "run", "data.kind=wikipedia")
+    assert "full_key: data.kind" in str(info.value.__cause__) and "temporal_qa" in str(info.value.__cause__)
+    assert not (tmp_path / "run").exists()

@@ -333,7 +333,6 @@ def test_save_checkpoint_cleans_up_after_any_failure(tmp_path):
 
 
 @pytest.mark.parametrize("override, needle", [
-    ("trainer.nonfinite=ignore", "trainer.nonfinite"),
     ("trainer.keep_last_states=0", "trainer.keep_last_states"),
     ("trainer.save_every_n_steps=-1", "trainer.save_every_n_steps"),
 ])

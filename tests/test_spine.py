@@ -147,6 +147,8 @@ def test_invalid_values_fail_before_training_naming_the_key(tmp_path, override, 
     ("data.kind=nope", "data.kind"),
     ("eval.greedy_decoder=nope", "eval.greedy_decoder"),
     ("trainer.mixed_precision=fp8", "trainer.mixed_precision"),
+    ("trainer.nonfinite=ignore", "trainer.nonfinite"),
+    ("data.kind=wikipedia", "data.kind"),
     ("method.lora.across_steps=sideways", "method.lora.across_steps"),
 ])
 def test_a_value_outside_a_choice_fails_while_composing_naming_the_key_and_the_choices(tmp_path, override, needle):

@@ -12,6 +12,7 @@ from evolve_train.data.dates import DATE_FORMS
 from evolve_train.data.relations import RELATIONS, RELATIONS_BY_NAME
 from evolve_train.data.world import (MASK, document_wordings, eval_sets, generate_world, step_corpus, step_documents,
                                      write_world)
+from evolve_train.errors import ConfigError
 from evolve_train.evaluation.metrics.answer import normalize
 
 CONFIG = WorldConfig(seed=3, n_entities=40, n_steps=4, change_share=0.3, new_entities_per_step=6,
@@ -176,7 +177,7 @@ def test_split_questions_are_the_dated_probe_wording_cloze():
 
 
 def test_bad_world_settings_fail_naming_the_key():
-    with pytest.raises(ValueError, match="docs_per_entity"):
+    with pytest.raises(ConfigError, match="data.world.docs_per_entity must be >= 1"):
         generate_world(replace(CONFIG, docs_per_entity=0))
     with pytest.raises(Exception, match="data.world.dates"):
         generate_world(replace(CONFIG, dates="yearly"))

@@ -19,9 +19,6 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="evolve-eval", description=__doc__.splitlines()[0])
     parser.add_argument("args", nargs="*", metavar="RUN_DIR | OVERRIDE",
@@ -44,10 +41,9 @@ def parse_steps(text: Optional[str]) -> Optional[list[int]]:
 
 def compose_config(run_dir: Optional[Path], overrides: list[str]):
     """The run's own overrides (from ``.hydra/overrides.yaml``), then ``overrides``, on configs/."""
-    from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    import evolve_train.config  # noqa: F401  (registers the typed schema)
+    from evolve_train.compose import compose_dict
     from evolve_train.errors import ConfigError
 
     base: list[str] = []
@@ -56,8 +52,7 @@ def compose_config(run_dir: Optional[Path], overrides: list[str]):
         if not saved.is_file():
             raise ConfigError(f"{run_dir} is not a run dir made by train.py: {saved} is missing")
         base = without_replaced([str(o) for o in OmegaConf.load(saved)], overrides)
-    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-        return compose(config_name="config", overrides=[*base, *overrides])
+    return compose_dict([*base, *overrides])
 
 
 def override_key(override: str) -> str:

@@ -270,7 +270,7 @@ def export_from_overrides(out: str | Path, overrides: Sequence[str] = (), *, pre
     """Compose the run configuration from ``overrides`` (as ``train.py`` takes them), build its timeline and
     export it with its ``eval.stop_strings``, ``eval.max_new_tokens`` and ``eval.max_items_per_set``."""
     from evolve_train.data.timeline import build_timeline
-    from evolve_train.export.compose import compose_config
+    from evolve_train.compose import compose_config
 
     cfg = compose_config(overrides, config_dir)
     _check_settings(prefix, cfg.eval.max_new_tokens)  # before the timeline is built

@@ -9,7 +9,7 @@ from typing import Optional, Sequence
 from evolve_train.config import Config
 from evolve_train.errors import ConfigError
 
-CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
+CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
 """``configs/`` of the source tree (installs are editable: the package sits next to it)."""
 
 
@@ -17,9 +17,15 @@ def compose_config(overrides: Sequence[str] = (), config_dir: Optional[str | Pat
     """``configs/config.yaml`` with ``overrides`` applied, validated into :class:`Config`.
 
     A bad override (unknown key or option, wrong type, malformed) raises ConfigError naming it."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_object(compose_dict(overrides, config_dir))
+
+
+def compose_dict(overrides: Sequence[str] = (), config_dir: Optional[str | Path] = None):
+    """The composed config as Hydra's ``DictConfig`` (what ``.hydra/config.yaml`` holds); errors as above."""
     from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
-    from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
     directory = Path(config_dir) if config_dir is not None else CONFIG_DIR
@@ -27,8 +33,7 @@ def compose_config(overrides: Sequence[str] = (), config_dir: Optional[str | Pat
         raise ConfigError(f"no config.yaml in the config directory {directory} (pass --config-dir)")
     try:
         with initialize_config_dir(config_dir=str(directory.resolve()), version_base="1.3"):
-            cfg = compose(config_name="config", overrides=list(overrides))
-        return OmegaConf.to_object(cfg)
+            return compose(config_name="config", overrides=list(overrides))
     except (HydraException, OmegaConfBaseException) as err:
         reason = str(err).split("\nConfig search path")[0]
         if err.__cause__ is not None:  # Hydra's "Error merging override" hides the reason in the cause
