@@ -55,3 +55,13 @@ def test_evaluator_rows_and_config_errors(tokenizer, tmp_path):
         heldout_files(["missing.txt"])
     with pytest.raises(ConfigError, match="eval.heldout_window"):
         EvalConfig(heldout_window=1)
+
+
+def test_heldout_rows_reach_the_wandb_curves_and_the_summary():
+    from evolve_train.evaluation.evaluators.report import groups_summary
+    from evolve_train.tracking.wandb_logger import eval_payload
+
+    row = {"group": "heldout", "checkpoint": 1, "set": "heldout", "set_name": "heldout_general", "set_step": None,
+           "n": 10, "loss": 2.0, "perplexity": math.exp(2.0)}
+    assert eval_payload(1, [row])["heldout/heldout_general/perplexity"] == pytest.approx(math.exp(2.0))
+    assert groups_summary([row])["heldout"]["1"]["heldout_general"]["perplexity"] == pytest.approx(math.exp(2.0))
