@@ -103,9 +103,7 @@ class ContinualRun:
         # a changed result-affecting config: ConfigError before anything (even a log line) reaches the dir
         identity.check_resume(self.run_dir, cfg, self.state)
         identity.record(self.state, cfg)  # state.json carries the config from the first save on
-        self.timeline = build_timeline(cfg.data)  # validates input before anything is written
-        self.qa_adaptation = QAAdaptation.from_config(cfg, self.timeline)  # checked up front too; None when off
-        hygiene_preflight(cfg, self.timeline, self.qa_adaptation)  # no private eval item in training/prompts
+        self._load_inputs()
         if cfg.trainer.num_threads > 0:
             torch.set_num_threads(cfg.trainer.num_threads)
         self.accelerator = Accelerator(mixed_precision=cfg.trainer.mixed_precision,
@@ -133,6 +131,16 @@ class ContinualRun:
             broadcast_object_list(start)
         return start[0]
 
+    def _load_inputs(self) -> None:
+        """The timeline and QA adaptation, validated, and the private-leak preflight: before anything is written."""
+        self.timeline = build_timeline(self.cfg.data)
+        self.qa_adaptation = QAAdaptation.from_config(self.cfg, self.timeline)  # None when off
+        hygiene_preflight(self.cfg, self.timeline, self.qa_adaptation)  # no private eval item in training/prompts
+
+    def _start_loggers(self) -> None:
+        backends = ["disk"] + [name for name in self.cfg.logger.backends if name != "disk"]  # metrics.jsonl always
+        self.logger = build_logger(backends, run_dir=self.run_dir, cfg=self.cfg) if self.main else build_logger([])
+
     @property
     def main(self) -> bool:
         return self.accelerator.is_main_process
@@ -147,8 +155,7 @@ class ContinualRun:
                 log.warning("removed an incomplete checkpoint left by an interrupted run: %s", stale)
             prune_states(run_dir, through_step=self.start - 1)  # states of finished steps (docs/reliability.md)
             redact_run(dataclasses.asdict(cfg))  # secrets out of .hydra/*.yaml and sys.argv before loggers start
-        backends = ["disk"] + [name for name in cfg.logger.backends if name != "disk"]  # metrics.jsonl always
-        self.logger = build_logger(backends, run_dir=run_dir, cfg=cfg) if self.main else build_logger([])
+        self._start_loggers()
         if self.main:
             if self.start > 0:
                 log.info("resuming %s after step %d", run_dir, self.start - 1)

@@ -23,13 +23,9 @@ from typing import Optional, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
-from evolve_train.data.timeline import build_timeline
 from evolve_train.errors import ConfigError
-from evolve_train.evaluation.evaluators.hygiene import preflight as hygiene_preflight
-from evolve_train.evaluation.qa_adaptation import QAAdaptation
 from evolve_train.models.build import build_adapter, load_model, load_tokenizer
 from evolve_train.run import ContinualRun, validate
-from evolve_train.tracking import build_logger
 from evolve_train.evaluation.rows import read_metrics
 from evolve_train.training.checkpoint import RunState, ensure_writable, step_dir
 from evolve_train.utils.io import atomic_write_text, write_jsonl
@@ -51,9 +47,7 @@ class SavedCheckpoints(ContinualRun):
 
         cfg = self.cfg
         validate(cfg)
-        self.timeline = build_timeline(cfg.data)
-        self.qa_adaptation = QAAdaptation.from_config(cfg, self.timeline)
-        hygiene_preflight(cfg, self.timeline, self.qa_adaptation)
+        self._load_inputs()
         self.steps = self._steps()
         self.run_dir = self.out
         self.accelerator = Accelerator(mixed_precision=cfg.trainer.mixed_precision)
@@ -61,8 +55,7 @@ class SavedCheckpoints(ContinualRun):
         if self.main:
             ensure_writable(self.run_dir)
             self._write_metadata()
-        backends = ["disk"] + [name for name in cfg.logger.backends if name != "disk"]
-        self.logger = build_logger(backends, run_dir=self.run_dir, cfg=cfg) if self.main else build_logger([])
+        self._start_loggers()
         return self
 
     def _steps(self) -> list[int]:
