@@ -8,6 +8,8 @@ from evolve_train.evaluation.metrics import (accuracy_per_dimension, build_pairs
                                              explicit_pairs, old_knowledge_retention, pair_asymmetry,
                                              shuffled_timestamp, stable_items, time_accuracy, timestamp_ablation,
                                              timestamp_invariance, update_adoption)
+from evolve_train.evaluation.metrics.stats import bootstrap_mean_ci, paired_bootstrap_diff
+from evolve_train.evaluation.metrics.temporal import adoption_per_pair, confusion_per_pair
 
 
 def item(id, question, answers, timestamp=None, **kw):
@@ -152,8 +154,29 @@ def test_timestamp_ablation_scores_every_group_against_the_true_gold():
     true = {"t0": "a", "t1": "b", "t2": "c", "t3": "x"}  # 3/4
     shuffled = {"t0": "a", "t1": "x", "t2": "x", "t3": "x"}  # 1/4
     none = {"t0": "a", "t1": "b", "t2": "x", "t3": "x"}  # 2/4
-    assert timestamp_ablation(items, true, shuffled, none) == {
-        "true": 0.75, "shuffled": 0.25, "none": 0.5, "n": 4, "timestamp_reliance": 0.5}
+    result = timestamp_ablation(items, true, shuffled, none)
+    ci = result.pop("timestamp_reliance_ci")
+    assert result == {"true": 0.75, "shuffled": 0.25, "none": 0.5, "n": 4, "timestamp_reliance": 0.5}
+    # the paired bootstrap of the same 0/1 vectors (t0 right in both, t1-t2 right only with the true date)
+    direct = paired_bootstrap_diff([1, 1, 1, 0], [1, 0, 0, 0])
+    assert ci == [direct["ci_low"], direct["ci_high"]] and ci[0] <= 0.5 <= ci[1] and ci[0] < ci[1]
+
+
+def test_bootstrap_mean_ci_brackets_the_mean_and_narrows_with_more_items():
+    assert bootstrap_mean_ci([]) is None
+    assert bootstrap_mean_ci([1, 1, 1]) == [1.0, 1.0]  # no variation, no width
+    few = bootstrap_mean_ci([0, 1] * 10)
+    many = bootstrap_mean_ci([0, 1] * 1000)
+    assert few[0] < 0.5 < few[1] and many[0] < 0.5 < many[1]
+    assert many[1] - many[0] < (few[1] - few[0]) / 5  # ~1/sqrt(100) of the width
+    assert bootstrap_mean_ci([0, 1] * 10, seed=0) == few  # fixed for a seed
+
+
+def test_per_pair_outcomes_average_to_the_pair_metrics():
+    adopted, crossed = adoption_per_pair(PAIRS, PREDICTIONS), confusion_per_pair(PAIRS, PREDICTIONS)
+    assert len(adopted) == len(crossed) == len(PAIRS)
+    assert sum(adopted) / len(adopted) == update_adoption(PAIRS, PREDICTIONS)
+    assert sum(crossed) / len(crossed) == confusion_index(PAIRS, PREDICTIONS)
 
 
 def test_timestamp_invariance_compares_normalized_predictions():

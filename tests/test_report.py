@@ -96,6 +96,23 @@ def test_cli_on_two_tiny_runs_writes_plots_and_reports(tiny_runs, tmp_path, caps
     assert f"| full/seed1 | 2 | {final['unchanged']:.3f} |" in markdown
 
 
+def test_temporal_table_quotes_each_runs_final_values_with_their_intervals(tiny_runs, tmp_path):
+    build_report(tiny_runs, tmp_path / "r", B=200)
+    markdown = (tmp_path / "r" / "report.md").read_text()
+    assert "## Temporal metrics" in markdown
+    for run_dir, label in zip(tiny_runs, ("full/seed0", "full/seed1")):
+        final = {r["group"]: r for r in read_jsonl(run_dir / "metrics.jsonl")
+                 if r["checkpoint"] == 2 and r.get("set_name") == "all" and r["group"] in ("paired", "ablation")}
+        cells = []
+        for group, name in (("paired", "update_adoption"), ("paired", "confusion_index"),
+                            ("ablation", "timestamp_reliance")):
+            value, (low, high) = final[group][name], final[group][f"{name}_ci"]
+            assert low <= value <= high
+            cells.append(f"{value:.3f} [{low:.3f}, {high:.3f}]")
+        assert (f"| {label} | 2 | {final['paired']['n_pairs']} | {final['ablation']['n']} | "
+                + " | ".join(cells) + " |") in markdown
+
+
 def test_tiny_runs_plotted_points_and_cis_match_files(tiny_runs, tmp_path):
     result = build_report(tiny_runs, tmp_path / "r", B=300, seed=3)
     for run_dir, label in zip(tiny_runs, ("full/seed0", "full/seed1")):

@@ -165,6 +165,12 @@ def test_curves_summary_and_tables_match_metrics_jsonl(two_runs):
     table_files = list((offline_runs(run_dir)[0] / "files" / "media" / "table").rglob("*.table.json"))
     matrix = json.loads(next(p for p in table_files if "final/matrix_em" in str(p).replace("\\", "/")).read_text())
     assert matrix["columns"][0] == "checkpoint" and len(matrix["data"]) == final + 1
+    # a metric's 95 % interval reaches W&B as two numbers next to it
+    paired = next(r for r in read_jsonl(run_dir / "metrics.jsonl")
+                  if r["group"] == "paired" and r.get("set_name") == "all" and r["checkpoint"] == final)
+    low, high = paired["update_adoption_ci"]
+    assert (parsed["summary"]["paired/all/update_adoption_ci_low"],
+            parsed["summary"]["paired/all/update_adoption_ci_high"]) == (low, high)
 
 
 def test_resume_reuses_run_id_and_continues_global_step(two_runs, tmp_path, monkeypatch):

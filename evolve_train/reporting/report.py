@@ -92,6 +92,32 @@ def groups_table(runs: list[Run]) -> Optional[tuple[list[str], list[list[str]]]]
     return (["run", "group", "checkpoint", "metrics"], rows) if rows else None
 
 
+TEMPORAL = (("paired", "update_adoption"), ("paired", "confusion_index"), ("ablation", "timestamp_reliance"))
+"""The temporal headline metrics the report shows with their 95 % bootstrap intervals (``<name>_ci`` in the rows)."""
+
+
+def _with_ci(body: dict, name: str) -> str:
+    value, ci = body.get(name), body.get(f"{name}_ci")
+    if value is None:
+        return "–"
+    return f"{value:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else _fmt(value)
+
+
+def temporal_table(runs: list[Run]) -> Optional[tuple[list[str], list[list[str]]]]:
+    """Update adoption, confusion index and timestamp reliance over all temporal sets at each run's final
+    checkpoint, each with its 95 % bootstrap interval (summary.json ``groups``)."""
+    rows = []
+    for run in runs:
+        groups = run.summary.get("groups") or {}
+        bodies = {g: (groups.get(g) or {}).get(str(run.final_checkpoint)) or {} for g, _ in TEMPORAL}
+        if any(bodies.values()):
+            rows.append([run.label, str(run.final_checkpoint), str(bodies["paired"].get("n_pairs", "–")),
+                         str(bodies["ablation"].get("n", "–"))]
+                        + [_with_ci(bodies[g], name) for g, name in TEMPORAL])
+    header = ["run", "checkpoint", "pairs", "dated questions"] + [f"{name} [95% CI]" for _, name in TEMPORAL]
+    return (header, rows) if rows else None
+
+
 def diff_table(diffs: list[PairedDiff]) -> tuple[list[str], list[list[str]]]:
     header = ["run a", "run b", "eval set", "n", "EM a", "EM b", "diff (a − b)", "95% CI", "CI excludes 0", "kappa"]
     rows = [[d.run_a, d.run_b, d.column, str(d.n), _fmt(d.em_a), _fmt(d.em_b), f"{d.diff:+.3f}",
@@ -198,6 +224,9 @@ def build_sections(findings: Findings, note: Optional[str]):
                  final_table(runs)))
     for title, intro, table in (
             ("Continual-learning metrics", "METRICS.md §3 at each run's final checkpoint.", continual_table(runs)),
+            ("Temporal metrics", "METRICS.md §4-5 over all temporal sets at each run's final checkpoint, with 95 % "
+             "bootstrap intervals (pairs / questions resampled; reliance = true − shuffled, paired).",
+             temporal_table(runs)),
             ("Other evaluators", "Each group's row over all its sets at the final checkpoint.", groups_table(runs))):
         if table:
             head.append((title, intro, table))

@@ -127,12 +127,15 @@ def eval_payload(checkpoint: int, rows: list[dict]) -> dict:
 
 
 def _flatten(prefix: str, value: Any) -> dict:
-    """Numbers of a (nested) dict as ``prefix/key/subkey`` entries; other values are skipped."""
+    """Numbers of a (nested) dict as ``prefix/key/subkey`` entries (an interval ``<name>_ci: [low, high]`` as
+    ``<name>_ci_low`` / ``<name>_ci_high``); other values are skipped."""
     if isinstance(value, dict):
         out = {}
         for key, inner in value.items():
             out.update(_flatten(f"{prefix}/{key}", inner))
         return out
+    if prefix.endswith("_ci") and isinstance(value, (list, tuple)) and len(value) == 2:  # a 95 % interval
+        return {f"{prefix}_low": value[0], f"{prefix}_high": value[1]}
     return {prefix: value} if _is_number(value) else {}
 
 

@@ -1,7 +1,8 @@
 """``paired``: the paired temporal metrics of METRICS.md §4 on every checkpoint.
 
 Per set of timestamped questions (the world's ``paired_<k>``) and over all of them (``set_name: all``):
-``update_adoption``, ``confusion_index``, ``pair_asymmetry`` and ``n_pairs`` (explicit ``pair_id`` pairs,
+``update_adoption``, ``confusion_index`` (each with a 95 % bootstrap interval over pairs, ``*_ci``),
+``pair_asymmetry`` and ``n_pairs`` (explicit ``pair_id`` pairs,
 automatic pairing for the rest), ``time_accuracy`` per slice with ``n`` (``eval.time_slices``, default one
 per year), ``old_knowledge_retention`` (items flagged stable) and ``now``: the questions without a
 timestamp, scored against the latest answer — at the evaluated checkpoint, for items that carry
@@ -15,8 +16,10 @@ from typing import Any, Optional
 from evolve_train.evaluation.context import EvalContext
 from evolve_train.evaluation.evaluators.common import ALL, generate, qa_item, row, temporal_sets
 from evolve_train.evaluation.metrics.answer import exact_match
-from evolve_train.evaluation.metrics.temporal import (confusion_index, old_knowledge_retention, pair_asymmetry,
-                                                       resolve_pairs, time_accuracy, update_adoption)
+from evolve_train.evaluation.metrics.stats import bootstrap_mean_ci
+from evolve_train.evaluation.metrics.temporal import (adoption_per_pair, confusion_index, confusion_per_pair,
+                                                       old_knowledge_retention, pair_asymmetry, resolve_pairs,
+                                                       time_accuracy, update_adoption)
 from evolve_train.evaluation.registry import register_evaluator
 
 
@@ -47,11 +50,14 @@ def slices(ctx: EvalContext) -> Optional[dict[str, tuple[Optional[str], Optional
 def paired_metrics(items, predictions: dict[str, str], time_slices=None) -> dict[str, Any]:
     """The §4 metrics of scored QA items (golds already resolved)."""
     pairs = resolve_pairs(items)
+    adopted, crossed = adoption_per_pair(pairs, predictions), confusion_per_pair(pairs, predictions)
     undated = [item for item in items if item.timestamp is None]
     now_em = [exact_match(predictions[i.id], i.answers) for i in undated]
     return {
         "update_adoption": update_adoption(pairs, predictions),
+        "update_adoption_ci": bootstrap_mean_ci(adopted),  # 95 %, pairs resampled
         "confusion_index": confusion_index(pairs, predictions),
+        "confusion_index_ci": bootstrap_mean_ci(crossed),
         "pair_asymmetry": pair_asymmetry(pairs, predictions),
         "n_pairs": len(pairs),
         "time_accuracy": time_accuracy(items, predictions, time_slices),

@@ -20,6 +20,11 @@ HEADLINE = {
 }
 
 
+def _interval(ci) -> str:
+    """`` [low, high]`` of a 95 % interval (``<metric>_ci``), or nothing."""
+    return f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else ""
+
+
 def groups_summary(rows: list[dict]) -> dict[str, Any]:
     """``{group: {checkpoint: row}}``: each group's row over all its sets (groups in ``PER_SET``:
     ``{set_name: row}`` per checkpoint, ``all`` included), metadata stripped; groups that did not run are absent."""
@@ -62,6 +67,7 @@ def format_evaluation(summary: dict[str, Any]) -> str:
         elif group == "dimensions":
             cells = [f"{d}={_fmt(r.get('em'))}" for d, r in (body.get("dimensions") or {}).items()]
         else:
-            cells = [f"{key}={_fmt(body.get(key))}" for key in HEADLINE.get(group, ())]
+            cells = [f"{key}={_fmt(body.get(key))}" + _interval(body.get(f"{key}_ci"))
+                     for key in HEADLINE.get(group, ())]
         lines.append(f"{group} @ checkpoint {last}: " + "  ".join(cells))
     return "\n".join(lines)

@@ -63,6 +63,19 @@ def paired_bootstrap_diff(a: Outcomes, b: Outcomes, B: int = 2000, seed: int = 0
     return {"diff": float(first.mean() - second.mean()), "ci_low": low, "ci_high": high, "B": B, "n": n}
 
 
+def bootstrap_mean_ci(values: Sequence[float], B: int = 2000, seed: int = 0) -> Optional[list[float]]:
+    """95% percentile-bootstrap interval ``[low, high]`` of the mean of per-item ``values`` (items resampled with
+    replacement B times, numpy default_rng(seed); bounds as in :func:`bootstrap_ci_bounds`); None with no items."""
+    array = np.asarray(values, dtype=float)
+    if array.size == 0:
+        return None
+    rng = np.random.default_rng(seed)
+    rows_per_chunk = max(1, 1_000_000 // array.size)
+    means = [array[rng.integers(0, array.size, size=(min(rows_per_chunk, B - start), array.size))].mean(axis=1)
+             for start in range(0, B, rows_per_chunk)]
+    return list(bootstrap_ci_bounds(np.sort(np.concatenate(means))))
+
+
 def cohen_kappa(y_true: Sequence[Hashable], y_pred: Sequence[Hashable]) -> Optional[float]:
     """METRICS.md §8: (p_o − p_e) / (1 − p_e); 1.0 when p_e = 1; None with no items."""
     if len(y_true) != len(y_pred):

@@ -12,6 +12,7 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 from evolve_train.data.qa_items import QAItem
 from evolve_train.data.timestamps import TimestampLike, parse_timestamp, strip_timestamp_phrase
 from evolve_train.evaluation.metrics.answer import exact_match, normalize
+from evolve_train.evaluation.metrics.stats import paired_bootstrap_diff
 
 Predictions = Mapping[str, str]
 Pair = tuple[QAItem, QAItem]
@@ -85,22 +86,28 @@ def resolve_pairs(items: Sequence[QAItem]) -> list[Pair]:
     return explicit_pairs(items) + build_pairs([item for item in items if item.pair_id is None])
 
 
+def adoption_per_pair(pairs: Sequence[Pair], predictions: Predictions) -> list[int]:
+    """1 for each pair with EM(p_old, g_old) = 1 and EM(p_new, g_new) = 1, else 0."""
+    return [int(exact_match(_prediction(predictions, old), old.answers)
+                and exact_match(_prediction(predictions, new), new.answers)) for old, new in pairs]
+
+
+def confusion_per_pair(pairs: Sequence[Pair], predictions: Predictions) -> list[float]:
+    """Per pair: (EM(p_old, g_new) + EM(p_new, g_old)) / 2."""
+    return [(exact_match(_prediction(predictions, old), new.answers)
+             + exact_match(_prediction(predictions, new), old.answers)) / 2 for old, new in pairs]
+
+
 def update_adoption(pairs: Sequence[Pair], predictions: Predictions) -> Optional[float]:
     """METRICS.md §4: fraction of pairs with EM(p_old, g_old) = 1 and EM(p_new, g_new) = 1; None if no pairs."""
-    if not pairs:
-        return None
-    hits = sum(exact_match(_prediction(predictions, old), old.answers)
-               and exact_match(_prediction(predictions, new), new.answers) for old, new in pairs)
-    return hits / len(pairs)
+    hits = adoption_per_pair(pairs, predictions)
+    return sum(hits) / len(hits) if hits else None
 
 
 def confusion_index(pairs: Sequence[Pair], predictions: Predictions) -> Optional[float]:
     """METRICS.md §4: (#pairs with EM(p_old, g_new) = 1 + #pairs with EM(p_new, g_old) = 1) / (2·#pairs)."""
-    if not pairs:
-        return None
-    crossed = sum(exact_match(_prediction(predictions, old), new.answers)
-                  + exact_match(_prediction(predictions, new), old.answers) for old, new in pairs)
-    return crossed / (2 * len(pairs))
+    crossed = confusion_per_pair(pairs, predictions)
+    return sum(crossed) / len(crossed) if crossed else None
 
 
 def pair_asymmetry(pairs: Sequence[Pair], predictions: Predictions) -> Optional[float]:
@@ -163,7 +170,18 @@ def timestamp_ablation(items: Sequence[QAItem], true: Predictions, shuffled: Pre
     acc = {name: _em_summary(dated, group)["em"]
            for name, group in (("true", true), ("shuffled", shuffled), ("none", none))}
     reliance = None if acc["true"] is None else acc["true"] - acc["shuffled"]
-    return {**acc, "n": len(dated), "timestamp_reliance": reliance}
+    return {**acc, "n": len(dated), "timestamp_reliance": reliance,
+            "timestamp_reliance_ci": reliance_ci(dated, true, shuffled)}
+
+
+def reliance_ci(items: Sequence[QAItem], true: Predictions, shuffled: Predictions) -> Optional[list[float]]:
+    """Paired-bootstrap 95% interval of acc_true − acc_shuffled over ``items`` (METRICS.md §8's resampling)."""
+    if not items:
+        return None
+    correct = {name: [int(exact_match(_prediction(group, item), item.answers)) for item in items]
+               for name, group in (("true", true), ("shuffled", shuffled))}
+    diff = paired_bootstrap_diff(correct["true"], correct["shuffled"])
+    return [diff["ci_low"], diff["ci_high"]]
 
 
 def timestamp_invariance(original: Predictions, replaced: Mapping[str, Sequence[str]]) -> Optional[float]:
