@@ -202,3 +202,41 @@ def test_flops_per_token_follow_the_stated_formula():
     assert flops_per_token(model, 32) == 6 * n + 12 * 2 * 32 * 32
     meter = Throughput(torch.device("cpu"), 0, flops_per_token(model, 32), None, 1)
     assert set(meter.window(1000)) == {"tokens_per_s"}
+
+
+# ---------------------------------------------------------------- resume under a token budget
+
+def test_a_crash_mid_epoch_under_a_token_budget_resumes_to_the_same_run_bitwise(tmp_path, monkeypatch, caplog):
+    """The fixed-row resume check of tests/test_reliability.py, with ``trainer.tokens_per_batch``."""
+    import json
+    import logging
+
+    from helpers import tiny_cfg
+    from test_reliability import FAST, crash_at, metrics, same_weights, train_log
+
+    from evolve_train.run import train
+    from evolve_train.training import faults
+    from evolve_train.training.train_state import MANIFEST, list_states
+
+    budget = [*FAST, "data.world.n_steps=1",  # one time step: step 0 only
+               "trainer.tokens_per_batch=256", "trainer.save_every_n_steps=3"]
+    monkeypatch.setattr(faults, "_arrivals", {})
+    train(tiny_cfg(tmp_path / "reference", *budget))
+    crash_at(monkeypatch, "optimizer_step", 26)  # step 0 (19 batches an epoch): in its second epoch
+    with pytest.raises(Exception, match="optimizer_step:26"):
+        train(tiny_cfg(tmp_path / "run", *budget))
+    (_, _, state), = [s for s in list_states(tmp_path / "run") if s[1] == 24]
+    progress = json.loads((state / MANIFEST).read_text())["progress"]
+    assert progress["epoch"] >= 1 and progress["next_batch"] > 0  # mid-epoch, past the first one
+    monkeypatch.undo()
+    monkeypatch.setattr(faults, "_arrivals", {})
+    caplog.set_level(logging.INFO)
+    train(tiny_cfg(tmp_path / "run", *budget))
+    assert "resuming time step 0 from the training state" in caplog.text
+    reference, run = tmp_path / "reference", tmp_path / "run"
+    assert metrics(run) == metrics(reference) and train_log(run) == train_log(reference)
+    assert any(r["tokens_per_s"] > 0 for r in (json.loads(x) for x in (run / "train_log.jsonl").open()))
+    steps = sorted(p.name for p in (reference / "steps").iterdir())
+    assert steps and steps == sorted(p.name for p in (run / "steps").iterdir())
+    for step in steps:
+        assert same_weights(reference / "steps" / step, run / "steps" / step), step
