@@ -336,11 +336,11 @@ class TrainerConfig:
     epochs: float = 30
     """Passes over each later step's corpus."""
     batch_size: int = 16
-    """Rows per optimizer micro-batch (per process)."""
+    """Rows per optimizer micro-batch (per process), unless ``tokens_per_batch`` is set."""
     grad_accum: int = 1
     """Micro-batches per optimizer step."""
     seq_len: int = 128
-    """Length of packed training rows (tokens)."""
+    """Longest training row (tokens): masked-entity rows are cut to it, ``clm`` documents packed into rows of it."""
     lr: float = 1e-3
     """Peak learning rate (AdamW)."""
     weight_decay: float = 0.0
@@ -368,6 +368,16 @@ class TrainerConfig:
     nonfinite: NonFinite = NonFinite.stop
     """On a non-finite loss or gradient: ``stop`` (error naming step, batch and last good checkpoint) or
     ``skip`` (drop that update, count it in ``skipped_batches``)."""
+    tokens_per_batch: int = 0
+    """Token-budget micro-batches: as many length-grouped rows as fit this many *padded* tokens (rows x the
+    longest row's length) per process, instead of ``batch_size`` rows (0 = off: ``batch_size`` rows). At
+    least ``seq_len``. See training/packing.py and docs/training.md."""
+    attention_reset: bool = True
+    """``clm`` (packed documents): each document gets its own position ids and attends only to itself
+    (block-diagonal attention; needs ``model.attn_implementation`` eager, sdpa or flex_attention); false:
+    plain packing, a document attends to the earlier ones of its row."""
+    peak_flops: float = 0.0
+    """Peak FLOP/s of one device for the ``mfu`` of the training log (0 = look it up by GPU name, bf16/fp16)."""
 
     def __post_init__(self):
         self.mixed_precision = as_choice("trainer.mixed_precision", Precision, self.mixed_precision)
@@ -380,7 +390,11 @@ class TrainerConfig:
             "min_lr_ratio": (self.min_lr_ratio, UNIT), "grad_clip": (self.grad_clip, NON_NEGATIVE),
             "num_threads": (self.num_threads, NON_NEGATIVE), "log_every": (self.log_every, AT_LEAST_ONE),
             "save_every_n_steps": (self.save_every_n_steps, NON_NEGATIVE),
-            "keep_last_states": (self.keep_last_states, AT_LEAST_ONE)})
+            "keep_last_states": (self.keep_last_states, AT_LEAST_ONE),
+            "tokens_per_batch": (self.tokens_per_batch, NON_NEGATIVE), "peak_flops": (self.peak_flops, NON_NEGATIVE)})
+        if 0 < self.tokens_per_batch < self.seq_len:
+            raise ConfigError(f"trainer.tokens_per_batch: {self.tokens_per_batch} is below trainer.seq_len "
+                              f"({self.seq_len}); a row of seq_len tokens must fit a micro-batch (0 = off)")
 
 
 @dataclass

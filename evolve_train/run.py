@@ -240,7 +240,7 @@ class ContinualRun:
             result = train_time_step(self.model, examples, step=step,
                                      epochs=cfg.trainer.epochs_step0 if step == 0 else cfg.trainer.epochs,
                                      cfg=cfg.trainer, method=self.active, accelerator=accelerator,
-                                     collate_fn=lambda rows: collate(rows, pad_id),
+                                     collate_fn=lambda rows: collate(rows, pad_id, cfg.trainer.attention_reset),
                                      seed=cfg.seed + 1000 * step, log_fn=log_fn, states=states)
         if cache and self.main:
             cache.store(self.model, self.tokenizer, result, trained_by=str(self.run_dir))
@@ -296,7 +296,8 @@ class ContinualRun:
         meta = {"method": self.cfg.method.name, "seed": self.cfg.seed}
         if result is not None:
             meta.update(train_seconds=round(result.seconds, 2), eval_seconds=eval_seconds,
-                        train_tokens=result.tokens, num_processes=self.accelerator.num_processes)
+                        train_tokens=result.tokens, train_tokens_per_s=result.tokens_per_s,
+                        num_processes=self.accelerator.num_processes)
             if self.cfg.trainer.nonfinite == "skip":  # batches dropped for a non-finite loss/gradient
                 meta["skipped_batches"] = result.skipped_batches
         else:

@@ -5,7 +5,7 @@
     python scripts/bench.py --demo-run runs/demo   # eval speed on the demo's final checkpoint, its eval_share
 
 Prints a table, then (last line) one JSON object with the keys loop_vs_torch, lora_vs_full,
-packing_efficiency, eval_speedup, eval_share, tokens_per_s_by_size and eval_growth, with the raw figures
+packing_efficiency, clm_packing_efficiency, eval_speedup, eval_share, tokens_per_s_by_size and eval_growth, with the raw figures
 behind them. See docs/benchmarks.md for the figures measured on the reference machines.
 """
 
@@ -36,6 +36,7 @@ from evolve_train.models.build import (build_adapter, build_model, load_model, l
                                        n_parameters, train_tokenizer)
 from evolve_train.training.examples import LengthGroupedBatches, as_array_rows, collate  # noqa: E402
 from evolve_train.training.loop import train_time_step  # noqa: E402
+from evolve_train.training.packing import chunk_documents, padding_efficiency  # noqa: E402
 
 CONFIGS = str(Path(__file__).resolve().parents[1] / "configs")
 
@@ -121,6 +122,28 @@ def varied_pairs(n: int = 2000, seed: int = 0) -> TimeStep:
         context = " ".join(rng.choice(words) for _ in range(rng.choice([3, 5, 8, 13, 21, 34, 55])))
         pairs.append({"input": f"{context} <mask>.", "output": f"Name{i % 97} Surname{i % 31}"})
     return TimeStep(index=0, name="varied", pairs=pairs)
+
+
+def varied_documents(n: int = 400, seed: int = 0) -> TimeStep:
+    """Plain-text documents of strongly varying length (5 to 400 words)."""
+    rng = random.Random(seed)
+    words = "the of a river city council member founded during century museum old new north".split()
+    texts = [" ".join(rng.choice(words) for _ in range(rng.choice([5, 20, 50, 100, 200, 400]))) + "."
+             for _ in range(n)]
+    return TimeStep(index=0, name="documents", texts=[{"text": t} for t in texts])
+
+
+def clm_packing_efficiency(cfg, tokenizer, seed: int = 0) -> dict:
+    """Real tokens / all tokens of ``clm`` rows in length-grouped batches of ``trainer.batch_size``: documents
+    packed into ``seq_len`` rows (what training does) vs each document cut on its own (the former layout)."""
+    adapter = build_adapter(cfg.model, tokenizer)
+    step, seq_len = varied_documents(seed=seed), cfg.trainer.seq_len
+    packed = [len(ids) for ids in adapter.encode_step(step, "clm", seq_len)["input_ids"]]
+    docs = adapter.encode([t["text"] for t in step.texts])
+    padded = [len(ids) for ids in chunk_documents(docs, seq_len, adapter.eos_id, adapter.prefix)["input_ids"]]
+    batch_size = cfg.trainer.batch_size
+    return {name: padding_efficiency(LengthGroupedBatches(lengths, batch_size, seed).epoch(0), lengths)
+            for name, lengths in (("packed", packed), ("padded", padded))}
 
 
 def eval_speed(cfg, model, tokenizer, timeline, checkpoint: int) -> dict:
@@ -290,6 +313,7 @@ def main(argv=None) -> None:
     varied = build_adapter(cfg.model, tokenizer).encode_step(varied_pairs(), "masked_entity", cfg.trainer.seq_len)
     results["packing_efficiency"] = {"default_world": packing_efficiency(examples, cfg.trainer.batch_size),
                                      "varied_masked_pairs": packing_efficiency(varied, cfg.trainer.batch_size)}
+    results["clm_packing_efficiency"] = clm_packing_efficiency(cfg, tokenizer)
 
     model, eval_tokenizer, source = trained_model(cfg, tokenizer, examples, args.demo_run)
     last = len(timeline.steps) - 1
@@ -316,6 +340,9 @@ def main(argv=None) -> None:
     print(f"{'lora_vs_full memory ratio':32s} {results['lora_vs_full']['training_state_memory_ratio']:.3f}")
     for name, value in results["packing_efficiency"].items():
         print(f"{'packing_efficiency ' + name:32s} {value:.3f}")
+    clm = results["clm_packing_efficiency"]
+    print(f"{'clm_packing_efficiency':32s} {clm['packed']:.3f}  (packed documents; each document cut on its own, "
+          f"padded: {clm['padded']:.3f})")
     speed = results["eval_speedup"]
     print(f"{'eval_speedup':32s} {speed['speedup']:.1f}  ({speed['n_prompts']} prompts: batched "
           f"{speed['batched_s']:.2f} s vs generate() one at a time {speed['one_at_a_time_s']:.1f} s; every eval "

@@ -99,14 +99,17 @@ def test_causal_rows_cut_to_seq_len_keep_the_bos_and_the_eos(llama_tokenizer):
         assert row["input_ids"].count(1) == 1 and 1 not in row["labels"]
 
 
-def test_clm_pieces_each_open_with_the_bos_which_is_never_a_label(llama_tokenizer):
-    rows = CausalLMAdapter(llama_tokenizer).encode_step(step(texts=TEXTS), "clm", 5)
-    assert len(rows) > len(TEXTS)  # cut into pieces
-    for row in rows:
-        assert len(row["input_ids"]) <= 5 and row["input_ids"][0] == 1 and row["input_ids"].count(1) == 1
-        assert row["labels"][0] == IGNORE and row["labels"][1:] == row["input_ids"][1:]
-    pieces = [t for row in rows for t in row["input_ids"][1:]]
-    assert pieces.count(llama_tokenizer.eos_token_id) == len(TEXTS)  # one EOS per document
+def test_clm_packs_documents_each_opening_with_the_bos_which_is_never_a_label(llama_tokenizer):
+    rows = CausalLMAdapter(llama_tokenizer).encode_step(step(texts=TEXTS), "clm", 5)[:]
+    assert len(rows["input_ids"]) > len(TEXTS)  # cut into rows
+    assert all(len(row) == 5 for row in rows["input_ids"][:-1]) and 0 < len(rows["input_ids"][-1]) <= 5
+    stream = [t for row in rows["input_ids"] for t in row]
+    labels = [t for row in rows["labels"] for t in row]
+    positions = [p for row in rows["position_ids"] for p in row]
+    assert stream.count(1) == stream.count(llama_tokenizer.eos_token_id) == len(TEXTS)  # BOS ... EOS per document
+    assert [labels[i] for i, t in enumerate(stream) if t == 1] == [IGNORE] * len(TEXTS)
+    assert all(label in (IGNORE, token) for label, token in zip(labels, stream)) and 1 not in labels
+    assert [positions[i] for i, t in enumerate(stream) if t == 1] == [0] * len(TEXTS)  # each document restarts
 
 
 def test_causal_option_scores_and_generation_read_the_prompt_after_the_bos(llama_tokenizer):
@@ -218,8 +221,11 @@ def test_the_demo_tokenizer_gets_the_ids_it_got_before(demo_timeline, arch, obje
         seq_len = 8 if objective == "clm" or arch == "t5" else 2 + max(len(t) for t in adapter.encode(answers))
     for time_step in demo_timeline.steps:
         got = adapter.encode_step(time_step, objective, seq_len)[:]
-        assert got == old_tokenize_step(time_step, objective, tokenizer, seq_len, arch == "t5")
-        assert len(got["input_ids"]) > 0
+        old = old_tokenize_step(time_step, objective, tokenizer, seq_len, arch == "t5")
+        if objective == "clm":  # now packed: the same ids, laid end to end into full rows
+            got, old = ({"stream": [t for row in rows["input_ids"] for t in row]} for rows in (got, old))
+        assert got == old
+        assert len(got[next(iter(got))]) > 0
     prompts = [demo_timeline.prompt(item) for s in demo_timeline.eval_sets[:2] for item in s.items[:5]]
     texts = [seq2seq_source(p) for p in prompts] if arch == "t5" else prompts
     assert adapter.prompt_ids(prompts) == tokenizer(texts, add_special_tokens=arch == "t5")["input_ids"]

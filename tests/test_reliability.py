@@ -30,7 +30,8 @@ from helpers import tiny_cfg
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = ["eval.evaluators=[splits]", "trainer.num_threads=1"]  # 1 thread: 2 spin badly on a shared 2-core box
-TIMING_KEYS = {"train_seconds", "eval_seconds", "seconds"}
+TIMING_KEYS = {"train_seconds", "eval_seconds", "seconds", "train_tokens_per_s"}
+THROUGHPUT_KEYS = {"tokens_per_s", "peak_mem_gb", "mfu"}  # wall-clock figures of the training log
 # tiny config: step 0 = 24 optimizer steps (8 batches x 3 epochs), steps 1 and 2 = 12 each (6 x 2)
 STEP0_BATCHES = 24
 
@@ -41,7 +42,8 @@ def metrics(run_dir: Path) -> list[dict]:
 
 
 def train_log(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "train_log.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in (run_dir / "train_log.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if k not in THROUGHPUT_KEYS} for r in rows]
 
 
 def same_weights(a: Path, b: Path) -> bool:

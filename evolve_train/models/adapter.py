@@ -1,8 +1,9 @@
 """The model adapter: the one object that owns a model's text format, for decoder-only (causal) and
 encoder-decoder (seq2seq, T5) models. Training and evaluation both go through it:
 
-* training rows (``encode_step``): a time step's masked-entity pairs, or its plain-text documents cut into
-  ``seq_len`` pieces (``clm``), as a ``datasets.Dataset`` of ``input_ids``/``labels``;
+* training rows (``encode_step``): a time step's masked-entity pairs, or its plain-text documents packed into
+  ``seq_len`` rows (``clm``, with per-document ``position_ids``), as a ``datasets.Dataset`` of
+  ``input_ids``/``labels`` (and ``position_ids``);
 * prompts (``prompt_ids``) for greedy answers (``generate``), option log-likelihoods (``score_options``) and
   sampled answers (``sample``); and a gold answer as one training example (``encode_example``, for the
   gradient analysis).
@@ -21,7 +22,8 @@ Causal format of a masked-entity pair: the text left of the mask, then `` <outpu
 loss on the output and the EOS only (salient-span loss; a causal model predicts the span from its
 left context — use ``model=t5_small`` to condition on both sides). Pairs with no text left of the
 mask have nothing to condition on and are dropped (counted). The ``clm`` objective trains on every
-token of the plain-text documents.
+token of the plain-text documents but each document's first, packed with EOS separators
+(``training/packing.py``).
 
 The token-level work lives next door: ``models/generation.py`` (padding, the pruned greedy decoder),
 ``models/scoring.py`` (option log-likelihoods), ``models/batching.py`` (the batch size that halves on
@@ -40,6 +42,7 @@ from datasets import Dataset
 from evolve_train.models.batching import AutoBatchSize, as_auto
 from evolve_train.models.generation import GREEDY_DECODERS, greedy_decode, padded_batch, stop_token_ids
 from evolve_train.models.scoring import causal_option_scores, seq2seq_option_scores
+from evolve_train.training.packing import DocumentPacker
 
 if TYPE_CHECKING:
     from evolve_train.data.timeline import TimeStep
@@ -264,21 +267,21 @@ class CausalLMAdapter(ModelAdapter):
                            batched=True, remove_columns=dataset.column_names)
 
     def _documents(self, step: "TimeStep", seq_len: int) -> Dataset:
-        """``clm``: each document's tokens and an EOS, cut into pieces that each open with the BOS (if any)."""
-        width = seq_len - len(self.prefix)
-        skip = [IGNORE] * len(self.prefix)
+        """``clm``: the documents packed into rows of ``seq_len`` ids (``training/packing.py``: each document is
+        ``[BOS] tokens EOS``, the rows carry per-document ``position_ids``, only the last row is short)."""
         dataset = Dataset.from_list([{"text": t["text"]} for t in step.texts])
+        packer = DocumentPacker(seq_len, self.eos_id, self.prefix)
+        last = len(dataset) - 1
 
-        def chunk(batch):
-            ids, labels = [], []
-            for row in self.encode(batch["text"]):
-                row = row + [self.eos_id]
-                for start in range(0, len(row), width):
-                    ids.append(self.prefix + row[start:start + width])
-                    labels.append(skip + row[start:start + width])
-            return {"input_ids": ids, "labels": labels}
+        def pack(batch, indices):  # batches come in order (one process): the packer carries across them
+            rows = packer.add(self.encode(batch["text"]))
+            if indices and indices[-1] == last:
+                for name, values in packer.flush().items():
+                    rows[name].extend(values)
+            return rows
 
-        return dataset.map(chunk, batched=True, remove_columns=dataset.column_names)
+        return dataset.map(pack, batched=True, with_indices=True, remove_columns=dataset.column_names,
+                           new_fingerprint=f"packed-{dataset._fingerprint}-{seq_len}")
 
     def encode_example(self, prompt: str, answer: str) -> dict[str, list[int]]:
         context = self.prompt_ids([prompt])[0]

@@ -6,8 +6,9 @@ to ``<run_dir>/wandb/offline-run-*`` and uploaded later with ``wandb sync``. Wha
 - ``em/<set_name>``, ``f1/<set_name>``, ``n/<set_name>`` per checkpoint against the ``time_step`` step
   metric, so W&B draws one forgetting curve per split; other evaluator groups land under
   ``<group>/<set_name>/<metric>`` against ``time_step`` too;
-- ``train/loss``, ``train/lr``, ``train/tokens`` against ``train/global_step`` (optimizer steps counted
-  across time steps, continued from ``train_log.jsonl`` after a resume);
+- ``train/loss``, ``train/lr``, ``train/tokens``, ``train/tokens_per_s`` (and on GPU ``train/peak_mem_gb``,
+  ``train/mfu``) against ``train/global_step`` (optimizer steps counted across time steps, continued from
+  ``train_log.jsonl`` after a resume), and each checkpoint's ``time/train_tokens_per_s``;
 - a ``wandb.Table`` sample of each checkpoint's predictions (``predictions/step_<k>``);
 - at the end, the step x set matrices as tables (``final/matrix_em``, ``final/matrix_f1``) and the final checkpoint's
   metrics in the run summary (``em/<set_name>``, ``f1/<set_name>``, ``final_checkpoint``).
@@ -99,6 +100,9 @@ def run_identity(cfg: Any, sweep: Optional[tuple[str, str]] = None) -> tuple[str
     return group, name
 
 
+TRAIN_KEYS = ("loss", "lr", "tokens", "tokens_per_s", "peak_mem_gb", "mfu")
+"""The ``train_log.jsonl`` keys charted as ``train/<key>``."""
+
 def _column(row: dict) -> str:
     return row.get("set_name") or (row["set"] if row.get("set_step") is None else f"{row['set']}_{row['set_step']}")
 
@@ -117,7 +121,7 @@ def eval_payload(checkpoint: int, rows: list[dict]) -> dict:
             for metric in ("em", "f1", "n"):
                 if row.get(metric) is not None:
                     payload[f"{metric}/{name}"] = row[metric]
-            for metric in ("train_seconds", "train_tokens"):
+            for metric in ("train_seconds", "train_tokens", "train_tokens_per_s"):
                 if _is_number(row.get(metric)):
                     payload[f"time/{metric}"] = row[metric]
         elif group:
@@ -223,7 +227,7 @@ class WandbLogger(MetricLogger):
         payload = {"train/global_step": self._global_step(row["time_step"], row["optimizer_step"]),
                    "train/time_step": row["time_step"]}
         payload.update({f"train/{k}": v for k, v in row.items()
-                        if k in ("loss", "lr", "tokens") and _is_number(v)})
+                        if k in TRAIN_KEYS and _is_number(v)})
         self.run.log(payload)
 
     def log_eval(self, checkpoint, rows):

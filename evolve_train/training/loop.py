@@ -12,7 +12,7 @@ import dataclasses
 import math
 import time
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable, Optional, Union
 
 import torch
 from accelerate import Accelerator
@@ -22,8 +22,10 @@ from evolve_train.config import TrainerConfig
 from evolve_train.methods import Method
 from evolve_train.training import faults
 from evolve_train.training.distributed import clip_gradients, configure_deepspeed, update_steppers
-from evolve_train.training.examples import LengthGroupedBatches, as_array_rows
+from evolve_train.training.examples import LengthGroupedBatches, as_array_rows, row_lengths
 from evolve_train.training.nonfinite import NonFiniteGuard, NonFiniteLossError  # noqa: F401  (re-exported)
+from evolve_train.training.packing import TokenBudgetBatches
+from evolve_train.training.telemetry import Throughput, device_peak_flops, flops_per_token
 from evolve_train.training.train_state import Progress, StepStates
 
 
@@ -34,6 +36,8 @@ class StepResult:
     final_loss: float
     seconds: float
     skipped_batches: int = 0
+    tokens_per_s: float = 0.0
+    """Real (non-padding) tokens of all processes trained by this attempt at the step, per second of it."""
 
 
 def lr_lambda(warmup: int, total: int, min_ratio: float):
@@ -50,21 +54,34 @@ def planned_optimizer_steps(n_batches: int, epochs: float, grad_accum: int) -> i
     return max(1, math.ceil(n_batches * epochs / grad_accum))
 
 
-def epoch_batches(batches: LengthGroupedBatches, epoch: int, rows) -> list[list[int]]:
+Batches = Union[LengthGroupedBatches, TokenBudgetBatches]
+"""Either batching: ``lengths``, ``epoch(e)`` (global row indices), ``count(e)``, ``subset(lengths)``."""
+
+
+def make_batches(cfg: TrainerConfig, lengths, seed: int, num_processes: int) -> Batches:
+    """``trainer.tokens_per_batch`` padded tokens per process and micro-batch, or ``trainer.batch_size`` rows."""
+    if cfg.tokens_per_batch > 0:
+        return TokenBudgetBatches(lengths, cfg.tokens_per_batch, seed, num_processes)
+    return LengthGroupedBatches(lengths, batch_size=cfg.batch_size * num_processes, seed=seed)
+
+
+def epoch_batches(batches: Batches, epoch: int, rows) -> list[list[int]]:
     """The epoch's batches, restricted to ``rows`` when the method selects rows per epoch (replay decay)."""
     if rows is None:
         return batches.epoch(epoch)
-    subset = LengthGroupedBatches([batches.lengths[i] for i in rows], batches.batch_size, batches.seed)
+    subset = batches.subset([batches.lengths[i] for i in rows])
     return [[rows[i] for i in batch] for batch in subset.epoch(epoch)]
 
 
-def planned_steps_for_method(batches: LengthGroupedBatches, epochs: float, grad_accum: int, method) -> int:
-    """Optimizer steps for ``epochs`` passes, counting each epoch's own batches if the method varies them."""
+def planned_steps_for_method(batches: Batches, epochs: float, grad_accum: int, method) -> int:
+    """Optimizer steps for ``epochs`` passes, counting each epoch's own batches if the method varies them
+    (or, under a token budget, if the batch count varies by epoch)."""
     n = len(batches.lengths)
     per_epoch = [method.epoch_rows(e, n) for e in range(math.ceil(epochs))]
-    if all(rows is None for rows in per_epoch):
+    if all(rows is None for rows in per_epoch) and isinstance(batches, LengthGroupedBatches):
         return planned_optimizer_steps(len(batches), epochs, grad_accum)
-    counts = [len(batches) if rows is None else -(-len(rows) // batches.batch_size) for rows in per_epoch]
+    counts = [batches.count(e) if rows is None else batches.subset([batches.lengths[i] for i in rows]).count(e)
+              for e, rows in enumerate(per_epoch)]
     whole = int(epochs)
     total = sum(counts[:whole]) + (epochs - whole) * (counts[whole] if whole < len(counts) else 0)
     return max(1, math.ceil(total / grad_accum))
@@ -97,10 +114,12 @@ class StepTrainer:
                  accelerator: Accelerator, collate_fn, seed: int):
         self.step, self.cfg, self.method, self.accelerator = step, cfg, method, accelerator
         self.rows, self.collate_fn, self.epochs, self.seed = rows, collate_fn, epochs, seed
-        self.batches = LengthGroupedBatches([len(row["input_ids"]) for row in rows],
-                                            batch_size=cfg.batch_size * accelerator.num_processes, seed=seed)
+        self.lengths = row_lengths(rows)
+        self.batches = make_batches(cfg, self.lengths, seed, accelerator.num_processes)
         self.total = planned_steps_for_method(self.batches, epochs, cfg.grad_accum, method)
         self.trainable = [p for p in model.parameters() if p.requires_grad]
+        check_attention_reset(cfg, model, rows)
+        self.flops_per_token = flops_per_token(model, cfg.seq_len)
         self._prepare(model)
 
     def _prepare(self, model) -> None:
@@ -132,10 +151,15 @@ class StepTrainer:
             self.progress, self.log_fn = states.begin(
                 self.model, self.optimizer, self.scheduler, log_fn, planned_steps=self.total, rows=len(self.rows),
                 batch_size=self.cfg.batch_size, grad_accum=self.cfg.grad_accum, epochs=self.epochs,
-                seed=self.seed, lr=self.cfg.lr)
+                seed=self.seed, lr=self.cfg.lr, **plan_extras(self.cfg, packed=is_packed(self.rows)))
         self.resumed_at = (self.progress.epoch, self.progress.next_batch)
         self.guard.skipped = self.progress.skipped
-        self.tokens = torch.full((), float(self.progress.tokens), device=self.accelerator.device)
+        self.tokens = self.progress.tokens  # this process's real tokens (host ints: no device sync)
+        self.all_tokens = self.tokens * self.accelerator.num_processes  # every process's, exact from here on
+        self.throughput = Throughput(self.accelerator.device, self.all_tokens, self.flops_per_token,
+                                     device_peak_flops(self.accelerator.device, self.cfg.mixed_precision,
+                                                       self.cfg.peak_flops), self.accelerator.num_processes)
+        self.begin_tokens = self.all_tokens
 
     def run(self) -> None:
         """Epochs of batches until the planned number of optimizer steps."""
@@ -149,6 +173,7 @@ class StepTrainer:
                 if progress.epoch == self.resumed_at[0] and index < self.resumed_at[1]:
                     continue  # trained before the state this step resumed from
                 shard = indices[self.accelerator.process_index::self.accelerator.num_processes]
+                self.all_tokens += int(self.lengths[indices].sum())
                 if shard and self.train_batch(index, shard):
                     break
             progress.epoch += 1
@@ -161,14 +186,14 @@ class StepTrainer:
         batch = self.collate_fn([self.rows[i] for i in shard])
         batch = {k: v.to(accelerator.device, non_blocking=True) for k, v in batch.items()}
         with accelerator.accumulate(self.model):
-            loss = self.model(**batch).loss
+            loss = self.model(**batch, use_cache=False).loss  # no KV cache in training (and packed ids need none)
             extra = self.method.extra_loss(self.unwrapped, progress.optimizer_steps)
             if extra is not None:
                 loss = loss + extra
             self.guard.observe_loss(loss, progress.epoch, index, progress.micro)
             accelerator.backward(loss)
             updated = self._update() if accelerator.sync_gradients else False
-        self.tokens += batch["attention_mask"].sum()
+        self.tokens += int(self.lengths[shard].sum())
         progress.micro += 1
         if not accelerator.sync_gradients:
             return False
@@ -199,8 +224,7 @@ class StepTrainer:
         if self.states is not None:  # a due mid-step state (or Ctrl-C: save, then TrainingInterrupted)
             self.states.after_optimizer_step(
                 progress.optimizer_steps, self.total,
-                lambda: dataclasses.replace(progress, next_batch=index + 1, tokens=int(self.tokens.item()),
-                                            rows=[]),
+                lambda: dataclasses.replace(progress, next_batch=index + 1, tokens=self.tokens, rows=[]),
                 self.model, self.optimizer, self.scheduler,
                 check=lambda: self.guard.check(progress.optimizer_steps))
         faults.point("optimizer_step")
@@ -214,11 +238,42 @@ class StepTrainer:
         if self.log_fn is not None:
             self.log_fn({"time_step": self.step, "optimizer_step": progress.optimizer_steps,
                          "loss": progress.last_loss, "lr": self.scheduler.get_last_lr()[0],
-                         "tokens": int(self.tokens.item()) * self.accelerator.num_processes,
+                         "tokens": self.tokens * self.accelerator.num_processes,
+                         **self.throughput.window(self.all_tokens),
                          **({"skipped": progress.skipped} if progress.skipped else {})})
 
     def result(self, seconds: float) -> StepResult:
         world = self.accelerator.num_processes
-        return StepResult(optimizer_steps=self.progress.optimizer_steps, tokens=int(self.tokens.item()) * world,
+        return StepResult(optimizer_steps=self.progress.optimizer_steps, tokens=self.tokens * world,
                           final_loss=self.progress.last_loss, seconds=seconds,
-                          skipped_batches=self.progress.skipped)
+                          skipped_batches=self.progress.skipped,
+                          tokens_per_s=round((self.all_tokens - self.begin_tokens) / max(seconds, 1e-9), 1))
+
+
+def plan_extras(cfg: TrainerConfig, packed: bool) -> dict:
+    """What the resume fingerprint adds to the plan for the batching options (only where they apply, so the
+    states of runs without them keep their fingerprint)."""
+    return {**({"tokens_per_batch": cfg.tokens_per_batch} if cfg.tokens_per_batch else {}),
+            **({"attention_reset": cfg.attention_reset} if packed else {})}
+
+
+def is_packed(rows) -> bool:
+    """Whether ``rows`` are packed documents (they carry per-document ``position_ids``)."""
+    return bool(len(rows)) and "position_ids" in rows[0]
+
+
+RESET_ATTENTION = ("eager", "sdpa", "flex_attention")
+"""Attention implementations that make packed rows block-diagonal from ``position_ids`` alone
+(``transformers.masking_utils``); flash-attention kernels only do so for a single flattened row."""
+
+
+def check_attention_reset(cfg: TrainerConfig, model, rows) -> None:
+    """A clear error, before training, when packed rows must not attend across documents and the model's
+    attention implementation would let them."""
+    if not cfg.attention_reset or not is_packed(rows):
+        return
+    implementation = getattr(getattr(model, "config", None), "_attn_implementation", None) or "eager"
+    if implementation not in RESET_ATTENTION:
+        raise ValueError(f"trainer.attention_reset=true needs one of the attention implementations "
+                         f"{', '.join(RESET_ATTENTION)} (model.attn_implementation is {implementation!r}): set "
+                         "model.attn_implementation=sdpa or trainer.attention_reset=false")
