@@ -86,7 +86,9 @@ def write_entry(final: Path, build: Callable[[Path], None]) -> Path:
     return final
 
 
-def remove_stale_tmp(final: Path) -> None:
-    """Remove what interrupted writes of ``final`` left (call with the entry's lock held)."""
+def remove_incomplete(final: Path) -> None:
+    """Remove what interrupted writes of ``final`` left: their temporary directories, and ``final`` itself
+    (the caller found it incomplete, e.g. a copy cut short). Call with the entry's lock held."""
     for stale in final.parent.glob(f".tmp-{final.name}-*"):
         shutil.rmtree(stale, ignore_errors=True)
+    shutil.rmtree(final, ignore_errors=True)

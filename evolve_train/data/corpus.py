@@ -123,8 +123,8 @@ def records_of_file(path: Path, kind: str, records: Callable[[], Iterable[dict]]
         return ArrowRecords(Dataset.from_buffer(sink.getvalue()), fingerprint)
     final = Path(cache_dir) / "corpora" / fingerprint[:24]
     with cache.entry_lock(final):
-        if not (final / "records.arrow").is_file():
-            cache.remove_stale_tmp(final)
+        if not (final / "source.json").is_file():  # written last: the entry is complete
+            cache.remove_incomplete(final)
             cache.write_entry(final, lambda tmp: _write_entry(tmp, path, records, schema))
     return ArrowRecords(Dataset.from_file(str(final / "records.arrow")), fingerprint)
 

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Optional, Sequence
 import torch
 from datasets import Dataset
 
+from evolve_train.data.corpus import as_dataset
 from evolve_train.models.batching import AutoBatchSize, as_auto
 from evolve_train.models.generation import GREEDY_DECODERS, greedy_decode, padded_batch, stop_token_ids
 from evolve_train.models.scoring import causal_option_scores, seq2seq_option_scores
@@ -267,7 +268,7 @@ class CausalLMAdapter(ModelAdapter):
         """``clm``: each document's tokens and an EOS, cut into pieces that each open with the BOS (if any)."""
         width = seq_len - len(self.prefix)
         skip = [IGNORE] * len(self.prefix)
-        dataset = Dataset.from_list([{"text": t["text"]} for t in step.texts])
+        dataset = as_dataset(step.texts, ["text"])  # a file corpus: its Arrow data as it is (data/corpus.py)
 
         def chunk(batch):
             ids, labels = [], []
