@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 import time
 from pathlib import Path
@@ -28,6 +29,7 @@ from accelerate.utils import set_seed
 from omegaconf import DictConfig, OmegaConf
 
 from evolve_train.config import Config
+from evolve_train.data.cache import resolve_cache_dir
 from evolve_train.data.timeline import build_timeline
 from evolve_train.errors import ConfigError
 from evolve_train.evaluation.evaluator import EvalContext, check_eval_config, evaluate_checkpoint
@@ -47,6 +49,7 @@ from evolve_train.training.examples import collate
 from evolve_train.training.loop import StepResult, train_time_step
 from evolve_train.training.redact import redact_run
 from evolve_train.training.step0_cache import Step0Cache
+from evolve_train.training.token_cache import TokenCache
 from evolve_train.training.train_state import StepStates, TrainingInterrupted, prune_states
 
 log = logging.getLogger(__name__)
@@ -170,7 +173,8 @@ class ContinualRun:
             tokenizer = load_tokenizer(cfg.model.tokenizer or cfg.model.name_or_path, cfg.model)
         else:
             first = self.timeline.steps[0]
-            texts = [t["text"] for t in first.texts] + [p["input"] + " " + p["output"] for p in first.pairs]
+            texts = itertools.chain((t["text"] for t in first.texts),  # streamed: a corpus may exceed memory
+                                    (p["input"] + " " + p["output"] for p in first.pairs))
             tokenizer = train_tokenizer(texts, cfg.model.vocab_size, cfg.model.arch)
         model = build_model(cfg.model, tokenizer)
         log.info("model: %.2fM parameters", n_parameters(model) / 1e6)
@@ -226,8 +230,10 @@ class ContinualRun:
 
     def _examples(self, step: int):
         """Step ``step``'s tokenized examples, mixed by the method with earlier steps' (replay)."""
-        def tokenize(time_step):
-            return self.adapter.encode_step(time_step, self.cfg.data.objective, self.cfg.trainer.seq_len)
+        tokens = TokenCache(resolve_cache_dir(self.cfg.data.cache_dir), self.adapter, self.accelerator)
+
+        def tokenize(time_step):  # the rows of the tokenized cache (data.cache_dir), or encoded now
+            return tokens.examples(time_step, self.cfg.data.objective, self.cfg.trainer.seq_len)
         history = TokenizedHistory(self.timeline.steps[:step], tokenize, self.adapter.pad_id)
         return self.active.mix_examples(step, tokenize(self.timeline.steps[step]), history)
 

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Optional, Sequence
 import torch
 from datasets import Dataset
 
+from evolve_train.data.corpus import as_dataset
 from evolve_train.models.batching import AutoBatchSize, as_auto
 from evolve_train.models.generation import GREEDY_DECODERS, greedy_decode, padded_batch, stop_token_ids
 from evolve_train.models.scoring import causal_option_scores, seq2seq_option_scores
@@ -269,7 +270,7 @@ class CausalLMAdapter(ModelAdapter):
     def _documents(self, step: "TimeStep", seq_len: int) -> Dataset:
         """``clm``: the documents packed into rows of ``seq_len`` ids (``training/packing.py``: each document is
         ``[BOS] tokens EOS``, the rows carry per-document ``position_ids``, only the last row is short)."""
-        dataset = Dataset.from_list([{"text": t["text"]} for t in step.texts])
+        dataset = as_dataset(step.texts, ["text"])  # a file corpus: its Arrow data as it is (data/corpus.py)
         packer = DocumentPacker(seq_len, self.eos_id, self.prefix)
         last = len(dataset) - 1
 

@@ -22,9 +22,10 @@ from evolve_train.config import TrainerConfig
 from evolve_train.methods import Method
 from evolve_train.training import faults
 from evolve_train.training.distributed import clip_gradients, configure_deepspeed, update_steppers
-from evolve_train.training.examples import LengthGroupedBatches, as_array_rows, row_lengths
+from evolve_train.training.examples import LengthGroupedBatches, row_lengths
 from evolve_train.training.nonfinite import NonFiniteGuard, NonFiniteLossError  # noqa: F401  (re-exported)
 from evolve_train.training.packing import TokenBudgetBatches
+from evolve_train.training.rows import TokenRows
 from evolve_train.training.telemetry import Throughput, device_peak_flops, flops_per_token
 from evolve_train.training.train_state import Progress, StepStates
 
@@ -97,7 +98,7 @@ def train_time_step(model: torch.nn.Module, examples, *, step: int, epochs: floa
     ``trainer.nonfinite`` guards every loss and gradient (training/nonfinite.py).
     """
     start = time.perf_counter()
-    trainer = StepTrainer(model, as_array_rows(examples), step=step, epochs=epochs, cfg=cfg, method=method,
+    trainer = StepTrainer(model, TokenRows(examples), step=step, epochs=epochs, cfg=cfg, method=method,
                           accelerator=accelerator, collate_fn=collate_fn, seed=seed)
     trainer.begin(log_fn, states)
     trainer.run()

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import csv
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Optional
+from typing import Any, Iterator, Mapping, Optional, Sequence
 
+from evolve_train.data.corpus import records_of_file
 from evolve_train.data.qa_items import (QAItem, _check_mapping, _csv_records, _decoded_lines,
                                         _item_from_record, _jsonl_records)
 from evolve_train.errors import DataError
@@ -95,27 +96,33 @@ def _text_cell(record: Mapping[str, Any], name: str, path: Path, number: int) ->
     return value
 
 
-def read_training_file(path: Path) -> tuple[list[dict], list[dict]]:
+def read_training_file(path: Path, cache_dir: Optional[Path] = None) -> tuple[Sequence[dict], Sequence[dict]]:
     """(pairs, texts) of one training file: masked-entity pairs (``input`` with a mask token, ``output``)
-    from CSV or JSONL, or plain-text documents (JSONL/CSV with ``text``, optional ``doc_id``)."""
+    from CSV or JSONL, or plain-text documents (JSONL/CSV with ``text``, optional ``doc_id``); the other one
+    is empty. Streamed: validated line by line into Arrow (``data/corpus.py``), never a list of the file,
+    memory-mapped from ``cache_dir`` (``<cache_dir>/corpora/``) when given."""
     path = require_file(Path(path), "training file")
     first_keys = _first_keys(path)
-    pairs, texts = [], []
     if "text" in first_keys and "input" not in first_keys:
-        for number, record in numbered_records(path, ("text",)):
-            doc = {"text": _text_cell(record, "text", path, number)}
-            if record.get("doc_id") not in (None, ""):
-                doc["doc_id"] = str(record["doc_id"])
-            texts.append(doc)
-        return pairs, texts
+        return [], records_of_file(path, "texts", lambda: _documents(path), cache_dir)
+    return records_of_file(path, "pairs", lambda: _pairs(path), cache_dir), []
+
+
+def _documents(path: Path) -> Iterator[dict]:
+    for number, record in numbered_records(path, ("text",)):
+        doc_id = record.get("doc_id")
+        yield {"text": _text_cell(record, "text", path, number),
+               "doc_id": None if doc_id in (None, "") else str(doc_id)}
+
+
+def _pairs(path: Path) -> Iterator[dict]:
     for number, record in numbered_records(path, ("input", "output")):
         source = _text_cell(record, "input", path, number)
         target = _text_cell(record, "output", path, number)
         if not any(mask in source for mask in MASK_TOKENS):
             raise DataError(f"no mask token ({', '.join(MASK_TOKENS)}) in the masked-entity input",
                             file=str(path), line=number, field="input")
-        pairs.append({"input": source, "output": target})
-    return pairs, texts
+        yield {"input": source, "output": target}
 
 
 def _first_keys(path: Path) -> set[str]:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Optional
 
 from evolve_train.config import DataConfig
+from evolve_train.data.cache import resolve_cache_dir
 from evolve_train.data.loaders.common import (csv_header, effective_fields, numbered_records,
                                               read_release_items, read_training_file, require_file)
 from evolve_train.data.schema import EvalSet, TimeStep, Timeline
@@ -169,9 +170,10 @@ def evolvingqa_timeline(cfg: DataConfig) -> Timeline:
     root = _root(cfg)
     files = training_files(root, cfg.steps)
     index_of = {name: k for k, name in enumerate(files)}
+    cache_dir = resolve_cache_dir(cfg.cache_dir)
     steps = []
     for name, path in files.items():
-        pairs, texts = read_training_file(path)
+        pairs, texts = read_training_file(path, cache_dir)
         steps.append(TimeStep(index=index_of[name], name=name, pairs=pairs, texts=texts))
     sets = [EvalSet("unchanged", "unchanged", None,
                     [record for _, record in _items(unchanged_file(root), cfg, "unchanged", "unchanged", None)])]

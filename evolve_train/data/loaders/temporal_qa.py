@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import Optional
 
 from evolve_train.config import DataConfig
+from evolve_train.data.cache import resolve_cache_dir
+from evolve_train.data.corpus import concat_records
 from evolve_train.data.loaders.common import effective_fields, read_training_file, require_file, resolve_path
 from evolve_train.data.loaders.evolvebench import looks_like_events, read_events
 from evolve_train.data.qa_items import QAItem, _jsonl_records, iter_numbered_qa_items
@@ -182,13 +184,12 @@ def eval_sets_of(records: list[dict]) -> list[EvalSet]:
 def temporal_qa_timeline(cfg: DataConfig) -> Timeline:
     """Build and validate the timeline of generic timestamped QA data (see the module docstring)."""
     names = step_order(cfg)
+    cache_dir = resolve_cache_dir(cfg.cache_dir)
     steps = []
     for index, name in enumerate(names):
-        pairs, texts = [], []
-        for file in cfg.train_files[name]:
-            file_pairs, file_texts = read_training_file(resolve_path(file, cfg.root))
-            pairs += file_pairs
-            texts += file_texts
+        read = [read_training_file(resolve_path(file, cfg.root), cache_dir) for file in cfg.train_files[name]]
+        pairs = concat_records([file_pairs for file_pairs, _ in read])
+        texts = concat_records([file_texts for _, file_texts in read])
         if not pairs and not texts:
             raise ConfigError(f"data.train_files.{name}: no training files listed for step {name}")
         steps.append(TimeStep(index=index, name=name, pairs=pairs, texts=texts))

@@ -1,0 +1,94 @@
+"""Where materialised datasets live (``data.cache_dir``), and how an entry is written so that nobody reads
+half of one.
+
+Two kinds of entries share the root (docs/data.md, "The tokenized cache"):
+
+* ``<root>/corpora/<key>/`` — a training file's validated records as an Arrow file (``data/corpus.py``),
+  keyed by the file's content;
+* ``<root>/tokens/<key>/`` — a time step's tokenized training rows (``training/token_cache.py``), keyed by
+  the step's data, the tokenizer, the objective, ``seq_len`` and the encoder's code.
+
+An entry is built in ``<root>/<kind>/.tmp-<key>-<pid>/``, its files fsynced, then renamed to its final name;
+only a final name is ever read, so an interrupted write leaves a ``.tmp-`` directory that no one reads (it is
+removed when the same entry is next built). A file lock per key makes concurrent writers (the ranks of one
+run, the jobs of a sweep) build an entry once: the first one builds it, the others wait and read it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Callable, Iterator, Optional
+
+OFF = ("off", "none", "null", "false", "")
+
+
+def resolve_cache_dir(setting: Optional[str]) -> Optional[Path]:
+    """The cache root of ``data.cache_dir``: the path given; ``null``: ``<sweep dir>/.data_cache`` in a Hydra
+    multirun (shared by the sweep's runs, removed with the sweep), else no cache; ``off``: no cache."""
+    if setting is not None:
+        return None if str(setting).strip().lower() in OFF else Path(setting).expanduser()
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
+        return Path(HydraConfig.get().sweep.dir) / ".data_cache"
+    return None
+
+
+def digest(parts) -> str:
+    """A short SHA-256 of JSON-serialisable ``parts`` (the key of an entry)."""
+    blob = json.dumps(parts, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:24]
+
+
+def _fsync_tree(directory: Path) -> None:
+    for path in sorted(directory.rglob("*")):
+        if path.is_file():
+            with open(path, "rb") as handle:
+                os.fsync(handle.fileno())
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def entry_lock(final: Path) -> Iterator[None]:
+    """Hold the lock of entry ``final`` (``<final>.lock`` next to it)."""
+    from filelock import FileLock
+
+    final.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(final.parent / f".{final.name}.lock")):
+        yield
+
+
+def write_entry(final: Path, build: Callable[[Path], None]) -> Path:
+    """Build entry ``final`` atomically: ``build(tmp)`` fills a temporary directory, which is fsynced and
+    renamed to ``final``. A ``final`` that exists already (another writer won) is kept as it is."""
+    tmp = final.parent / f".tmp-{final.name}-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        build(tmp)
+        _fsync_tree(tmp)
+        os.rename(tmp, final)
+    except OSError:
+        if not final.is_dir():
+            raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def remove_incomplete(final: Path) -> None:
+    """Remove what interrupted writes of ``final`` left: their temporary directories, and ``final`` itself
+    (the caller found it incomplete, e.g. a copy cut short). Call with the entry's lock held."""
+    for stale in final.parent.glob(f".tmp-{final.name}-*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    shutil.rmtree(final, ignore_errors=True)

@@ -1,0 +1,168 @@
+"""Training corpora held as Arrow, not as Python lists: a file of any size is validated line by line and its
+records written to an Arrow file (memory-mapped when it lies in ``data.cache_dir``), so memory does not grow
+with the corpus.
+
+:class:`ArrowRecords` is what a loader puts in ``TimeStep.pairs`` / ``TimeStep.texts`` for a training file:
+a read-only sequence of record dicts (``len``, indexing, lazy iteration in batches) over a
+``datasets.Dataset``, with a content :attr:`~ArrowRecords.fingerprint`. Code that iterates a step's corpus
+(hygiene checks, the transforms) works on it unchanged; the model adapter takes the Arrow dataset itself
+(:func:`as_dataset`) and tokenizes it with ``Dataset.map``. The embedded world keeps plain lists.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Callable, Iterable, Iterator, Optional
+
+import pyarrow as pa
+from datasets import Dataset, concatenate_datasets
+
+from evolve_train.data import cache
+
+log = logging.getLogger(__name__)
+FORMAT = 1
+"""Version of the corpus entries' layout (part of their key)."""
+SCHEMAS = {"pairs": pa.schema([("input", pa.string()), ("output", pa.string())]),
+           "texts": pa.schema([("text", pa.string()), ("doc_id", pa.string())])}
+BATCH = 4096
+"""Records per Arrow record batch while writing (bounds the Python objects alive at once)."""
+LARGE_FILE = 1 << 30
+"""A training file this large read without ``data.cache_dir`` is held in memory: warn."""
+
+
+class ArrowRecords(Sequence):
+    """A corpus (masked-entity pairs or documents) as a sequence of dicts over an Arrow ``dataset``."""
+
+    def __init__(self, dataset: Dataset, fingerprint: str):
+        self.dataset = dataset
+        self.fingerprint = fingerprint
+        """SHA-256 (hex) of what the records were read from: equal fingerprints, equal records."""
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        return _plain(self.dataset[index if index >= 0 else index + len(self)])
+
+    def __iter__(self) -> Iterator[dict]:
+        for batch in self.dataset.iter(batch_size=1000):
+            names = list(batch)
+            for values in zip(*batch.values()):
+                yield _plain(dict(zip(names, values)))
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, ArrowRecords):
+            return self.fingerprint == other.fingerprint
+        return isinstance(other, Sequence) and len(self) == len(other) and list(self) == list(other)
+
+    __hash__ = None
+
+    def __add__(self, other) -> list:
+        return list(self) + list(other)
+
+    def __radd__(self, other) -> list:
+        return list(other) + list(self)
+
+    def __repr__(self) -> str:  # what json.dumps(default=str) writes: the content's fingerprint
+        return f"ArrowRecords(rows={len(self)}, fingerprint={self.fingerprint})"
+
+
+def _plain(record: dict) -> dict:
+    """A record as the loaders' dicts: absent optional fields (Arrow nulls) left out."""
+    return {key: value for key, value in record.items() if value is not None}
+
+
+def file_digest(path: Path) -> str:
+    """SHA-256 of a file's bytes, read in blocks."""
+    sha = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            sha.update(block)
+    return sha.hexdigest()
+
+
+def _batches(records: Iterable[dict], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    chunk: list[dict] = []
+    for record in records:
+        chunk.append(record)
+        if len(chunk) == BATCH:
+            yield pa.RecordBatch.from_pylist(chunk, schema=schema)
+            chunk = []
+    if chunk:
+        yield pa.RecordBatch.from_pylist(chunk, schema=schema)
+
+
+def write_arrow(records: Iterable[dict], schema: pa.Schema, sink) -> int:
+    """Write ``records`` to ``sink`` (a path or a buffer stream) as an Arrow IPC stream; the record count."""
+    count = 0
+    with pa.ipc.new_stream(sink, schema) as writer:
+        for batch in _batches(records, schema):
+            writer.write_batch(batch)
+            count += batch.num_rows
+    return count
+
+
+def records_of_file(path: Path, kind: str, records: Callable[[], Iterable[dict]],
+                    cache_dir: Optional[Path]) -> ArrowRecords:
+    """The validated ``records()`` of training file ``path`` (``kind``: ``pairs`` or ``texts``) as Arrow:
+    written once into ``<cache_dir>/corpora/`` and memory-mapped, or (no cache) held in an in-memory buffer."""
+    fingerprint = hashlib.sha256(f"{kind}:{FORMAT}:{file_digest(path)}".encode()).hexdigest()
+    schema = SCHEMAS[kind]
+    if cache_dir is None:
+        if path.stat().st_size >= LARGE_FILE:
+            log.warning("%s: %.1f GB held in memory; set data.cache_dir to stream it to disk instead", path,
+                        path.stat().st_size / 1e9)
+        sink = pa.BufferOutputStream()
+        write_arrow(records(), schema, sink)
+        return ArrowRecords(Dataset.from_buffer(sink.getvalue()), fingerprint)
+    final = Path(cache_dir) / "corpora" / fingerprint[:24]
+    with cache.entry_lock(final):
+        if not (final / "source.json").is_file():  # written last: the entry is complete
+            cache.remove_incomplete(final)
+            cache.write_entry(final, lambda tmp: _write_entry(tmp, path, records, schema))
+    return ArrowRecords(Dataset.from_file(str(final / "records.arrow")), fingerprint)
+
+
+def _write_entry(tmp: Path, path: Path, records: Callable[[], Iterable[dict]], schema: pa.Schema) -> None:
+    count = write_arrow(records(), schema, str(tmp / "records.arrow"))
+    (tmp / "source.json").write_text(json.dumps({"file": str(path), "records": count}) + "\n", encoding="utf-8")
+
+
+def concat_records(parts: list) -> Sequence[dict]:
+    """One step's corpus from its files' records (``[]`` when none has any)."""
+    parts = [part for part in parts if len(part)]
+    if not parts:
+        return []
+    if len(parts) == 1:
+        return parts[0]
+    if all(isinstance(part, ArrowRecords) for part in parts):
+        fingerprint = hashlib.sha256(":".join(p.fingerprint for p in parts).encode()).hexdigest()
+        return ArrowRecords(concatenate_datasets([p.dataset for p in parts]), fingerprint)
+    return [record for part in parts for record in part]
+
+
+def as_dataset(records: Sequence[dict], columns: list[str]) -> Dataset:
+    """``records``' ``columns`` as a ``datasets.Dataset``: the Arrow data itself for :class:`ArrowRecords`
+    (no copy), else built from the list."""
+    if isinstance(records, ArrowRecords):
+        return records.dataset.select_columns(columns)
+    return Dataset.from_list([{name: record[name] for name in columns} for record in records])
+
+
+def records_fingerprint(records: Sequence[dict]) -> str:
+    """SHA-256 of a corpus: an :class:`ArrowRecords`' own fingerprint, else of the records as JSON."""
+    if isinstance(records, ArrowRecords):
+        return records.fingerprint
+    return hashlib.sha256(json.dumps(list(records), sort_keys=True, default=str).encode("utf-8")).hexdigest()
+
+
+def step_fingerprint(step) -> str:
+    """SHA-256 of a time step's training data (its pairs and its documents)."""
+    parts = {"pairs": records_fingerprint(step.pairs), "texts": records_fingerprint(step.texts)}
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode("utf-8")).hexdigest()

@@ -1,0 +1,117 @@
+"""The tokenized cache: each time step's training rows are tokenized once and reused by every run of a sweep
+and by every rank (``data.cache_dir``; docs/data.md, "The tokenized cache").
+
+An entry ``<root>/tokens/<key>/`` is the rows of ``adapter.encode_step(step, objective, seq_len)`` saved with
+``Dataset.save_to_disk`` (Arrow, memory-mapped by ``load_from_disk``) and ``token_meta.json``. The key
+(:func:`token_key`) is a SHA-256 of the step's data (``data/corpus.py: step_fingerprint``), the tokenizer
+(its ``tokenizer.json``: vocabulary, merges, special tokens, post-processor), the adapter's class, the
+special ids it uses and the source of its module (a change to the encoding code is a miss), the encoding
+settings (objective, ``seq_len``, ...), the versions of this package, ``datasets`` and ``tokenizers``, and
+:data:`FORMAT`. Entries are written atomically (``data/cache.py``); the main process builds a missing
+entry while the other ranks wait, then they map it; concurrent runs of a sweep serialise on a file lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import inspect
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+from datasets import Dataset, load_from_disk
+
+from evolve_train.data import cache
+from evolve_train.data.corpus import step_fingerprint
+from evolve_train.training.step0_cache import tokenizer_fingerprint
+
+log = logging.getLogger(__name__)
+FORMAT = 1
+"""Version of the entries' layout (part of the key)."""
+META = "token_meta.json"
+
+
+def encoder_fingerprint(adapter) -> str:
+    """SHA-256 of what decides the rows besides the data and the tokenizer: the adapter's class, its special
+    ids and the source of the module defining it."""
+    cls = type(adapter)
+    source = inspect.getsource(sys.modules[cls.__module__])
+    parts = [cls.__module__, cls.__qualname__, adapter.prefix, adapter.suffix, adapter.eos_id, adapter.pad_id,
+             hashlib.sha256(source.encode("utf-8")).hexdigest()]
+    return hashlib.sha256(json.dumps(parts, default=str).encode("utf-8")).hexdigest()
+
+
+def token_key(step, adapter, settings: dict) -> str:
+    """The key of ``step``'s rows encoded by ``adapter`` with ``settings`` (see the module docstring)."""
+    import datasets
+    import tokenizers
+
+    import evolve_train
+
+    return cache.digest({"format": FORMAT, "data": step_fingerprint(step),
+                         "tokenizer": tokenizer_fingerprint(adapter.tokenizer),
+                         "encoder": encoder_fingerprint(adapter), "settings": settings,
+                         "versions": [evolve_train.__version__, datasets.__version__, tokenizers.__version__]})
+
+
+class TokenCache:
+    """Tokenized rows of time steps through ``root`` (``None``: no cache, every call encodes)."""
+
+    def __init__(self, root: Optional[Path], adapter, accelerator=None):
+        self.root = None if root is None else Path(root)
+        self.adapter, self.accelerator = adapter, accelerator
+        self.seconds = 0.0
+        """Time spent preparing rows so far (encoding, or mapping a cached entry)."""
+
+    def examples(self, step, objective: str, seq_len: int, **settings) -> Dataset:
+        """``adapter.encode_step(step, objective, seq_len)``, from the cache when an entry exists."""
+        start = time.perf_counter()
+        try:
+            if self.root is None:
+                return self.adapter.encode_step(step, objective, seq_len)
+            settings = {"objective": str(objective), "seq_len": seq_len, **settings}
+            final = self.root / "tokens" / token_key(step, self.adapter, settings)
+            with self._main_first():
+                return self._load_or_build(final, step, objective, seq_len, settings)
+        finally:
+            self.seconds += time.perf_counter() - start
+
+    def _main_first(self):
+        if self.accelerator is None or self.accelerator.num_processes == 1:
+            return contextlib.nullcontext()
+        return self.accelerator.main_process_first()  # the main process builds; the others wait, then map
+
+    def _load_or_build(self, final: Path, step, objective: str, seq_len: int, settings: dict) -> Dataset:
+        if (final / META).is_file():
+            log.info("tokenized cache hit %s (step %s)", final, step.name)
+            return load_from_disk(str(final))
+        with cache.entry_lock(final):
+            if (final / META).is_file():  # built by a concurrent run while this one waited for the lock
+                log.info("tokenized cache hit %s (step %s)", final, step.name)
+                return load_from_disk(str(final))
+            log.info("tokenized cache miss %s (step %s): tokenizing", final, step.name)
+            cache.remove_incomplete(final)
+            examples = self.adapter.encode_step(step, objective, seq_len)
+            cache.write_entry(final, lambda tmp: _save(examples, tmp, step, settings))
+            _drop_intermediate(examples)
+        return load_from_disk(str(final))
+
+
+def _save(examples: Dataset, tmp: Path, step, settings: dict) -> None:
+    examples.save_to_disk(str(tmp))
+    meta = {"format": FORMAT, "step": step.name, "rows": len(examples), "settings": settings,
+            "data": step_fingerprint(step)}
+    (tmp / META).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+
+
+def _drop_intermediate(examples: Dataset) -> None:
+    """Delete the ``datasets`` cache files ``Dataset.map`` wrote next to a memory-mapped corpus while
+    encoding (the entry holds the rows now)."""
+    for entry in examples.cache_files:
+        path = Path(entry["filename"])
+        if path.name.startswith("cache-"):
+            path.unlink(missing_ok=True)

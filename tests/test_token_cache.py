@@ -1,0 +1,242 @@
+"""The tokenized cache (training/token_cache.py), memory-mapped rows (training/rows.py) and streamed training
+files (data/corpus.py): written once, hit afterwards with the same rows bitwise, keyed on everything the rows
+depend on, never read half-written, shared by concurrent processes."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+from datasets import Dataset, concatenate_datasets, load_from_disk
+
+from evolve_train.data.corpus import ArrowRecords, step_fingerprint
+from evolve_train.data.loaders.common import read_training_file
+from evolve_train.data.schema import TimeStep
+from evolve_train.errors import DataError
+from evolve_train.models.adapter import make_adapter
+from evolve_train.models.build import train_tokenizer
+from evolve_train.run import train
+from evolve_train.training import token_cache
+from evolve_train.training.examples import as_array_rows
+from evolve_train.training.rows import TokenRows
+from evolve_train.training.token_cache import TokenCache, token_key
+from helpers import tiny_cfg
+
+DOCS = [f"Document {k} says that the river {k % 7} flows past town {k * 3} in spring." * (1 + k % 4)
+        for k in range(40)]
+
+
+def write_docs(path: Path, docs=DOCS) -> Path:
+    path.write_text("".join(json.dumps({"text": text, "doc_id": f"d{k}"}) + "\n" for k, text in enumerate(docs)),
+                    encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def adapter():
+    return make_adapter(train_tokenizer(DOCS, 300))
+
+
+def step_of(path: Path, cache_dir=None) -> TimeStep:
+    pairs, texts = read_training_file(path, cache_dir)
+    return TimeStep(index=0, name="2019", pairs=pairs, texts=texts)
+
+
+def same_rows(a, b) -> bool:
+    return len(a) == len(b) and all(set(x) == set(y) and all(x[k].dtype == y[k].dtype and np.array_equal(x[k], y[k])
+                                                             for k in x) for x, y in zip(a, b))
+
+
+# ----------------------------------------------------------------------------------- rows
+
+
+def test_token_rows_equal_as_array_rows_plain_mapped_and_memory_mapped(tmp_path):
+    data = Dataset.from_dict({"input_ids": [[1, 2, 3], [4], [5, 6], [7, 8, 9, 10]],
+                              "labels": [[-100, 2, 3], [4], [-100, 6], [7, 8, -100, 10]]})
+    data.save_to_disk(str(tmp_path / "d"))
+    mapped = load_from_disk(str(tmp_path / "d"))
+    replay_like = concatenate_datasets([mapped, mapped.select([3, 0, 3])])  # chunks + an index mapping
+    for examples in (data, data.select([2, 0]), data.shuffle(seed=1), mapped, replay_like, data.select([])):
+        rows = TokenRows(examples)
+        expected = as_array_rows(examples)
+        assert same_rows(list(rows), expected)
+        assert rows.lengths.tolist() == [len(r["input_ids"]) for r in expected]
+        assert all(r["input_ids"].dtype == np.int64 for r in rows)
+    with pytest.raises(IndexError):
+        TokenRows(data)[4]
+
+
+def test_token_rows_of_a_cache_entry_view_the_mapping(tmp_path, adapter):
+    step = step_of(write_docs(tmp_path / "docs.jsonl"), tmp_path / "cache")
+    rows = TokenRows(TokenCache(tmp_path / "cache", adapter).examples(step, "clm", 16))
+    flat = rows._flat["input_ids"].values  # what rows[i] is cut from (a small int64 copy when stored as int32)
+    assert all(not values.flags.owndata and not values.flags.writeable for values in flat)  # views on the map
+    assert rows[3]["input_ids"].dtype == np.int64 and len(rows[3]["input_ids"]) == rows.lengths[3]
+
+
+# ----------------------------------------------------------------------------------- the cache
+
+
+def test_written_once_then_hit_with_the_same_rows(tmp_path, adapter, caplog, monkeypatch):
+    step = step_of(write_docs(tmp_path / "docs.jsonl"), tmp_path / "cache")
+    calls = []
+    encode = type(adapter).encode_step
+    monkeypatch.setattr(type(adapter), "encode_step", lambda self, *a: calls.append(a) or encode(self, *a))
+    with caplog.at_level(logging.INFO, logger="evolve_train.training.token_cache"):
+        first = TokenCache(tmp_path / "cache", adapter).examples(step, "clm", 16)
+        second = TokenCache(tmp_path / "cache", adapter).examples(step, "clm", 16)
+    messages = [r.getMessage() for r in caplog.records]
+    assert [m.split(" ")[2] for m in messages] == ["miss", "hit"] and len(calls) == 1
+    entry = Path(messages[1].split(" ")[3])
+    assert entry.parent == tmp_path / "cache" / "tokens" and (entry / token_cache.META).is_file()
+    assert not list((tmp_path / "cache" / "corpora").rglob("cache-*.arrow"))  # map's intermediate files dropped
+    uncached = encode(adapter, step, "clm", 16)
+    assert same_rows(TokenRows(second), TokenRows(first)) and same_rows(TokenRows(second), TokenRows(uncached))
+
+
+def test_key_follows_data_tokenizer_seq_len_objective_and_encoder(tmp_path, adapter):
+    step = step_of(write_docs(tmp_path / "docs.jsonl"), tmp_path / "cache")
+    base = token_key(step, adapter, {"objective": "clm", "seq_len": 16})
+    assert token_key(step_of(tmp_path / "docs.jsonl"), adapter, {"objective": "clm", "seq_len": 16}) == base
+    changed = step_of(write_docs(tmp_path / "other.jsonl", DOCS[:-1] + ["A changed last document."]))
+    as_list = TimeStep(index=0, name="2019", texts=list(step.texts))
+    keys = [token_key(changed, adapter, {"objective": "clm", "seq_len": 16}),
+            token_key(step, make_adapter(train_tokenizer(DOCS, 280)), {"objective": "clm", "seq_len": 16}),
+            token_key(step, adapter, {"objective": "clm", "seq_len": 32}),
+            token_key(step, adapter, {"objective": "masked_entity", "seq_len": 16}),
+            token_key(step, make_adapter(adapter.tokenizer, seq2seq=True), {"objective": "clm", "seq_len": 16}),
+            token_key(as_list, adapter, {"objective": "clm", "seq_len": 16})]
+    assert base not in keys and len(set(keys)) == len(keys)
+    assert token_key(as_list, adapter, {"objective": "clm", "seq_len": 16}) == \
+        token_key(TimeStep(index=1, name="x", texts=list(step.texts)), adapter, {"objective": "clm", "seq_len": 16})
+
+
+def test_an_interrupted_write_is_never_read(tmp_path, adapter, monkeypatch, caplog):
+    step = step_of(write_docs(tmp_path / "docs.jsonl"), tmp_path / "cache")
+    cache = TokenCache(tmp_path / "cache", adapter)
+
+    def killed(examples, tmp, step, settings):
+        examples.save_to_disk(str(tmp))  # the rows are written, the meta not: then the process dies
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(token_cache, "_save", killed)
+    with pytest.raises(KeyboardInterrupt):
+        cache.examples(step, "clm", 16)
+    monkeypatch.undo()
+    tokens = tmp_path / "cache" / "tokens"
+    assert not [p for p in tokens.iterdir() if not p.name.startswith(".")]  # no entry under a final name
+    key = token_key(step, adapter, {"objective": "clm", "seq_len": 16})
+    left = tokens / f".tmp-{key}-99999"  # what a kill -9 in the middle of a write leaves
+    Dataset.from_dict({"input_ids": [[1]], "labels": [[1]]}).save_to_disk(str(left))
+    (tokens / key).mkdir()  # and a final name without its meta (a copy cut short): not an entry either
+    with caplog.at_level(logging.INFO, logger="evolve_train.training.token_cache"):
+        rows = TokenRows(cache.examples(step, "clm", 16))
+    assert "tokenized cache miss" in caplog.text and not left.exists()
+    assert same_rows(rows, TokenRows(adapter.encode_step(step, "clm", 16)))
+
+
+class FakeRanks:
+    """Two ranks in two threads with accelerate's ``main_process_first`` protocol: the main process runs the
+    body, then both meet at a barrier; the other rank meets the barrier first, then runs the body."""
+
+    def __init__(self, barrier: threading.Barrier, index: int):
+        self.barrier, self.process_index, self.num_processes = barrier, index, 2
+
+    @contextlib.contextmanager
+    def main_process_first(self):
+        if self.process_index:
+            self.barrier.wait()
+        yield
+        if not self.process_index:
+            self.barrier.wait()
+
+
+def test_the_main_rank_writes_and_the_other_maps_its_entry(tmp_path, adapter, caplog):
+    step = step_of(write_docs(tmp_path / "docs.jsonl"), tmp_path / "cache")
+    barrier, results = threading.Barrier(2, timeout=60), {}
+
+    def rank(index: int) -> None:
+        cache = TokenCache(tmp_path / "cache", adapter, FakeRanks(barrier, index))
+        results[index] = cache.examples(step, "clm", 16)
+
+    with caplog.at_level(logging.INFO, logger="evolve_train.training.token_cache"):
+        threads = [threading.Thread(target=rank, args=(index,)) for index in (1, 0)]  # the other rank starts first
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    assert [r.getMessage().split(" ")[2] for r in caplog.records] == ["miss", "hit"]
+    assert same_rows(TokenRows(results[0]), TokenRows(results[1]))
+    assert results[1].cache_files[0]["filename"].startswith(str(tmp_path / "cache" / "tokens"))
+
+
+def test_two_processes_share_one_entry(tmp_path):
+    write_docs(tmp_path / "docs.jsonl")
+    script = textwrap.dedent(f"""
+        import logging, sys, numpy as np
+        logging.basicConfig(level=logging.INFO, format="%(message)s")
+        from test_token_cache import DOCS, step_of
+        from evolve_train.models.adapter import make_adapter
+        from evolve_train.models.build import train_tokenizer
+        from evolve_train.training.rows import TokenRows
+        from evolve_train.training.token_cache import TokenCache
+        from pathlib import Path
+        root = Path({str(tmp_path)!r})
+        rows = TokenRows(TokenCache(root / "cache", make_adapter(train_tokenizer(DOCS, 300))).examples(
+            step_of(root / "docs.jsonl", root / "cache"), "clm", 16))
+        np.save(root / ("ids-" + sys.argv[1] + ".npy"), np.concatenate([r["input_ids"] for r in rows]))
+    """)
+    here = Path(__file__).resolve().parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(here), str(here.parent), os.environ.get("PYTHONPATH", "")])}
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(k)], stderr=subprocess.PIPE, text=True, env=env)
+             for k in range(2)]
+    logs = [p.communicate(timeout=120)[1] for p in procs]
+    assert all(p.returncode == 0 for p in procs), logs
+    outcomes = sorted("miss" if "tokenized cache miss" in text else "hit" if "tokenized cache hit" in text else "?"
+                      for text in logs)
+    assert outcomes == ["hit", "miss"]  # one tokenized, the other waited on the lock and mapped its entry
+    assert np.array_equal(np.load(tmp_path / "ids-0.npy"), np.load(tmp_path / "ids-1.npy"))
+    assert len([p for p in (tmp_path / "cache" / "tokens").iterdir() if not p.name.startswith(".")]) == 1
+
+
+# ----------------------------------------------------------------------------------- streamed training files
+
+
+def test_a_streamed_file_is_an_arrow_sequence_and_errors_name_file_line_field(tmp_path):
+    path = write_docs(tmp_path / "docs.jsonl")
+    texts = step_of(path, tmp_path / "cache").texts
+    assert isinstance(texts, ArrowRecords) and texts.dataset.cache_files  # memory-mapped from the cache dir
+    assert list(texts) == [{"text": t, "doc_id": f"d{k}"} for k, t in enumerate(DOCS)] and texts[-1] == texts[39]
+    assert step_fingerprint(step_of(path)) == step_fingerprint(step_of(path, tmp_path / "cache"))
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(path.read_text() + json.dumps({"text": 7}) + "\n", encoding="utf-8")
+    with pytest.raises(DataError) as err:
+        read_training_file(bad, tmp_path / "cache")
+    assert (err.value.file, err.value.line, err.value.field) == (str(bad), len(DOCS) + 1, "text")
+    assert len(list((tmp_path / "cache" / "corpora").glob("[!.]*"))) == 1  # the bad file left no entry
+
+
+def test_second_run_reads_the_cache(tmp_path, caplog):
+    overrides = (f"data.cache_dir={tmp_path / 'cache'}", "trainer.epochs_step0=1", "trainer.epochs=1",
+                 "eval.max_new_tokens=4", "method=replay")
+    with caplog.at_level(logging.INFO, logger="evolve_train.training.token_cache"):
+        train(tiny_cfg(tmp_path / "a", *overrides))
+        first = [r.getMessage().split(" ")[2] for r in caplog.records]
+        caplog.clear()
+        train(tiny_cfg(tmp_path / "b", *overrides))
+        second = [r.getMessage().split(" ")[2] for r in caplog.records]
+    assert first.count("miss") == 3  # 3 steps, each tokenized once (replay maps the earlier ones: hits)
+    assert second == ["hit"] * len(first)  # the same tokenizer trained again, the same keys: nothing tokenized
+    metrics = [(tmp_path / run / "metrics.jsonl").read_text() for run in ("a", "b")]
+    strip = [[{k: v for k, v in json.loads(line).items() if not k.endswith("seconds")} for line in m.splitlines()]
+             for m in metrics]
+    assert strip[0] == strip[1]  # the same results from cached rows
