@@ -365,6 +365,10 @@ class TrainerConfig:
     still saves one). See docs/reliability.md."""
     keep_last_states: int = 2
     """Mid-step training states kept for the step in progress (>= 1); a finished step's are deleted."""
+    dist_timeout_s: int = 1800
+    """Timeout of the process group's collectives, in seconds (multi-process runs: accelerate's
+    ``InitProcessGroupKwargs``). A rank waits this long for the others, e.g. while the main process saves a
+    checkpoint; torch's default is 600 s."""
     nonfinite: NonFinite = NonFinite.stop
     """On a non-finite loss or gradient: ``stop`` (error naming step, batch and last good checkpoint) or
     ``skip`` (drop that update, count it in ``skipped_batches``)."""
@@ -380,7 +384,8 @@ class TrainerConfig:
             "min_lr_ratio": (self.min_lr_ratio, UNIT), "grad_clip": (self.grad_clip, NON_NEGATIVE),
             "num_threads": (self.num_threads, NON_NEGATIVE), "log_every": (self.log_every, AT_LEAST_ONE),
             "save_every_n_steps": (self.save_every_n_steps, NON_NEGATIVE),
-            "keep_last_states": (self.keep_last_states, AT_LEAST_ONE)})
+            "keep_last_states": (self.keep_last_states, AT_LEAST_ONE),
+            "dist_timeout_s": (self.dist_timeout_s, AT_LEAST_ONE)})
 
 
 @dataclass
