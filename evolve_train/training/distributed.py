@@ -41,6 +41,17 @@ def build_accelerator(trainer, **kwargs):
     return accelerator
 
 
+def process_group_timeout():
+    """The timeout of the default process group (a ``timedelta``), or ``None`` without one."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return None
+    group = dist.distributed_c10d._get_default_group()
+    return group._get_backend(torch.device("cpu") if dist.get_backend() == "gloo" else
+                              torch.device("cuda")).options._timeout
+
+
 def enable_fsdp2_on_cpu(accelerator) -> bool:
     """Under an FSDP2 launch on CPU, accelerate (1.x) ignores the FSDP plugin and runs DDP (``MULTI_CPU``).
     Switch the shared accelerator state to FSDP with the plugin the launch describes (read from the
