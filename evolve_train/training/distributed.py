@@ -57,6 +57,7 @@ def enable_fsdp2_on_cpu(accelerator) -> bool:
     Switch the shared accelerator state to FSDP with the plugin the launch describes (read from the
     ``FSDP_*`` variables): ``accelerator.prepare`` then shards with ``fully_shard`` per transformer block
     and the root (accelerate's ``fsdp2_prepare_model``), as on GPU. True when switched."""
+    from accelerate.state import PartialState
     from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
 
     if not fsdp2_requested() or accelerator.distributed_type != DistributedType.MULTI_CPU:
@@ -64,6 +65,8 @@ def enable_fsdp2_on_cpu(accelerator) -> bool:
     plugin = FullyShardedDataParallelPlugin()
     if accelerator.mixed_precision != "no":
         plugin.set_mixed_precision(accelerator.mixed_precision)
+    # both shared states: every later AcceleratorState() copies PartialState's distributed_type over its own
+    PartialState().distributed_type = DistributedType.FSDP
     accelerator.state.distributed_type = DistributedType.FSDP
     accelerator.state.fsdp_plugin = plugin
     log.info("FSDP2 on CPU: %d gloo processes, parameters sharded by accelerate's fully_shard",
