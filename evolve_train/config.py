@@ -365,6 +365,10 @@ class TrainerConfig:
     still saves one). See docs/reliability.md."""
     keep_last_states: int = 2
     """Mid-step training states kept for the step in progress (>= 1); a finished step's are deleted."""
+    dist_timeout_s: int = 1800
+    """Timeout of the process group's collectives, in seconds (multi-process runs: accelerate's
+    ``InitProcessGroupKwargs``). A rank waits this long for the others, e.g. while the main process saves a
+    checkpoint; torch's default is 600 s."""
     nonfinite: NonFinite = NonFinite.stop
     """On a non-finite loss or gradient: ``stop`` (error naming step, batch and last good checkpoint) or
     ``skip`` (drop that update, count it in ``skipped_batches``)."""
@@ -391,7 +395,8 @@ class TrainerConfig:
             "num_threads": (self.num_threads, NON_NEGATIVE), "log_every": (self.log_every, AT_LEAST_ONE),
             "save_every_n_steps": (self.save_every_n_steps, NON_NEGATIVE),
             "keep_last_states": (self.keep_last_states, AT_LEAST_ONE),
-            "tokens_per_batch": (self.tokens_per_batch, NON_NEGATIVE), "peak_flops": (self.peak_flops, NON_NEGATIVE)})
+            "tokens_per_batch": (self.tokens_per_batch, NON_NEGATIVE), "peak_flops": (self.peak_flops, NON_NEGATIVE),
+            "dist_timeout_s": (self.dist_timeout_s, AT_LEAST_ONE)})
         if 0 < self.tokens_per_batch < self.seq_len:
             raise ConfigError(f"trainer.tokens_per_batch: {self.tokens_per_batch} is below trainer.seq_len "
                               f"({self.seq_len}); a row of seq_len tokens must fit a micro-batch (0 = off)")

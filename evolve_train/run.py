@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Optional
 
 import torch
-from accelerate import Accelerator
 from accelerate.utils import set_seed
 from omegaconf import DictConfig, OmegaConf
 
@@ -32,6 +31,7 @@ from evolve_train.config import Config
 from evolve_train.data.cache import resolve_cache_dir
 from evolve_train.data.timeline import build_timeline
 from evolve_train.errors import ConfigError
+from evolve_train.evaluation.context import Shards
 from evolve_train.evaluation.evaluator import EvalContext, check_eval_config, evaluate_checkpoint
 from evolve_train.evaluation.evaluators.hygiene import preflight as hygiene_preflight, record_private
 from evolve_train.evaluation.evaluators.matrix import INITIAL
@@ -45,6 +45,7 @@ from evolve_train.tracking.disk import DiskLogger
 from evolve_train.training import faults, identity
 from evolve_train.training.checkpoint import (RunState, ensure_writable, gathered_state_dict, preflight,
                                               remove_stale_tmp, save_checkpoint, step_dir)
+from evolve_train.training.distributed import build_accelerator, check_sharding, train_sharded
 from evolve_train.training.examples import collate
 from evolve_train.training.loop import StepResult, train_time_step
 from evolve_train.training.redact import redact_run
@@ -109,8 +110,8 @@ class ContinualRun:
         self._load_inputs()
         if cfg.trainer.num_threads > 0:
             torch.set_num_threads(cfg.trainer.num_threads)
-        self.accelerator = Accelerator(mixed_precision=cfg.trainer.mixed_precision,
-                                       gradient_accumulation_steps=cfg.trainer.grad_accum)
+        self.accelerator = build_accelerator(cfg.trainer, gradient_accumulation_steps=cfg.trainer.grad_accum)
+        check_sharding(cfg, self.accelerator)  # what FSDP2 does not support yet: an error before training
         self.start = self._agreed_start()
         self._open_run_dir()
         self.model, self.tokenizer = self._initial_model()
@@ -243,11 +244,11 @@ class ContinualRun:
         pad_id = self.adapter.pad_id
         with StepStates(self.run_dir, step, cfg.trainer.save_every_n_steps, cfg.trainer.keep_last_states,
                         accelerator, method=self.active, resume=str(cfg.resume).lower() != "false") as states:
-            result = train_time_step(self.model, examples, step=step,
-                                     epochs=cfg.trainer.epochs_step0 if step == 0 else cfg.trainer.epochs,
-                                     cfg=cfg.trainer, method=self.active, accelerator=accelerator,
-                                     collate_fn=lambda rows: collate(rows, pad_id, cfg.trainer.attention_reset),
-                                     seed=cfg.seed + 1000 * step, log_fn=log_fn, states=states)
+            self.model, result = train_sharded(accelerator, self.model, lambda model: train_time_step(
+                model, examples, step=step, epochs=cfg.trainer.epochs_step0 if step == 0 else cfg.trainer.epochs,
+                cfg=cfg.trainer, method=self.active, accelerator=accelerator,
+                collate_fn=lambda rows: collate(rows, pad_id, cfg.trainer.attention_reset),
+                seed=cfg.seed + 1000 * step, log_fn=log_fn, states=states))  # FSDP2: sharded while it trains
         if cache and self.main:
             cache.store(self.model, self.tokenizer, result, trained_by=str(self.run_dir))
         return result
@@ -266,30 +267,32 @@ class ContinualRun:
     def evaluate(self, checkpoint: int, model=None) -> list[dict]:
         """Score ``checkpoint`` (the model on the object, or ``model``) on every set introduced so far;
         the rows go to ``metrics.jsonl`` and the loggers, and ``state.json`` marks the checkpoint evaluated.
-        The main process evaluates; the others wait."""
-        rows = []
+        Every process evaluates its share of the prompts (evaluation/context.py: ``Shards``) and computes the
+        same rows; the main process writes them."""
+        model = model if model is not None else self.model
+        eval_model = (self.qa_adaptation.adapted(model, self.adapter, checkpoint=checkpoint,
+                                                 accelerator=self.accelerator)
+                      if self.qa_adaptation and checkpoint >= 0 else model)  # a copy; the chain is untouched
+        rows = self._score(checkpoint, eval_model)
         if self.main:
-            model = model if model is not None else self.model
-            eval_model = (self.qa_adaptation.adapted(model, self.adapter, checkpoint=checkpoint,
-                                                     accelerator=self.accelerator)
-                          if self.qa_adaptation and checkpoint >= 0 else model)  # a copy; the chain is untouched
-            rows = self._score(checkpoint, eval_model)
             self.logger.log_eval(checkpoint, rows)
             if checkpoint >= 0:
                 self.state.evaluated = sorted(set(self.state.evaluated) | {checkpoint})
                 self.state.save(self.run_dir)
                 prune_states(self.run_dir, through_step=checkpoint)
-            model.train()
+        model.train()
         self.accelerator.wait_for_everyone()
         return rows
 
     def _score(self, checkpoint: int, model) -> list[dict]:
-        if checkpoint == INITIAL:
+        if checkpoint == INITIAL and self.main:
             DiskLogger(self.run_dir).truncate_after(INITIAL - 1)  # rows an interrupted attempt left
+        self.accelerator.wait_for_everyone()  # metrics.jsonl as the main process left it, for every reader
         ctx = EvalContext(model=model, adapter=self.adapter, timeline=self.timeline, checkpoint=checkpoint,
-                          cfg=self.cfg.eval, run_dir=self.run_dir)
+                          cfg=self.cfg.eval, run_dir=self.run_dir, shards=Shards.of(self.accelerator),
+                          writes=self.main)
         start = time.perf_counter()
-        rows = record_private(self.run_dir, self.timeline, self.cfg.eval, checkpoint,
+        rows = record_private(self.run_dir if self.main else None, self.timeline, self.cfg.eval, checkpoint,
                               evaluate_checkpoint(ctx))  # private_evaluations.jsonl
         faults.point("evaluate")
         return self._decorate(rows, checkpoint, round(time.perf_counter() - start, 2))

@@ -43,14 +43,14 @@ class SavedCheckpoints(ContinualRun):
         self.requested, self.replace, self.command = steps, replace, command
 
     def setup(self) -> "SavedCheckpoints":
-        from accelerate import Accelerator
+        from evolve_train.training.distributed import build_accelerator
 
         cfg = self.cfg
         validate(cfg)
         self._load_inputs()
         self.steps = self._steps()
         self.run_dir = self.out
-        self.accelerator = Accelerator(mixed_precision=cfg.trainer.mixed_precision)
+        self.accelerator = build_accelerator(cfg.trainer)
         self.state = RunState.load(self.run_dir)
         if self.main:
             ensure_writable(self.run_dir)

@@ -52,7 +52,8 @@ def evaluator_names(cfg: EvalConfig) -> list[str]:
 
 def evaluate_checkpoint(ctx: EvalContext) -> list[dict]:
     """Run the evaluators in order; the rows, then one ``timing`` row (seconds per evaluator: generation
-    shared with an earlier evaluator is counted there)."""
+    shared with an earlier evaluator is counted there; with several processes also ``prompts_per_process``,
+    the prompts and options each process answered or scored)."""
     names = evaluator_names(ctx.cfg)
     check_evaluators(names)
     seconds = {}
@@ -60,5 +61,7 @@ def evaluate_checkpoint(ctx: EvalContext) -> list[dict]:
         start = time.perf_counter()
         ctx.rows.extend(EVALUATORS[name](ctx))
         seconds[name] = round(time.perf_counter() - start, 3)
-    return ctx.rows + [{"group": "timing", "checkpoint": ctx.checkpoint, "set": None, "set_step": None,
-                        "seconds": seconds}]
+    timing = {"group": "timing", "checkpoint": ctx.checkpoint, "set": None, "set_step": None, "seconds": seconds}
+    if ctx.shards.count > 1:
+        timing["prompts_per_process"] = ctx.shards.done_per_process()
+    return ctx.rows + [timing]

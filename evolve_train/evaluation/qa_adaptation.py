@@ -16,7 +16,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
-import os
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,16 +65,11 @@ class QAAdaptation:
     pairs: list[dict]
 
     @classmethod
-    def from_config(cls, cfg: Config, timeline: Timeline,
-                    num_processes: Optional[int] = None) -> Optional["QAAdaptation"]:
+    def from_config(cls, cfg: Config, timeline: Timeline) -> Optional["QAAdaptation"]:
         """None when ``eval.qa_adaptation.enabled`` is false; else the checked train set."""
-        num_processes = num_processes or int(os.environ.get("WORLD_SIZE", "1"))
         settings = cfg.eval.qa_adaptation
         if not settings.enabled:
             return None
-        if num_processes > 1:
-            raise ConfigError("eval.qa_adaptation runs on the main process only; it does not support "
-                              f"{num_processes}-process runs yet")
         if settings.steps < 0 or settings.epochs <= 0:
             raise ConfigError("eval.qa_adaptation: steps must be >= 0 and epochs > 0")
         path = (resolve_path(settings.train_file, cfg.data.root) if settings.train_file
@@ -91,8 +85,13 @@ class QAAdaptation:
 
     def adapted(self, model, adapter, *, checkpoint: int, accelerator):
         """A copy of ``model`` fine-tuned on the QA train set (all parameters trainable), its rows encoded by
-        ``adapter`` (``models/adapter.py``) as masked-entity pairs; ``model`` is untouched."""
+        ``adapter`` (``models/adapter.py``) as masked-entity pairs; ``model`` is untouched.
+
+        With several processes every process calls this: the copy trains data-parallel like a time step
+        (DDP, or sharded under FSDP2 and returned unsharded), so every process holds the same adapted copy
+        and evaluates its share of the prompts."""
         from evolve_train.methods import Method
+        from evolve_train.training.distributed import train_sharded
         from evolve_train.training.examples import collate
         from evolve_train.training.loop import train_time_step
 
@@ -111,10 +110,10 @@ class QAAdaptation:
             epochs = (settings.steps - 0.5) * trainer.grad_accum / batches  # ceil() in the loop gives `steps`
         total = max(1, -(-int(batches * epochs) // trainer.grad_accum))
         trainer = dataclasses.replace(trainer, warmup_steps=min(trainer.warmup_steps, max(1, total // 10)))
-        result = train_time_step(adapted, examples, step=checkpoint, epochs=epochs, cfg=trainer,
-                                 method=Method(MethodConfig()), accelerator=accelerator,
-                                 collate_fn=lambda rows: collate(rows, adapter.pad_id),
-                                 seed=self.cfg.seed + 7919 * (checkpoint + 1))
+        adapted, result = train_sharded(accelerator, adapted, lambda copy_: train_time_step(
+            copy_, examples, step=checkpoint, epochs=epochs, cfg=trainer, method=Method(MethodConfig()),
+            accelerator=accelerator, collate_fn=lambda rows: collate(rows, adapter.pad_id),
+            seed=self.cfg.seed + 7919 * (checkpoint + 1)))
         log.info("QA adaptation of checkpoint %d: %d optimizer steps, final loss %.4f, %.1f s", checkpoint,
                  result.optimizer_steps, result.final_loss, result.seconds)
         adapted.eval()

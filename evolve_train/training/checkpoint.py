@@ -4,8 +4,8 @@ A checkpoint is written into ``steps/.<k>.tmp-<pid>`` (files fsynced) and rename
 complete, so a crash never leaves a half checkpoint under a real name; a failed write (a full disk) removes
 its temporary dir before the error propagates. ``state.json`` (also replaced atomically) records which steps
 are trained and which are evaluated; resume trusts it. Under FSDP / DeepSpeed the weights are gathered
-with ``accelerator.get_state_dict`` (every process) and written by the main process as an ordinary
-safetensors directory (:func:`gathered_state_dict`). :func:`preflight` checks, before step 0, that the run
+(every process) and written by the main process as an ordinary safetensors directory
+(:func:`gathered_state_dict`). :func:`preflight` checks, before step 0, that the run
 dir is writable and that the disk can hold what the run will write.
 """
 
@@ -73,11 +73,22 @@ def save_checkpoint(run_dir: Path, step: int, model, tokenizer, extra_files=None
 
 def gathered_state_dict(accelerator, model):
     """Full weights of a model sharded by FSDP or DeepSpeed, gathered for the main process to save (a
-    collective: every process must call it); ``None`` for a plain or DDP model (saved as it is)."""
+    collective: every process must call it); ``None`` for a plain or DDP model (saved as it is).
+
+    Under FSDP2 the run trains sharded and continues with a plain model (``training/distributed.py:
+    train_sharded``): that one is saved as it is. A model still sharded (``FSDPModule``) is gathered with
+    torch's ``get_model_state_dict`` (full, offloaded to the main process's CPU; the others get ``{}``)."""
     from accelerate.utils import DistributedType
 
     if accelerator.distributed_type not in (DistributedType.FSDP, DistributedType.DEEPSPEED):
         return None
+    if getattr(accelerator, "is_fsdp2", False):
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+        from torch.distributed.fsdp import FSDPModule
+
+        if not any(isinstance(m, FSDPModule) for m in model.modules()):
+            return None
+        return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     wrapped = next((m for m in getattr(accelerator, "_models", []) if accelerator.unwrap_model(m) is model), model)
     return accelerator.get_state_dict(wrapped)
 

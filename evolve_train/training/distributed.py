@@ -1,8 +1,97 @@
-"""Small adjustments for sharded multi-GPU backends (configs/accelerate/, docs/reliability.md)."""
+"""The accelerator of a run and what sharded backends need (configs/accelerate/, docs/distributed.md).
+
+* :func:`build_accelerator`: accelerate's ``Accelerator`` with the process group's timeout
+  (``trainer.dist_timeout_s``); under an FSDP2 launch on CPU (``accelerate launch --config_file
+  configs/accelerate/fsdp.yaml`` with ``ACCELERATE_USE_CPU=1``), where accelerate itself falls back to DDP,
+  it switches the accelerator to its own FSDP2 engine (:func:`enable_fsdp2_on_cpu`), so the GPU code path
+  is what runs and is tested on CPU with gloo.
+* :func:`train_sharded`: one time step's training of a model that accelerate shards (FSDP2) in place;
+  afterwards the run continues with a plain, unsharded model rebuilt from the gathered weights
+  (:func:`unsharded_copy`), so methods (LoRA merge, EWC), checkpoints, the step-0 cache and evaluation
+  see an ordinary model, and the next step's LoRA is applied before sharding.
+"""
 
 from __future__ import annotations
 
+import copy
+import logging
+import os
+from datetime import timedelta
+
 import torch
+
+log = logging.getLogger(__name__)
+
+
+def fsdp2_requested() -> bool:
+    """The launch asks for FSDP2: ``accelerate launch`` sets these from configs/accelerate/fsdp.yaml."""
+    return (os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true"
+            and os.environ.get("FSDP_VERSION", "1") == "2")
+
+
+def build_accelerator(trainer, **kwargs):
+    """The run's ``Accelerator``: ``trainer.mixed_precision``, the process-group timeout
+    ``trainer.dist_timeout_s`` (``InitProcessGroupKwargs``) and FSDP2 on CPU where asked for."""
+    from accelerate import Accelerator
+    from accelerate.utils import InitProcessGroupKwargs
+
+    handler = InitProcessGroupKwargs(timeout=timedelta(seconds=trainer.dist_timeout_s))
+    accelerator = Accelerator(mixed_precision=trainer.mixed_precision, kwargs_handlers=[handler], **kwargs)
+    enable_fsdp2_on_cpu(accelerator)
+    return accelerator
+
+
+def process_group_timeout():
+    """The timeout of the default process group (a ``timedelta``), or ``None`` without one."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return None
+    group = dist.distributed_c10d._get_default_group()
+    return group._get_backend(torch.device("cpu") if dist.get_backend() == "gloo" else
+                              torch.device("cuda")).options._timeout
+
+
+def enable_fsdp2_on_cpu(accelerator) -> bool:
+    """Under an FSDP2 launch on CPU, accelerate (1.x) ignores the FSDP plugin and runs DDP (``MULTI_CPU``).
+    Switch the shared accelerator state to FSDP with the plugin the launch describes (read from the
+    ``FSDP_*`` variables): ``accelerator.prepare`` then shards with ``fully_shard`` per transformer block
+    and the root (accelerate's ``fsdp2_prepare_model``), as on GPU. True when switched."""
+    from accelerate.state import PartialState
+    from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
+
+    if not fsdp2_requested() or accelerator.distributed_type != DistributedType.MULTI_CPU:
+        return False
+    plugin = FullyShardedDataParallelPlugin()
+    if accelerator.mixed_precision != "no":
+        plugin.set_mixed_precision(accelerator.mixed_precision)
+    # both shared states: every later AcceleratorState() copies PartialState's distributed_type over its own
+    PartialState().distributed_type = DistributedType.FSDP
+    accelerator.state.distributed_type = DistributedType.FSDP
+    accelerator.state.fsdp_plugin = plugin
+    log.info("FSDP2 on CPU: %d gloo processes, parameters sharded by accelerate's fully_shard",
+             accelerator.num_processes)
+    return True
+
+
+def is_fsdp2(accelerator) -> bool:
+    return bool(getattr(accelerator, "is_fsdp2", False))
+
+
+ANCHORED = ("l2_init", "ewc")
+
+
+def check_sharding(cfg, accelerator) -> None:
+    """Before training: a ConfigError for what FSDP2 does not support yet (see docs/distributed.md)."""
+    from evolve_train.errors import ConfigError
+
+    if not is_fsdp2(accelerator):
+        return
+    anchored = [name for name in cfg.method.strategies if name in ANCHORED]
+    if anchored:
+        raise ConfigError(f"method.strategies: '{anchored[0]}' is not supported under FSDP2 yet (its anchors "
+                          "point at the unsharded parameters, which fully_shard replaces); use DDP "
+                          "(configs/accelerate/ddp.yaml) or another method")
 
 
 def is_sharded(accelerator) -> bool:
@@ -50,3 +139,64 @@ def update_steppers(accelerator, optimizer, scheduler):
     if is_plain(accelerator):
         return optimizer.optimizer, scheduler.scheduler
     return optimizer, scheduler
+
+
+def meta_skeleton(model: torch.nn.Module) -> torch.nn.Module:
+    """A copy of ``model`` whose parameters and buffers live on the meta device (no memory): the module
+    tree, configs and adapters, to receive the weights of the sharded original (:func:`unsharded_copy`).
+    Tied tensors stay tied (one meta tensor each)."""
+    memo = {}
+    for tensor in list(model.parameters()) + list(model.buffers()):
+        empty = torch.empty_like(tensor, device="meta")
+        memo[id(tensor)] = (torch.nn.Parameter(empty, requires_grad=tensor.requires_grad)
+                            if isinstance(tensor, torch.nn.Parameter) else empty)
+    return copy.deepcopy(model, memo)
+
+
+def _full(tensor: torch.Tensor) -> torch.Tensor:
+    """The whole tensor of a DTensor shard (a collective: every rank calls it, in the same order)."""
+    from torch.distributed.tensor import DTensor
+
+    return (tensor.full_tensor() if isinstance(tensor, DTensor) else tensor).detach().clone()
+
+
+def unsharded_copy(sharded: torch.nn.Module, skeleton: torch.nn.Module) -> torch.nn.Module:
+    """``skeleton`` (:func:`meta_skeleton` of the model before sharding) filled with the full weights of
+    ``sharded``, gathered on every rank one tensor at a time; buffers (never sharded) are copied."""
+    new: dict[int, torch.Tensor] = {}
+    with torch.no_grad():
+        for name, meta in skeleton.named_parameters():  # tied: listed once
+            new[id(meta)] = torch.nn.Parameter(_full(sharded.get_parameter(name)), requires_grad=meta.requires_grad)
+        for name, meta in skeleton.named_buffers():
+            new[id(meta)] = _full(sharded.get_buffer(name))
+    for module in skeleton.modules():
+        for table in (module._parameters, module._buffers):
+            for key, value in table.items():
+                if value is not None and id(value) in new:
+                    table[key] = new[id(value)]
+    return skeleton
+
+
+def shard_sizes(model: torch.nn.Module) -> tuple[int, int]:
+    """(parameter values this process holds, values of the whole model)."""
+    from torch.distributed.tensor import DTensor
+
+    params = list(model.parameters())
+    local = sum((p.to_local() if isinstance(p, DTensor) else p).numel() for p in params)
+    return local, sum(p.numel() for p in params)
+
+
+def train_sharded(accelerator, model: torch.nn.Module, train):
+    """``train(model)`` (which prepares, and under FSDP2 shards, ``model`` in place); returns ``(plain
+    model, train's result)``. Under FSDP2 the plain model is rebuilt from the trained shards on every rank
+    (one gather per step); otherwise it is ``model`` itself."""
+    if not is_fsdp2(accelerator):
+        return model, train(model)
+    skeleton = meta_skeleton(model)
+    result = train(model)
+    local, total = shard_sizes(model)
+    log.info("FSDP2: process %d held %d of %d parameter values while training", accelerator.process_index,
+             local, total)
+    plain = unsharded_copy(model, skeleton)
+    plain.train(model.training)
+    return plain, result

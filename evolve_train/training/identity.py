@@ -39,6 +39,7 @@ MAY_DIFFER_ON_RESUME = (
     "trainer.log_every",           # how often train_log.jsonl gets a row
     "trainer.save_every_n_steps",  # how often a resumable training state is saved
     "trainer.keep_last_states",
+    "trainer.dist_timeout_s",      # how long a rank waits for the others
     "eval.batch_size",             # prompts per generation batch (speed, memory)
     "eval.gate",                   # thresholds read by evolve-gate after the run
 )

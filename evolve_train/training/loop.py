@@ -136,6 +136,8 @@ class StepTrainer:
         # the loop splits each global batch across processes itself: one schedule step per optimizer step
         # (accelerate otherwise steps it num_processes times, decaying the LR that much faster)
         self.scheduler.split_batches = True
+        if accelerator.is_fsdp2:  # fully_shard replaced the parameters by sharded DTensors
+            self.trainable = [p for p in self.model.parameters() if p.requires_grad]
         self.model.train()
         self.unwrapped = accelerator.unwrap_model(self.model)  # what extra losses read (~1 ms per unwrap)
         self.step_optimizer, self.step_schedule = update_steppers(accelerator, self.optimizer, self.scheduler)

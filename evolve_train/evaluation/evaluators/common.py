@@ -73,7 +73,7 @@ def generate(ctx: EvalContext, eval_set: EvalSet, golds: Optional[list[list[str]
         correct[item["id"]] = exact_match(prediction, gold)
         records.append({"id": item["id"], "prompt": prompt, "generation": generation, "prediction": prediction,
                         "golds": gold, "correct": correct[item["id"]]})
-    if save and ctx.run_dir is not None and ctx.cfg.save_predictions:
+    if save and ctx.writes and ctx.run_dir is not None and ctx.cfg.save_predictions:
         write_predictions(ctx.run_dir, ctx.checkpoint, eval_set.name, records)
     return predictions, correct
 

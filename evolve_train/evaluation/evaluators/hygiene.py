@@ -277,7 +277,7 @@ def contamination_evaluator(ctx: EvalContext) -> list[dict]:
 
 def _write_spotcheck(ctx: EvalContext, checks: list[dict]) -> None:
     count = _setting(ctx.cfg, "contamination", "spotcheck", 20)
-    if ctx.run_dir is None or count <= 0:
+    if not ctx.writes or ctx.run_dir is None or count <= 0:
         return
     from evolve_train.utils.io import atomic_write_text
 

@@ -29,6 +29,6 @@ def splits_evaluator(ctx: EvalContext) -> list[dict]:
                      "set_name": eval_set.name, "set_step": eval_set.step, "n": n,
                      "em": sum(r["correct"] for r in records) / n if n else None,
                      "f1": sum(r["f1"] for r in records) / n if n else None})
-        if ctx.run_dir is not None and ctx.cfg.save_predictions:
+        if ctx.writes and ctx.run_dir is not None and ctx.cfg.save_predictions:
             write_predictions(ctx.run_dir, ctx.checkpoint, eval_set.name, records)
     return rows

@@ -1,0 +1,141 @@
+"""FSDP2 and evaluation on every rank, with 2 gloo processes on CPU (docs/distributed.md).
+
+* An FSDP2 launch (``accelerate launch --config_file configs/accelerate/fsdp.yaml`` with
+  ``ACCELERATE_USE_CPU=1``) really shards (each process holds about half the parameter values), finishes
+  with ``method=full`` and ``method=lora``, writes checkpoints that load (transformers; the LoRA adapter with
+  peft on the previous checkpoint) and ends close to the same run on one process: EM per set within 0.02,
+  weights within 2 % (as DDP: 2 ranks x 8 rows average two per-token means, one process x 16 rows takes one).
+* Evaluating the same checkpoints with 2 processes: each process answers 40-60 % of the prompts and every
+  metric equals the one-process evaluation's (greedy, fp32); the predictions are written once.
+* ``trainer.dist_timeout_s`` reaches the process group.
+* QA adaptation runs with 2 FSDP2 processes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import TINY
+from safetensors.torch import load_file
+from test_ddp import free_port, read_jsonl, relative_difference
+
+ROOT = Path(__file__).resolve().parents[1]
+SMALL = [*TINY, "model.n_layer=2"]  # two transformer blocks: fully_shard per block, then the root
+ENV = {"ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1"}
+EM_TOLERANCE = 0.02
+WEIGHT_TOLERANCE = 0.02
+VOLATILE = ("eval_seconds", "num_processes", "seconds", "prompts_per_process", "train_seconds")
+
+
+def run(command: list[str], env: dict | None = None) -> str:
+    """Run ``command`` from the repo root; its output (stdout + stderr); fails the test on a non-zero exit."""
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=500,
+                          env={**os.environ, "WANDB_MODE": "disabled", **(env or {})})
+    assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-4000:])
+    return done.stdout + done.stderr
+
+
+def launch(config: str = "fsdp") -> list[str]:
+    extra = ["--config_file", f"configs/accelerate/{config}.yaml"] if config else ["--multi_gpu",
+                                                                                   "--num_machines", "1"]
+    return [sys.executable, "-m", "accelerate.commands.launch", *extra, "--num_processes", "2",
+            "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(free_port())]
+
+
+def em_rows(run_dir: Path) -> list[tuple]:
+    return [(r["checkpoint"], r["group"], r.get("set"), r["em"]) for r in read_jsonl(run_dir / "metrics.jsonl")
+            if "em" in r]
+
+
+def check_loads(run_dir: Path, method: str) -> None:
+    """Every ``steps/<k>`` loads with transformers; a LoRA step's adapter loads with peft on step k-1."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    steps = sorted(int(p.name) for p in (run_dir / "steps").iterdir())
+    assert steps == [0, 1, 2]
+    for k in steps:
+        model = AutoModelForCausalLM.from_pretrained(run_dir / "steps" / str(k))
+        assert sum(p.numel() for p in model.parameters()) > 0
+        if method == "lora" and k > 0:
+            base = AutoModelForCausalLM.from_pretrained(run_dir / "steps" / str(k - 1))
+            merged = PeftModel.from_pretrained(base, run_dir / "steps" / str(k) / "adapter").merge_and_unload()
+            saved = model.state_dict()
+            assert all(float((v - saved[n]).abs().max()) < 1e-5 for n, v in merged.state_dict().items())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["full", "lora"])
+def test_fsdp2_run_loads_and_matches_one_process(tmp_path, method):
+    single, sharded = tmp_path / "single", tmp_path / "fsdp"
+    overrides = [*SMALL, f"method={method}"]
+    run([sys.executable, "train.py", *overrides, f"hydra.run.dir={single}"])
+    output = run([*launch(), "train.py", *overrides, "trainer.batch_size=8", f"hydra.run.dir={sharded}"], ENV)
+
+    assert "FSDP2 on CPU: 2 gloo processes" in output
+    held = [(int(a), int(b)) for a, b in re.findall(r"held (\d+) of (\d+) parameter values", output)]
+    assert len(held) == 2 * 3 and all(local < 0.75 * total for local, total in held)  # really sharded
+    rows = read_jsonl(sharded / "metrics.jsonl")
+    assert {r["num_processes"] for r in rows} == {2}
+    keys = [(r["checkpoint"], r["group"], r.get("set_name") or r.get("set")) for r in rows]
+    assert len(keys) == len(set(keys)) and len(rows) == len(read_jsonl(single / "metrics.jsonl"))
+    check_loads(sharded, method)
+    for k in range(3):
+        difference = relative_difference(load_file(single / f"steps/{k}/model.safetensors"),
+                                         load_file(sharded / f"steps/{k}/model.safetensors"))
+        print(f"{method} step {k}: relative weight difference FSDP2 vs one process {difference:.4f}")
+        assert difference < WEIGHT_TOLERANCE, k
+    mine, reference = em_rows(sharded), em_rows(single)
+    assert [r[:3] for r in mine] == [r[:3] for r in reference] and mine
+    assert all(abs(a[3] - b[3]) <= EM_TOLERANCE for a, b in zip(mine, reference)), (mine, reference)
+
+
+def without_volatile(rows: list[dict]) -> list[dict]:
+    return [{k: v for k, v in r.items() if k not in VOLATILE} for r in rows]
+
+
+@pytest.mark.slow
+def test_every_rank_evaluates_a_share_with_the_metrics_of_one_process(tmp_path):
+    trained, one, two = tmp_path / "run", tmp_path / "one", tmp_path / "two"
+    run([sys.executable, "train.py", *SMALL, "eval.evaluators=[splits]", f"hydra.run.dir={trained}"])
+    run([sys.executable, "evaluate.py", str(trained), "eval=full", "--out", str(one)])
+    run([*launch(config=""), "evaluate.py", str(trained), "eval=full", "--out", str(two)], ENV)
+
+    reference, rows = read_jsonl(one / "metrics.jsonl"), read_jsonl(two / "metrics.jsonl")
+    assert {r["num_processes"] for r in rows} == {2} and {r["num_processes"] for r in reference} == {1}
+    shares = [r["prompts_per_process"] for r in rows if r["group"] == "timing"]
+    assert len(shares) == 3
+    for share in shares:
+        assert len(share) == 2 and all(0.4 <= n / sum(share) <= 0.6 for n in share), share
+    assert without_volatile(rows) == without_volatile(reference)
+    files = sorted(p.relative_to(one) for p in (one / "predictions").rglob("*.jsonl"))
+    assert files and files == sorted(p.relative_to(two) for p in (two / "predictions").rglob("*.jsonl"))
+    for path in files:
+        assert (two / path).read_text() == (one / path).read_text(), path
+
+
+@pytest.mark.slow
+def test_dist_timeout_reaches_the_process_group():
+    output = run([*launch(config=""), "tests/fsdp_probe_timeout.py", "1234"], ENV)
+    assert sorted(re.findall(r"rank (\d) of 2: timeout (\d+)", output)) == [("0", "1234"), ("1", "1234")]
+
+
+SAMPLE = ROOT / "data" / "evolvingqa_sample"
+
+
+@pytest.mark.slow
+def test_qa_adaptation_runs_with_two_fsdp2_processes(tmp_path):
+    run_dir = tmp_path / "qa"
+    run([*launch(), "train.py", *TINY, f"data.root={SAMPLE}", "data=evolvingqa", "data.steps=[20230101,'0102']",
+         "trainer.epochs_step0=2", "trainer.epochs=1", "eval.evaluators=[splits]", "eval.forward_transfer=false",
+         "eval.qa_adaptation.enabled=true", "eval.qa_adaptation.steps=4", f"hydra.run.dir={run_dir}"], ENV)
+    rows = read_jsonl(run_dir / "metrics.jsonl")
+    assert {r["checkpoint"] for r in rows if r["group"] == "splits"} == {0, 1}
+    assert {r["num_processes"] for r in rows} == {2}
+    assert json.loads((run_dir / "state.json").read_text())["evaluated"] == [0, 1]

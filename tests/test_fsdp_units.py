@@ -1,0 +1,68 @@
+"""Fast checks of the multi-process helpers (the 2-process runs are in tests/test_fsdp.py)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from evolve_train.config import TrainerConfig
+from evolve_train.errors import ConfigError
+from evolve_train.evaluation.context import Shards
+from evolve_train.training.distributed import (build_accelerator, check_sharding, fsdp2_requested, meta_skeleton,
+                                               unsharded_copy)
+
+
+@pytest.mark.parametrize("n", [0, 1, 5, 6, 7, 100])
+def test_shards_split_contiguously_in_order_and_evenly(n):
+    items = list(range(n))
+    parts = [Shards(index, 3).part(items) for index in range(3)]
+    assert [x for part in parts for x in part] == items
+    assert max(map(len, parts)) - min(map(len, parts)) <= 1
+
+
+def test_one_process_shard_is_everything_and_gathers_itself():
+    shards = Shards()
+    assert shards.part(["a", "b"]) == ["a", "b"] and shards.gather([1, 2]) == [1, 2]
+    assert shards.done_per_process() == [2]
+
+
+def test_dist_timeout_goes_to_the_process_group_kwargs(monkeypatch):
+    monkeypatch.delenv("ACCELERATE_USE_FSDP", raising=False)
+    accelerator = build_accelerator(TrainerConfig(dist_timeout_s=77))
+    assert accelerator.init_handler.to_kwargs()["timeout"] == timedelta(seconds=77)
+    with pytest.raises(ConfigError, match="dist_timeout_s"):
+        TrainerConfig(dist_timeout_s=0)
+
+
+def test_fsdp2_is_requested_by_the_variables_accelerate_launch_sets(monkeypatch):
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
+    monkeypatch.setenv("FSDP_VERSION", "2")
+    assert fsdp2_requested()
+    monkeypatch.setenv("FSDP_VERSION", "1")
+    assert not fsdp2_requested()
+
+
+@pytest.mark.parametrize("method", ["l2_init", "ewc"])
+def test_anchored_methods_are_refused_under_fsdp2_before_training(method):
+    cfg = SimpleNamespace(method=SimpleNamespace(strategies=[method]))
+    with pytest.raises(ConfigError, match=method):
+        check_sharding(cfg, SimpleNamespace(is_fsdp2=True))
+    check_sharding(cfg, SimpleNamespace(is_fsdp2=False))  # DDP / one process: fine
+
+
+def test_unsharded_copy_rebuilds_weights_buffers_and_ties_from_a_skeleton():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=16, n_head=2, vocab_size=50, n_positions=32))
+    model.transformer.h[0].mlp.c_fc.weight.requires_grad_(False)
+    skeleton = meta_skeleton(model)
+    assert all(p.device.type == "meta" for p in skeleton.parameters())
+    copy = unsharded_copy(model, skeleton)
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in copy.state_dict().items())
+    assert copy.lm_head.weight is copy.transformer.wte.weight  # still tied
+    assert not copy.transformer.h[0].mlp.c_fc.weight.requires_grad
+    ids = torch.randint(0, 50, (2, 8))
+    assert torch.allclose(copy.eval()(ids).logits, model.eval()(ids).logits)  # eval: no dropout
