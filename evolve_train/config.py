@@ -203,10 +203,14 @@ class L2InitConfig:
     optimizer step of each time step (0 = constant coef)."""
     anneal_k: float = 0.1
     """Steepness of the annealing sigmoid (RecAdam's k)."""
+    anchor_dtype: WeightDtype = WeightDtype.float32
+    """Dtype of the stored previous-step weights (and, for ``ewc``, the Fisher): ``float32`` or ``bfloat16``
+    (half the memory; the penalty is still computed in the parameters' dtype)."""
 
     section: ClassVar[str] = "method.l2_init"
 
     def __post_init__(self):
+        self.anchor_dtype = as_choice(f"{self.section}.anchor_dtype", WeightDtype, self.anchor_dtype)
         check_ranges(self.section, {"coef": (self.coef, NON_NEGATIVE), "anneal_t0": (self.anneal_t0, NON_NEGATIVE)})
         if self.anneal_t0 > 0 and not self.anneal_k > 0:
             raise ConfigError(f"{self.section}.anneal_k must be positive when annealing, got {self.anneal_k}")
