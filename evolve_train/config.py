@@ -71,6 +71,11 @@ class Precision(Choice):
     fp16 = "fp16"
 
 
+class WeightDtype(Choice):
+    float32 = "float32"
+    bfloat16 = "bfloat16"
+
+
 class NonFinite(Choice):
     stop = "stop"
     skip = "skip"
@@ -132,10 +137,15 @@ class ModelConfig:
     allow_pickle: bool = False
     """Allow loading pickle-based weights (``.bin``/``.pt``). Off: only safetensors load."""
     gradient_checkpointing: bool = False
-    """Trade compute for memory on large models."""
+    """Trade compute for memory on large models; re-applied after every load (resume, step-0 cache)."""
+    dtype: WeightDtype = WeightDtype.float32
+    """Dtype of the weights (built, loaded from any path) and so of the saved checkpoints: ``float32`` or
+    ``bfloat16`` (half the memory and checkpoint size; AdamW then updates bf16 weights). Independent of
+    ``trainer.mixed_precision``, the autocast of training and of every evaluation."""
 
     def __post_init__(self):
         self.arch = as_choice("model.arch", Arch, self.arch)
+        self.dtype = as_choice("model.dtype", WeightDtype, self.dtype)
         check_ranges("model", {"n_layer": (self.n_layer, POSITIVE), "n_embd": (self.n_embd, POSITIVE),
                                "n_head": (self.n_head, POSITIVE), "n_positions": (self.n_positions, POSITIVE),
                                "vocab_size": (self.vocab_size, POSITIVE),
@@ -155,7 +165,11 @@ class LoraConfig:
     ``q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj``, T5 ``q,k,v,o,wi,wo``, GPT-NeoX)."""
     across_steps: AcrossSteps = AcrossSteps.merge
     """``merge``: merge into the base after each time step and start a fresh adapter; ``stack``: keep training
-    one adapter on the frozen base across steps (checkpoints hold the merged weights plus ``adapter/``)."""
+    one adapter on the frozen base across steps."""
+    save_merged: bool = False
+    """Also save the merged full weights in each LoRA step's checkpoint. Off: ``steps/<k>/`` holds the
+    adapter (``adapter/``) and the tokenizer; loading it rebuilds the merged model from the last full
+    checkpoint and the adapters after it (``models/lora_checkpoint.py``), bit for bit."""
 
     def __post_init__(self):
         self.across_steps = as_choice("method.lora.across_steps", AcrossSteps, self.across_steps)
@@ -189,10 +203,14 @@ class L2InitConfig:
     optimizer step of each time step (0 = constant coef)."""
     anneal_k: float = 0.1
     """Steepness of the annealing sigmoid (RecAdam's k)."""
+    anchor_dtype: WeightDtype = WeightDtype.float32
+    """Dtype of the stored previous-step weights (and, for ``ewc``, the Fisher): ``float32`` or ``bfloat16``
+    (half the memory; the penalty is still computed in the parameters' dtype)."""
 
     section: ClassVar[str] = "method.l2_init"
 
     def __post_init__(self):
+        self.anchor_dtype = as_choice(f"{self.section}.anchor_dtype", WeightDtype, self.anchor_dtype)
         check_ranges(self.section, {"coef": (self.coef, NON_NEGATIVE), "anneal_t0": (self.anneal_t0, NON_NEGATIVE)})
         if self.anneal_t0 > 0 and not self.anneal_k > 0:
             raise ConfigError(f"{self.section}.anneal_k must be positive when annealing, got {self.anneal_k}")

@@ -256,10 +256,12 @@ class ContinualRun:
     def save(self, step: int) -> None:
         """Checkpoint ``steps/<step>/`` (full weights gathered under FSDP / DeepSpeed) and mark it trained."""
         self.accelerator.wait_for_everyone()
-        gathered = gathered_state_dict(self.accelerator, self.model)  # a collective: every process
+        weights = self.active.saves_weights(step)  # LoRA without save_merged: the adapter only
+        gathered = gathered_state_dict(self.accelerator, self.model) if weights else None  # a collective
         if self.main:
             save_checkpoint(self.run_dir, step, self.model, self.tokenizer,
-                            extra_files=lambda d: self.active.save_extra(self.model, d), state_dict=gathered)
+                            extra_files=lambda d: self.active.save_extra(self.model, d), state_dict=gathered,
+                            weights=weights)
             self.state.trained = sorted(set(self.state.trained) | {step})
             self.state.method_state = self.method.state_dict()
             self.state.save(self.run_dir)
@@ -288,12 +290,17 @@ class ContinualRun:
         if checkpoint == INITIAL and self.main:
             DiskLogger(self.run_dir).truncate_after(INITIAL - 1)  # rows an interrupted attempt left
         self.accelerator.wait_for_everyone()  # metrics.jsonl as the main process left it, for every reader
-        ctx = EvalContext(model=model, adapter=self.adapter, timeline=self.timeline, checkpoint=checkpoint,
+        # every checkpoint in the run's precision (trainer.mixed_precision), whatever made the model: trained
+        # here (accelerate patched its forward with autocast), the step-0 cache, a resume, eval_initial
+        plain = self.accelerator.unwrap_model(model, keep_fp32_wrapper=False)
+        ctx = EvalContext(model=plain, adapter=self.adapter, timeline=self.timeline, checkpoint=checkpoint,
                           cfg=self.cfg.eval, run_dir=self.run_dir, shards=Shards.of(self.accelerator),
                           writes=self.main)
         start = time.perf_counter()
+        with self.accelerator.autocast():
+            scored = evaluate_checkpoint(ctx)
         rows = record_private(self.run_dir if self.main else None, self.timeline, self.cfg.eval, checkpoint,
-                              evaluate_checkpoint(ctx))  # private_evaluations.jsonl
+                              scored)  # private_evaluations.jsonl
         faults.point("evaluate")
         return self._decorate(rows, checkpoint, round(time.perf_counter() - start, 2))
 

@@ -340,3 +340,49 @@ def test_replay_plan_survives_only_one_step():
     assert isinstance(m.strategies[1], Replay) and m.strategies[1].plan is not None
     m.mix_examples(0, NEW, make_history([]))
     assert m.strategies[1].plan is None
+
+
+def reference_penalty(anchors) -> torch.Tensor:
+    """The penalty as it was written before the memory work: full-size temporaries kept for backward."""
+    total = None
+    for param, anchor, fisher in anchors:
+        term = (param - anchor).pow(2)
+        term = (term * fisher).sum() if fisher is not None else term.sum()
+        total = term if total is None else total + term
+    return total
+
+
+@pytest.mark.parametrize("name", ["l2_init", "ewc"])
+def test_anchor_penalty_and_its_gradients_equal_the_plain_formula(pretrained, name):
+    model = copy.deepcopy(pretrained)
+    m = method("full", name, **{name: {"coef": 1.0, "fisher_batches": 2} if name == "ewc" else {"coef": 1.0}})
+    m.mix_examples(1, NEW, make_history([OLD]))
+    m.prepare_model(model, 1)
+    strategy = m.strategies[1]
+    with torch.no_grad():
+        for i, p in enumerate(model.parameters()):
+            p.add_(0.01 * torch.randn(p.shape, generator=torch.Generator().manual_seed(i)))
+    params = [p for p, _, _ in strategy.anchors]
+    mine = strategy.penalty()
+    grads = torch.autograd.grad(mine, params)
+    theirs = reference_penalty(strategy.anchors)
+    reference = torch.autograd.grad(theirs, params)
+    assert mine.item() > 0 and mine.item() == pytest.approx(theirs.item(), rel=1e-6)
+    for a, b in zip(grads, reference):
+        assert torch.allclose(a, b, rtol=1e-6, atol=1e-12)
+
+
+def test_bf16_anchors_halve_the_stored_bytes_and_stay_close(pretrained):
+    def anchored(dtype):
+        model = copy.deepcopy(pretrained)
+        m = method("full", "l2_init", l2_init={"anchor_dtype": dtype})
+        m.prepare_model(model, 1)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(0.01)
+        return m.strategies[1]
+
+    fp32, bf16 = anchored("float32"), anchored("bfloat16")
+    size = {s: sum(a.numel() * a.element_size() for _, a, _ in s.anchors) for s in (fp32, bf16)}
+    assert {a.dtype for _, a, _ in bf16.anchors} == {torch.bfloat16} and size[bf16] * 2 == size[fp32]
+    assert bf16.penalty().item() == pytest.approx(fp32.penalty().item(), rel=0.05)

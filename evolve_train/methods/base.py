@@ -11,6 +11,7 @@ Order of the hooks at time step k (``run.py`` and ``training/loop.py``)::
     per epoch e:  epoch_rows(e, n_rows)   rows of the (mixed) examples used in epoch e (None = all)
     per micro-batch: extra_loss(model, optimizer_step)
     after_step(model, k, examples)        must return a plain transformers model (it is checkpointed)
+    saves_weights(k)                      whether the checkpoint holds the full weights
     save_extra(model, <checkpoint dir>)   load_extra(model, <last checkpoint dir>) on resume
 
 Step 0 is method-independent (plain full training) unless ``method.at_step0`` is set: see
@@ -58,6 +59,11 @@ class Strategy:
 
     def save_extra(self, model: torch.nn.Module, directory) -> None:
         """Write method-specific files (e.g. adapters) into the step's checkpoint directory."""
+
+    def saves_weights(self, step: int) -> bool:
+        """Whether ``steps/<step>`` holds the model's full weights (``False``: :meth:`save_extra` writes what
+        rebuilds them, e.g. a LoRA adapter). The same answer on every process."""
+        return True
 
     def load_extra(self, model: torch.nn.Module, directory) -> None:
         """On resume: read back what :meth:`save_extra` wrote into the last complete checkpoint."""

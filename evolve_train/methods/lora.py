@@ -7,13 +7,18 @@ only the adapter matrices receive gradients.
 Across time steps (``method.lora.across_steps``):
 
 - ``merge``: a fresh adapter per step on top of the previous step's weights, merged into them after
-  the step. ``steps/<k>/adapter/`` reproduces ``steps/<k>`` from ``steps/<k-1>``:
-  ``PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained("steps/<k-1>"), "steps/<k>/adapter")``.
+  the step. ``steps/<k>/adapter/`` reproduces step k's model from step k-1's:
+  ``PeftModel.from_pretrained(<model of steps/k-1>, "steps/<k>/adapter").merge_and_unload()``.
 - ``stack``: one adapter keeps training across steps on a frozen base (the model before the first
-  LoRA step, i.e. ``steps/0``). Every checkpoint still holds the merged weights (so every checkpoint
-  loads the same way) and the live adapter under ``adapter/``. The next step (or a resumed run, via
-  :meth:`LoRA.load_extra`) recovers the base as ``merged - alpha/r * B @ A``: equal to the original
+  LoRA step, i.e. ``steps/0``); ``adapter/`` holds the live adapter. The next step (or a resumed run,
+  via :meth:`LoRA.load_extra`) recovers the base as ``merged - alpha/r * B @ A``: equal to the original
   base up to float rounding, and the same computation whether the run was resumed or not.
+
+What a checkpoint holds (``method.lora.save_merged``): every LoRA step saves ``adapter/`` (peft format)
+and the tokenizer; the merged full weights only with ``save_merged=true`` (and always at step 0, the
+start of the chain, when LoRA trains step 0: ``method.at_step0``). ``load_model`` (``models/build.py``)
+loads either kind the same way: a checkpoint without weights is rebuilt, bit for bit, from the last full
+checkpoint and the adapters after it (``models/lora_checkpoint.py``).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import torch
 
 from evolve_train.errors import ConfigError
 from evolve_train.methods.base import Strategy, register_strategy
+from evolve_train.models.lora_checkpoint import ADAPTER_DIR, ADAPTER_META, subtract_adapter
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +46,6 @@ DEFAULT_TARGETS = {
     **{name: _LLAMA_STYLE for name in ("llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "gemma2",
                                        "gemma3_text", "olmo", "olmo2", "smollm3")},
 }
-ADAPTER_DIR = "adapter"
 
 
 def default_targets(model: torch.nn.Module) -> list[str]:
@@ -53,17 +58,6 @@ def default_targets(model: torch.nn.Module) -> list[str]:
 
 def is_adapter_param(name: str) -> bool:
     return "lora_" in name
-
-
-def subtract_adapter(peft_model) -> None:
-    """base weight -= alpha/r * B @ A for every adapted layer (the inverse of merging)."""
-    from peft.tuners.lora import LoraLayer
-
-    with torch.no_grad():
-        for module in peft_model.modules():
-            if isinstance(module, LoraLayer) and "default" in module.lora_A:
-                weight = module.get_base_layer().weight
-                weight -= module.get_delta_weight("default").to(weight.dtype)
 
 
 @register_strategy("lora")
@@ -126,10 +120,14 @@ class LoRA(Strategy):
         shutil.copytree(self._staged, target)
         base = ("the previous step's checkpoint" if self.cfg.lora.across_steps == "merge"
                 else "the model before the first LoRA step (steps/0 unless method.at_step0)")
-        (target / "evolve_train.json").write_text(json.dumps(
+        (target / ADAPTER_META).write_text(json.dumps(
             {"across_steps": self.cfg.lora.across_steps, "base": base,
              "scaling": self.cfg.lora.alpha / self.cfg.lora.r}, indent=2) + "\n", encoding="utf-8")
         self._discard_staged()
+
+    def saves_weights(self, step: int) -> bool:
+        """Merged full weights in ``steps/<step>`` only when asked, and at step 0 (the chain's start)."""
+        return self.cfg.lora.save_merged or step == 0
 
     def load_extra(self, model, directory):
         """On resume with ``stack``: the live adapter continues from the last checkpoint's."""

@@ -77,6 +77,10 @@ class Method:
         for strategy in self.strategies:
             strategy.save_extra(model, directory)
 
+    def saves_weights(self, step: int) -> bool:
+        """Full weights in the checkpoint unless a strategy writes what rebuilds them instead."""
+        return all(strategy.saves_weights(step) for strategy in self.strategies)
+
     def load_extra(self, model, directory):
         for strategy in self.strategies:
             strategy.load_extra(model, directory)

@@ -13,6 +13,14 @@ on the previous step's data, averaged over ``fisher_batches`` batches and normal
 ``coef`` is on the same scale for both. With ``anneal_t0 > 0``, weight(t) = coef * (1 - s(t)) with
 s(t) = 1 / (1 + exp(-anneal_k * (t - anneal_t0))), RecAdam's annealing applied to the penalty term
 (RecAdam also scales the task loss by s(t); here the language-model loss keeps weight 1).
+
+Memory (docs/methods.md, "Memory of l2_init and ewc"): anchors and the Fisher are kept in
+``method.<l2_init|ewc>.anchor_dtype`` (``float32``, or ``bfloat16`` for half the bytes). The penalty is one
+small autograd node per parameter (:class:`AnchorTerm`) that saves nothing: its forward computes the
+parameter's term with one parameter-sized temporary at a time, its backward the gradient
+``2 F (w - w_prev)`` the same way, so no full-model temporary lives between forward and backward. Under
+FSDP2 the parameters are DTensors; ``p.detach().clone()`` of one is a DTensor with the same placement, so
+anchors (and the Fisher, made with ``zeros_like``) are sharded like the parameters.
 """
 
 from __future__ import annotations
@@ -46,9 +54,11 @@ class AnchorPenalty(Strategy):
     def prepare_model(self, model, step):
         params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         weights = self.importance(model, params) or [None] * len(params)
-        self.anchors = [(p, p.detach().clone(), w) for (_, p), w in zip(params, weights)]
-        log.info("%s (step %d): anchored %d tensors (%d values) at the previous step's weights, coef %g",
-                 self.name, step, len(params), sum(p.numel() for _, p in params), self.c.coef)
+        dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[str(self.c.anchor_dtype)]
+        self.anchors = [(p, p.detach().to(dtype, copy=True), None if w is None else w.to(dtype))
+                        for (_, p), w in zip(params, weights)]
+        log.info("%s (step %d): anchored %d tensors (%d values, %s) at the previous step's weights, coef %g",
+                 self.name, step, len(params), sum(p.numel() for _, p in params), dtype, self.c.coef)
         return model
 
     def weight(self, optimizer_step: int) -> float:
@@ -59,14 +69,9 @@ class AnchorPenalty(Strategy):
 
     def penalty(self) -> torch.Tensor:
         """sum_i F_i * (w_i - w_prev_i)^2 over every anchored (trainable) parameter, unweighted."""
-        total = None
-        for param, anchor, fisher in self.anchors:
-            if not param.requires_grad:
-                continue
-            term = (param - anchor).pow(2)
-            term = (term * fisher).sum() if fisher is not None else term.sum()
-            total = term if total is None else total + term
-        return total if total is not None else torch.zeros(())
+        terms = [AnchorTerm.apply(param, anchor, fisher) for param, anchor, fisher in self.anchors
+                 if param.requires_grad]
+        return torch.stack(terms).sum() if terms else torch.zeros(())
 
     def extra_loss(self, model, optimizer_step):
         if not self.anchors or self.c.coef == 0:
@@ -76,6 +81,34 @@ class AnchorPenalty(Strategy):
     def after_step(self, model, step, examples):
         self.anchors = []  # the anchors hold a copy of the weights: free it
         return model
+
+
+class AnchorTerm(torch.autograd.Function):
+    """``sum(F * (w - a)^2)`` of one parameter (``F=None``: ones) that saves no activation: forward and
+    backward each hold one parameter-sized temporary at a time (anchors may be bf16: promoted per element)."""
+
+    @staticmethod
+    def forward(ctx, param, anchor, fisher):
+        ctx.anchor, ctx.fisher = anchor, fisher
+        ctx.save_for_backward(param)
+        with torch.no_grad():
+            diff = torch.sub(param, anchor)
+            term = diff.square_() if fisher is None else diff.square_().mul_(fisher)
+            total = term.sum(dtype=torch.float32)
+        return _full(total)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (param,) = ctx.saved_tensors
+        grad = torch.sub(param, ctx.anchor).mul_(2 * grad_output.to(param.dtype))
+        if ctx.fisher is not None:
+            grad.mul_(ctx.fisher)
+        return grad, None, None
+
+
+def _full(value: torch.Tensor) -> torch.Tensor:
+    """A sharded (DTensor) sum as an ordinary tensor (the sum over all shards)."""
+    return value.full_tensor() if hasattr(value, "full_tensor") else value
 
 
 @register_strategy("l2_init")

@@ -71,13 +71,38 @@ def build_adapter(cfg: ModelConfig, tokenizer: PreTrainedTokenizerFast) -> Model
 
 
 def load_model(path: str, cfg: ModelConfig) -> PreTrainedModel:
-    """Load a pretrained model or a saved checkpoint (safetensors only unless allowed)."""
+    """Load a pretrained model or a saved checkpoint (safetensors only unless allowed) in ``model.dtype``,
+    with the run's model settings (:func:`apply_model_settings`). A LoRA checkpoint saved without merged
+    weights (``method.lora.save_merged=false``) is rebuilt from its chain (``models/lora_checkpoint.py``)."""
+    from evolve_train.models.lora_checkpoint import is_adapter_only, load_adapter_only
+
+    if is_adapter_only(path):
+        return apply_model_settings(load_adapter_only(path, cfg, _from_pretrained), cfg)
+    return apply_model_settings(_from_pretrained(path, cfg), cfg)
+
+
+def _from_pretrained(path: str, cfg: ModelConfig) -> PreTrainedModel:
     check_safe_weights(path, cfg.allow_pickle)
     auto = AutoModelForSeq2SeqLM if is_seq2seq(cfg) else AutoModelForCausalLM
-    return with_loss_type(auto.from_pretrained(path, attn_implementation=cfg.attn_implementation,
-                                               trust_remote_code=cfg.trust_remote_code,
-                                               use_safetensors=None if cfg.allow_pickle else True,
-                                               dtype=torch.float32))
+    return auto.from_pretrained(path, attn_implementation=cfg.attn_implementation,
+                                trust_remote_code=cfg.trust_remote_code,
+                                use_safetensors=None if cfg.allow_pickle else True, dtype=weight_dtype(cfg))
+
+
+def weight_dtype(cfg: ModelConfig) -> torch.dtype:
+    """``model.dtype`` as a torch dtype."""
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16}[str(cfg.dtype)]
+
+
+def apply_model_settings(model: PreTrainedModel, cfg: ModelConfig) -> PreTrainedModel:
+    """What every model of the run gets, however it was made (built, loaded, resumed, from the step-0
+    cache): the weights in ``model.dtype``, gradient checkpointing as configured, the loss type named."""
+    model = with_loss_type(model).to(weight_dtype(cfg))
+    if cfg.gradient_checkpointing and not model.is_activation_checkpointing:
+        model.activation_checkpointing_enable()
+    elif not cfg.gradient_checkpointing and model.is_activation_checkpointing:
+        model.activation_checkpointing_disable()
+    return model
 
 
 def with_loss_type(model: PreTrainedModel) -> PreTrainedModel:
@@ -90,15 +115,12 @@ def with_loss_type(model: PreTrainedModel) -> PreTrainedModel:
 
 def build_model(cfg: ModelConfig, tokenizer: PreTrainedTokenizerFast) -> PreTrainedModel:
     """A fresh model from config (``name_or_path=null``) or the pretrained one."""
-    model = with_loss_type(_build_model(cfg, tokenizer))
-    if cfg.gradient_checkpointing:
-        model.gradient_checkpointing_enable()
-    return model
+    return apply_model_settings(_build_model(cfg, tokenizer), cfg)
 
 
 def _build_model(cfg: ModelConfig, tokenizer: PreTrainedTokenizerFast) -> PreTrainedModel:
     if cfg.name_or_path:
-        return load_model(cfg.name_or_path, cfg)
+        return _from_pretrained(cfg.name_or_path, cfg)
     common = dict(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
                   eos_token_id=tokenizer.eos_token_id)
     if cfg.arch == "gpt2":

@@ -37,11 +37,13 @@ def _fsync_tree(path: Path) -> None:
     fsync_tree(path)
 
 
-def save_checkpoint(run_dir: Path, step: int, model, tokenizer, extra_files=None, state_dict=None) -> Path:
+def save_checkpoint(run_dir: Path, step: int, model, tokenizer, extra_files=None, state_dict=None,
+                    weights: bool = True) -> Path:
     """Save model + tokenizer for ``step`` atomically; ``extra_files(dir)`` may add method files.
 
     ``state_dict``: the gathered full weights of a sharded (FSDP / DeepSpeed) model, see
-    :func:`gathered_state_dict`; ``None`` saves ``model``'s own.
+    :func:`gathered_state_dict`; ``None`` saves ``model``'s own. ``weights=False``: only the model's
+    ``config.json`` (``extra_files`` writes what rebuilds the weights: a LoRA adapter).
     """
     final = step_dir(run_dir, step)
     tmp = final.with_name(f".{step}.tmp-{os.getpid()}")
@@ -49,8 +51,11 @@ def save_checkpoint(run_dir: Path, step: int, model, tokenizer, extra_files=None
         shutil.rmtree(tmp)
     try:
         tmp.mkdir(parents=True)
-        model.save_pretrained(tmp, safe_serialization=True,
-                              **({"state_dict": state_dict} if state_dict is not None else {}))
+        if weights:
+            model.save_pretrained(tmp, safe_serialization=True,
+                                  **({"state_dict": state_dict} if state_dict is not None else {}))
+        else:
+            model.config.save_pretrained(tmp)
         faults.point("checkpoint_write")
         tokenizer.save_pretrained(tmp)
         if extra_files is not None:

@@ -35,6 +35,7 @@ MAY_DIFFER_ON_RESUME = (
     "extra",                       # free-form notes, not read by the framework
     "data.cache_dir",              # where materialised datasets are cached
     "method.step0_cache",          # where the shared step-0 checkpoint is looked up
+    "method.lora.save_merged",     # what a LoRA checkpoint holds (merged weights too), not what is trained
     "trainer.num_threads",         # speed
     "trainer.log_every",           # how often train_log.jsonl gets a row
     "trainer.save_every_n_steps",  # how often a resumable training state is saved
