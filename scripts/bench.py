@@ -5,8 +5,8 @@
     python scripts/bench.py --demo-run runs/demo   # eval speed on the demo's final checkpoint, its eval_share
 
 Prints a table, then (last line) one JSON object with the keys loop_vs_torch, lora_vs_full,
-packing_efficiency, clm_packing_efficiency, eval_speedup, eval_share, tokens_per_s_by_size and eval_growth, with the raw figures
-behind them. See docs/benchmarks.md for the figures measured on the reference machines.
+packing_efficiency, clm_packing_efficiency, eval_speedup, eval_share, tokens_per_s_by_size and eval_growth,
+with the raw figures behind them. See docs/benchmarks.md for the figures measured on the reference machines.
 """
 
 from __future__ import annotations

@@ -201,7 +201,12 @@ def test_flops_per_token_follow_the_stated_formula():
     n = sum(p.numel() for p in model.parameters()) - embeddings  # the LM head is tied to wte
     assert flops_per_token(model, 32) == 6 * n + 12 * 2 * 32 * 32
     meter = Throughput(torch.device("cpu"), 0, flops_per_token(model, 32), None, 1)
-    assert set(meter.window(1000)) == {"tokens_per_s"}
+    assert set(meter.window(1000)) == {"tokens_per_s"}  # no peak known on a CPU
+    meter = Throughput(torch.device("cpu"), 0, flops_per_token(model, 32), 1e12, 2)  # trainer.peak_flops=1e12
+    meter.start_time -= 2.0  # a 2 s window
+    row = meter.window(4000)
+    assert row["tokens_per_s"] == pytest.approx(2000, rel=0.01)
+    assert row["mfu"] == pytest.approx(row["tokens_per_s"] * flops_per_token(model, 32) / 2e12, rel=1e-3)
 
 
 # ---------------------------------------------------------------- resume under a token budget

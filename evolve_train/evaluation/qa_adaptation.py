@@ -98,7 +98,7 @@ class QAAdaptation:
         settings, trainer = self.cfg.eval.qa_adaptation, self.cfg.trainer
         trainer = dataclasses.replace(trainer, lr=settings.lr or trainer.lr,
                                       batch_size=settings.batch_size or trainer.batch_size,
-                                      save_every_n_steps=0)
+                                      save_every_n_steps=0, tokens_per_batch=0)  # rows per batch, as documented
         adapted = copy.deepcopy(model)
         for parameter in adapted.parameters():
             parameter.requires_grad_(True)

@@ -1,9 +1,12 @@
 """The training loop: one time step of continual pretraining, for every method.
 
 Read top to bottom: :func:`train_time_step` builds a :class:`StepTrainer` (optimizer, schedule, the
-non-finite guard and, on resume, the restored position), which runs epochs of length-grouped batches;
+non-finite guard and, on resume, the restored position), which runs epochs of length-grouped batches
+(``trainer.batch_size`` rows, or up to ``trainer.tokens_per_batch`` padded tokens: :func:`make_batches`);
 each micro-batch adds the method's extra loss. The loss is read back to the host only every
-``log_every`` steps. The loop knows nothing of the text format: ``collate_fn`` turns rows into a batch.
+``log_every`` steps, and the log row then gets the window's tokens/s, peak memory and MFU
+(``training/telemetry.py``; token counts are host-side sums of row lengths). The loop knows nothing of the
+text format: ``collate_fn`` turns rows into a batch. See docs/training.md.
 """
 
 from __future__ import annotations

@@ -5,15 +5,15 @@ read back, so no extra host sync) carries, over the window since the previous ro
 
 - ``tokens_per_s``: real (non-padding) input tokens of all processes, per second of wall time;
 - ``peak_mem_gb`` (CUDA only): ``torch.cuda.max_memory_allocated`` of this process, in GB (1e9 bytes);
-- ``mfu`` (CUDA only, when the peak is known): achieved FLOP/s / peak FLOP/s of all processes, with the
-  training FLOPs per token of the PaLM paper (Chowdhery et al. 2022, appendix B; Chinchilla's count is the
-  same to within a few per cent): ``6 * N + 12 * n_layer * d_model * seq_len``, where ``N`` is the number of
+- ``mfu`` (when the peak is known): achieved FLOP/s / peak FLOP/s of all processes, with the
+  training FLOPs per token of the PaLM paper (Chowdhery et al. 2022, appendix B):
+  ``6 * N + 12 * n_layer * d_model * seq_len``, where ``N`` is the number of
   non-embedding parameters (embedding tables excluded, an untied output head counted; frozen ones too:
-  LoRA's real backward is cheaper, so its MFU reads high) and ``seq_len`` is ``trainer.seq_len`` (rows shorter than ``seq_len`` attend over
-  less, so for short masked-entity rows the attention term is an upper bound). The peak is
-  ``trainer.peak_flops`` when set, else the dense bf16/fp16 tensor-core peak of the device looked up by its
-  name (:data:`PEAK_FLOPS`: H100 / H200 / A100) under ``trainer.mixed_precision=bf16|fp16``; otherwise the
-  key is absent.
+  LoRA's real backward is cheaper, so its MFU reads high) and ``seq_len`` is ``trainer.seq_len`` (rows
+  shorter than ``seq_len`` attend over less, so for short masked-entity rows the attention term is an upper
+  bound). The peak is ``trainer.peak_flops`` when set (any device), else the dense bf16/fp16 tensor-core
+  peak of the CUDA device looked up by its name (:data:`PEAK_FLOPS`: H100 / H200 / A100) under
+  ``trainer.mixed_precision=bf16|fp16``; otherwise the key is absent.
 """
 
 from __future__ import annotations
@@ -77,6 +77,6 @@ class Throughput:
         row = {"tokens_per_s": round(rate, 1)}
         if self.device.type == "cuda":
             row["peak_mem_gb"] = round(torch.cuda.max_memory_allocated(self.device) / 1e9, 3)
-            if self.flops:
-                row["mfu"] = round(rate * self.flops / self.peak, 4)
+        if self.flops:
+            row["mfu"] = float(f"{rate * self.flops / self.peak:.4g}")
         return row
