@@ -1,7 +1,9 @@
 """Bytes per parameter that ``l2_init`` / ``ewc`` add: the anchors (and Fisher) the strategy holds, plus the
 peak resident-memory growth of one penalty forward + backward (CPU), on a GPT-2-shaped model built from
 config (``--n-layer 12 --n-embd 768``: ~86M parameters). Each case runs in a fresh process (peak RSS only
-grows); ``--impl legacy`` is the penalty as written before the memory work (full-size temporaries kept for
+grows, so it also counts the allocator's own slack: a noisy upper bound; the exact figure is what
+autograd keeps from the penalty's forward until its backward, counted with ``saved_tensors_hooks``);
+``--impl legacy`` is the penalty as written before the memory work (full-size temporaries kept for
 backward). Figures: docs/methods.md ("Memory of l2_init and ewc").
 
     python scripts/penalty_memory.py            # every case, a table
@@ -24,6 +26,24 @@ CASES = [(impl, name, dtype) for name in ("l2_init", "ewc") for impl, dtype in
 
 def peak_rss() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+
+
+def saved_for_backward(fn, existing: set[int]) -> int:
+    """Bytes of the tensors autograd keeps from the forward of ``fn()`` until its backward, not counting
+    tensors that exist anyway (``existing``: storage addresses of parameters, anchors, Fisher)."""
+    seen, total = set(), 0
+
+    def pack(tensor):
+        nonlocal total
+        key = tensor.untyped_storage().data_ptr()
+        if key not in existing and key not in seen:
+            seen.add(key)
+            total += tensor.untyped_storage().nbytes()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        fn()
+    return total
 
 
 def build(n_layer: int, n_embd: int):
@@ -71,13 +91,18 @@ def measure(impl: str, name: str, dtype: str, n_layer: int, n_embd: int) -> dict
         for p in model.parameters():
             p.add_(1e-3)
     held = sum(t.numel() * t.element_size() for _, a, f in strategy.anchors for t in (a, f) if t is not None)
+    def step():
+        penalty = legacy_penalty(strategy.anchors) if impl == "legacy" else strategy.penalty()
+        penalty.backward()
+
+    existing = {t.untyped_storage().data_ptr() for p, a, f in strategy.anchors for t in (p, a, f) if t is not None}
     before = peak_rss()
-    penalty = legacy_penalty(strategy.anchors) if impl == "legacy" else strategy.penalty()
-    penalty.backward()
-    step = peak_rss() - before
+    allocated = saved_for_backward(step, existing)
+    rss = peak_rss() - before
     return {"impl": impl, "method": name, "anchor_dtype": dtype, "parameters": n,
-            "held_bytes_per_param": round(held / n, 2), "penalty_step_peak_bytes_per_param": round(step / n, 2),
-            "total_bytes_per_param": round((held + step) / n, 2)}
+            "held_bytes_per_param": round(held / n, 2), "saved_for_backward_bytes_per_param": round(allocated / n, 2),
+            "penalty_step_rss_bytes_per_param": round(rss / n, 2),
+            "total_bytes_per_param": round((held + allocated) / n, 2)}
 
 
 def main(argv=None) -> None:
@@ -89,15 +114,16 @@ def main(argv=None) -> None:
     if args.case:
         print(json.dumps(measure(*args.case.split(","), args.n_layer, args.n_embd)))
         return
-    print("| impl | method | anchor dtype | parameters | held B/param | penalty+backward peak B/param | total |")
-    print("|---|---|---|---|---|---|---|")
+    print("| impl | method | anchor dtype | parameters | held B/param | saved for backward B/param "
+          "| total | peak RSS growth B/param |")
+    print("|---|---|---|---|---|---|---|---|")
     for case in CASES:
         out = subprocess.run([sys.executable, __file__, "--case", ",".join(case), "--n-layer", str(args.n_layer),
                               "--n-embd", str(args.n_embd)], capture_output=True, text=True, check=True)
         r = json.loads(out.stdout.strip().splitlines()[-1])
         print(f"| {r['impl']} | {r['method']} | {r['anchor_dtype']} | {r['parameters'] / 1e6:.1f}M | "
-              f"{r['held_bytes_per_param']} | {r['penalty_step_peak_bytes_per_param']} | "
-              f"{r['total_bytes_per_param']} |")
+              f"{r['held_bytes_per_param']} | {r['saved_for_backward_bytes_per_param']} | "
+              f"{r['total_bytes_per_param']} | {r['penalty_step_rss_bytes_per_param']} |")
 
 
 if __name__ == "__main__":

@@ -57,6 +57,7 @@ def test_slurm_launcher_config_composes():
     launcher = cfg.hydra.launcher
     assert launcher._target_.endswith("submitit_launcher.SlurmLauncher")
     assert launcher.partition == "gpu" and launcher.tasks_per_node == 1
+    assert launcher.signal_delay_s > 0 and launcher.max_num_timeout >= 1  # warned before the kill; requeued
     from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher  # noqa: F401  (importable)
 
 
@@ -167,3 +168,17 @@ def test_a_sweep_over_learning_rate_gives_one_run_dir_per_rate(tmp_path):
     runs = run_sweep(tmp_path / "sweep", "trainer.lr=1e-3,2e-3")
     check_one_dir_per_value(runs, "trainer.lr", [1e-3, 2e-3])
     assert all(run.name == "seed0" for run in runs)  # seed visible
+
+
+@pytest.mark.slow
+def test_a_submitit_local_sweep_runs_both_methods(tmp_path):
+    """``hydra/launcher=submitit_local``: real submitit (each run a job in its own process, as on SLURM,
+    whose launcher shares this code path); both runs finish and write their summary."""
+    sweep = tmp_path / "sweep"
+    runs = run_sweep(sweep, "hydra/launcher=submitit_local", "method=full,lora", "data.world.n_steps=2",
+                     "hydra.launcher.timeout_min=10")
+    assert [run.relative_to(sweep).parts[0] for run in runs] == ["full", "lora"]
+    for run in runs:
+        assert json.loads((run / "summary.json").read_text())
+        assert json.loads((run / "state.json").read_text())["evaluated"] == [0, 1]
+    assert list((sweep / ".submitit").iterdir())  # submitit's job folders: the jobs really went through it
