@@ -45,7 +45,7 @@ from evolve_train.tracking.disk import DiskLogger
 from evolve_train.training import faults, identity
 from evolve_train.training.checkpoint import (RunState, ensure_writable, gathered_state_dict, preflight,
                                               remove_stale_tmp, save_checkpoint, step_dir)
-from evolve_train.training.distributed import build_accelerator, check_sharding, train_sharded
+from evolve_train.training.distributed import build_accelerator, train_sharded
 from evolve_train.training.examples import collate
 from evolve_train.training.loop import StepResult, train_time_step
 from evolve_train.training.redact import redact_run
@@ -111,7 +111,6 @@ class ContinualRun:
         if cfg.trainer.num_threads > 0:
             torch.set_num_threads(cfg.trainer.num_threads)
         self.accelerator = build_accelerator(cfg.trainer, gradient_accumulation_steps=cfg.trainer.grad_accum)
-        check_sharding(cfg, self.accelerator)  # what FSDP2 does not support yet: an error before training
         self.start = self._agreed_start()
         self._open_run_dir()
         self.model, self.tokenizer = self._initial_model()

@@ -59,7 +59,7 @@ def build(n_layer: int, n_embd: int):
 
 def legacy_penalty(anchors) -> torch.Tensor:
     total = None
-    for param, anchor, fisher in anchors:
+    for _, param, anchor, fisher in anchors:
         term = (param - anchor).pow(2)
         term = (term * fisher).sum() if fisher is not None else term.sum()
         total = term if total is None else total + term
@@ -78,7 +78,7 @@ def anchor(model, name: str, impl: str, dtype: str):
         strategy.importance = lambda model, params: [torch.ones_like(p, dtype=torch.float32) for _, p in params]
     strategy.prepare_model(model, 1)
     if impl == "legacy":  # fp32 anchors and Fisher, as before
-        strategy.anchors = [(p, a.float(), None if f is None else f.float()) for p, a, f in strategy.anchors]
+        strategy.anchors = [(n, p, a.float(), None if f is None else f.float()) for n, p, a, f in strategy.anchors]
     return strategy
 
 
@@ -90,12 +90,12 @@ def measure(impl: str, name: str, dtype: str, n_layer: int, n_embd: int) -> dict
     with torch.no_grad():
         for p in model.parameters():
             p.add_(1e-3)
-    held = sum(t.numel() * t.element_size() for _, a, f in strategy.anchors for t in (a, f) if t is not None)
+    held = sum(t.numel() * t.element_size() for _, _, a, f in strategy.anchors for t in (a, f) if t is not None)
     def step():
         penalty = legacy_penalty(strategy.anchors) if impl == "legacy" else strategy.penalty()
         penalty.backward()
 
-    existing = {t.untyped_storage().data_ptr() for p, a, f in strategy.anchors for t in (p, a, f) if t is not None}
+    existing = {t.untyped_storage().data_ptr() for _, p, a, f in strategy.anchors for t in (p, a, f) if t is not None}
     before = peak_rss()
     allocated = saved_for_backward(step, existing)
     rss = peak_rss() - before

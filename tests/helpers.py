@@ -21,3 +21,9 @@ def tiny_cfg(run_dir: Path | str, *overrides: str) -> DictConfig:
     """The default config shrunk to run three time steps in a few seconds, writing to ``run_dir``."""
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         return compose(config_name="config", overrides=[*TINY, f"run_dir={run_dir}", *overrides])
+
+
+def wall_clock(key: str) -> bool:
+    """Keys of metric / training-log rows that measure time (seconds, tokens per second, memory, MFU): they
+    differ between two runs of the same command, everything else must not."""
+    return "seconds" in key or key.endswith("_per_s") or key in ("peak_mem_gb", "mfu")

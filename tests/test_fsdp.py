@@ -106,6 +106,21 @@ def test_fsdp2_run_loads_and_matches_one_process(tmp_path, method):
     assert all(abs(a[3] - b[3]) <= EM_TOLERANCE for a, b in zip(mine, reference)), (mine, reference)
 
 
+@pytest.mark.slow
+def test_fsdp2_l2_init_pulls_the_sharded_weights_like_ddp(tmp_path):
+    """The anchors follow the parameters fully_shard puts in place: FSDP2 trains the weights DDP trains with the
+    penalty (a strong coef, so a penalty that silently stopped acting would move them far apart)."""
+    sharded, ddp = tmp_path / "fsdp", tmp_path / "ddp"
+    overrides = [*SMALL, "method=l2_init", "method.l2_init.coef=1000", "trainer.batch_size=8"]
+    output = run([*launch(), "train.py", *overrides, f"hydra.run.dir={sharded}"], ENV)
+    run([*launch(config=""), "train.py", *overrides, f"hydra.run.dir={ddp}"], ENV)
+    assert "FSDP2 on CPU: 2 gloo processes" in output and "l2_init (step 1): anchored" in output
+    for k in (1, 2):
+        difference = relative_difference(load_file(ddp / f"steps/{k}/model.safetensors"),
+                                         load_file(sharded / f"steps/{k}/model.safetensors"))
+        assert difference < SAME_AS_DDP, (k, difference)
+
+
 def without_volatile(rows: list[dict]) -> list[dict]:
     return [{k: v for k, v in r.items() if k not in VOLATILE} for r in rows]
 

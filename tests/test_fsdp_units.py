@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from datetime import timedelta
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -11,7 +10,7 @@ import torch
 from evolve_train.config import TrainerConfig
 from evolve_train.errors import ConfigError
 from evolve_train.evaluation.context import Shards
-from evolve_train.training.distributed import (build_accelerator, check_sharding, fsdp2_requested, meta_skeleton,
+from evolve_train.training.distributed import (build_accelerator, fsdp2_requested, meta_skeleton,
                                                unsharded_copy)
 
 
@@ -43,14 +42,6 @@ def test_fsdp2_is_requested_by_the_variables_accelerate_launch_sets(monkeypatch)
     assert fsdp2_requested()
     monkeypatch.setenv("FSDP_VERSION", "1")
     assert not fsdp2_requested()
-
-
-@pytest.mark.parametrize("method", ["l2_init", "ewc"])
-def test_anchored_methods_are_refused_under_fsdp2_before_training(method):
-    cfg = SimpleNamespace(method=SimpleNamespace(strategies=[method]))
-    with pytest.raises(ConfigError, match=method):
-        check_sharding(cfg, SimpleNamespace(is_fsdp2=True))
-    check_sharding(cfg, SimpleNamespace(is_fsdp2=False))  # DDP / one process: fine
 
 
 def test_unsharded_copy_rebuilds_weights_buffers_and_ties_from_a_skeleton():

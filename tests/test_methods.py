@@ -170,7 +170,7 @@ def test_l2_init_penalises_every_trainable_weight_and_reduces_drift(pretrained):
     full, _ = penalised_step(pretrained, "full")
     pulled, m = penalised_step(pretrained, "full", "l2_init", l2_init={"coef": 1.0})
     strategy = next(s for s in m.strategies if isinstance(s, L2Init))
-    anchored = {id(p) for p, _, _ in strategy.anchors}
+    anchored = {id(p) for _, p, _, _ in strategy.anchors}
     assert anchored == {id(p) for p in pulled.parameters() if p.requires_grad}  # ALL trainable params
     assert strategy.penalty().item() > 0  # a name filter that matched nothing would give exactly 0
     d_full, d_pulled = drift(full, start), drift(pulled, start)
@@ -183,7 +183,7 @@ def test_ewc_weights_the_pull_by_the_fisher_and_reduces_drift(pretrained):
     full, _ = penalised_step(pretrained, "full")
     pulled, m = penalised_step(pretrained, "full", "ewc", ewc={"coef": 10.0, "fisher_batches": 4})
     strategy = next(s for s in m.strategies if isinstance(s, EWC))
-    fisher = [f for _, _, f in strategy.anchors]
+    fisher = [f for _, _, _, f in strategy.anchors]
     values = torch.cat([f.flatten() for f in fisher])
     assert values.mean().item() == pytest.approx(1.0, rel=1e-4)  # normalised: coef on l2_init's scale
     assert values.max() > 10 * values.median()  # not uniform: some weights matter much more
@@ -362,14 +362,36 @@ def test_anchor_penalty_and_its_gradients_equal_the_plain_formula(pretrained, na
     with torch.no_grad():
         for i, p in enumerate(model.parameters()):
             p.add_(0.01 * torch.randn(p.shape, generator=torch.Generator().manual_seed(i)))
-    params = [p for p, _, _ in strategy.anchors]
+    params = [p for _, p, _, _ in strategy.anchors]
     mine = strategy.penalty()
     grads = torch.autograd.grad(mine, params)
-    theirs = reference_penalty(strategy.anchors)
+    theirs = reference_penalty([a[1:] for a in strategy.anchors])
     reference = torch.autograd.grad(theirs, params)
     assert mine.item() > 0 and mine.item() == pytest.approx(theirs.item(), rel=1e-6)
     for a, b in zip(grads, reference):
         assert torch.allclose(a, b, rtol=1e-6, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["l2_init", "ewc"])
+def test_anchors_follow_parameters_that_prepare_replaced(pretrained, name):
+    """As FSDP2's prepare does (fully_shard swaps every parameter for a new one): the penalty must act on the
+    parameters that train, found by name, not on the objects anchored before."""
+    model = copy.deepcopy(pretrained)
+    m = method("full", name, **{name: {"coef": 1.0, "fisher_batches": 2} if name == "ewc" else {"coef": 1.0}})
+    m.mix_examples(1, NEW, make_history([OLD]))
+    m.prepare_model(model, 1)
+    replaced = {}  # new Parameter objects, moved away from the anchors (tied weights stay tied)
+    for module in model.modules():
+        for key, param in list(module._parameters.items()):
+            if param is not None:
+                if id(param) not in replaced:
+                    replaced[id(param)] = torch.nn.Parameter(param.detach() + 0.01)
+                module._parameters[key] = replaced[id(param)]
+    loss = m.extra_loss(model, 0)
+    loss.backward()
+    trained = [p for p in model.parameters() if p.requires_grad]
+    assert loss.item() > 0 and all(p.grad is not None and p.grad.abs().sum() > 0 for p in trained)
+    assert {id(p) for _, p, _, _ in m.strategies[1].anchors} == {id(p) for p in trained}
 
 
 def test_bf16_anchors_halve_the_stored_bytes_and_stay_close(pretrained):
@@ -383,6 +405,6 @@ def test_bf16_anchors_halve_the_stored_bytes_and_stay_close(pretrained):
         return m.strategies[1]
 
     fp32, bf16 = anchored("float32"), anchored("bfloat16")
-    size = {s: sum(a.numel() * a.element_size() for _, a, _ in s.anchors) for s in (fp32, bf16)}
-    assert {a.dtype for _, a, _ in bf16.anchors} == {torch.bfloat16} and size[bf16] * 2 == size[fp32]
+    size = {s: sum(a.numel() * a.element_size() for _, _, a, _ in s.anchors) for s in (fp32, bf16)}
+    assert {a.dtype for _, _, a, _ in bf16.anchors} == {torch.bfloat16} and size[bf16] * 2 == size[fp32]
     assert bf16.penalty().item() == pytest.approx(fp32.penalty().item(), rel=0.05)

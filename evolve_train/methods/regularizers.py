@@ -18,9 +18,13 @@ Memory (docs/methods.md, "Memory of l2_init and ewc"): anchors and the Fisher ar
 ``method.<l2_init|ewc>.anchor_dtype`` (``float32``, or ``bfloat16`` for half the bytes). The penalty is one
 small autograd node per parameter (:class:`AnchorTerm`) that saves nothing: its forward computes the
 parameter's term with one parameter-sized temporary at a time, its backward the gradient
-``2 F (w - w_prev)`` the same way, so no full-model temporary lives between forward and backward. Under
-FSDP2 the parameters are DTensors; ``p.detach().clone()`` of one is a DTensor with the same placement, so
-anchors (and the Fisher, made with ``zeros_like``) are sharded like the parameters.
+``2 F (w - w_prev)`` the same way, so no full-model temporary lives between forward and backward.
+
+Anchors are kept by parameter name. Under FSDP2 the run snapshots them from the plain model, then
+``accelerator.prepare`` replaces every parameter by a sharded one (a DTensor); the first penalty of the step
+finds the model's current parameters by name and shards each anchor (and Fisher) the same way, from the
+full copy every process holds, without communication (``distribute_tensor(..., src_data_rank=None)``); the
+full copies are dropped, so from then on each process keeps only its shard, like the parameters.
 """
 
 from __future__ import annotations
@@ -45,7 +49,9 @@ class AnchorPenalty(Strategy):
     def __init__(self, cfg):
         super().__init__(cfg)
         self.c = getattr(cfg, self.section)  # ranges: checked by the schema (config.py: L2InitConfig, EwcConfig)
-        self.anchors: list[tuple[torch.nn.Parameter, torch.Tensor, Optional[torch.Tensor]]] = []
+        self.anchors: list[tuple[str, torch.nn.Parameter, torch.Tensor, Optional[torch.Tensor]]] = []
+        """(name, parameter, anchor, Fisher or None) of every anchored parameter."""
+        self._followed = False
 
     def importance(self, model, params: list[tuple[str, torch.nn.Parameter]]) -> Optional[list[torch.Tensor]]:
         """Per-parameter weights F (``None``: all ones)."""
@@ -55,8 +61,9 @@ class AnchorPenalty(Strategy):
         params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         weights = self.importance(model, params) or [None] * len(params)
         dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[str(self.c.anchor_dtype)]
-        self.anchors = [(p, p.detach().to(dtype, copy=True), None if w is None else w.to(dtype))
-                        for (_, p), w in zip(params, weights)]
+        self.anchors = [(n, p, p.detach().to(dtype, copy=True), None if w is None else w.to(dtype))
+                        for (n, p), w in zip(params, weights)]
+        self._followed = False
         log.info("%s (step %d): anchored %d tensors (%d values, %s) at the previous step's weights, coef %g",
                  self.name, step, len(params), sum(p.numel() for _, p in params), dtype, self.c.coef)
         return model
@@ -69,14 +76,30 @@ class AnchorPenalty(Strategy):
 
     def penalty(self) -> torch.Tensor:
         """sum_i F_i * (w_i - w_prev_i)^2 over every anchored (trainable) parameter, unweighted."""
-        terms = [AnchorTerm.apply(param, anchor, fisher) for param, anchor, fisher in self.anchors
+        terms = [AnchorTerm.apply(param, anchor, fisher) for _, param, anchor, fisher in self.anchors
                  if param.requires_grad]
         return torch.stack(terms).sum() if terms else torch.zeros(())
 
     def extra_loss(self, model, optimizer_step):
         if not self.anchors or self.c.coef == 0:
             return None
+        if not self._followed:  # the first penalty of the step: after prepare (which may shard the model)
+            self.follow(model)
         return 0.5 * self.weight(optimizer_step) * self.penalty()
+
+    def follow(self, model) -> None:
+        """Point the anchors at ``model``'s current parameters (by name), shaped like them: under FSDP2 the
+        parameters prepared for training are sharded DTensors, and so become the anchors and the Fisher."""
+        current = dict(model.named_parameters())
+        followed = []
+        for name, param, anchor, fisher in self.anchors:
+            now = current.get(name)
+            if now is None:
+                raise RuntimeError(f"{self.name}: the anchored parameter '{name}' is not in the model being trained")
+            if now is not param:
+                anchor, fisher = _shaped_like(now, anchor), _shaped_like(now, fisher)
+            followed.append((name, now, anchor, fisher))
+        self.anchors, self._followed = followed, True
 
     def after_step(self, model, step, examples):
         self.anchors = []  # the anchors hold a copy of the weights: free it
@@ -104,6 +127,18 @@ class AnchorTerm(torch.autograd.Function):
         if ctx.fisher is not None:
             grad.mul_(ctx.fisher)
         return grad, None, None
+
+
+def _shaped_like(param: torch.Tensor, value: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+    """``value`` (a full tensor, the same on every process) placed like ``param``: this process's shard of it
+    when ``param`` is a DTensor (no communication), else on ``param``'s device."""
+    if value is None:
+        return None
+    from torch.distributed.tensor import DTensor, distribute_tensor
+
+    if isinstance(param, DTensor) and not isinstance(value, DTensor):
+        return distribute_tensor(value.to(param.device), param.device_mesh, param.placements, src_data_rank=None)
+    return value.to(param.device)
 
 
 def _full(value: torch.Tensor) -> torch.Tensor:

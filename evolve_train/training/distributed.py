@@ -78,22 +78,6 @@ def is_fsdp2(accelerator) -> bool:
     return bool(getattr(accelerator, "is_fsdp2", False))
 
 
-ANCHORED = ("l2_init", "ewc")
-
-
-def check_sharding(cfg, accelerator) -> None:
-    """Before training: a ConfigError for what FSDP2 does not support yet (see docs/distributed.md)."""
-    from evolve_train.errors import ConfigError
-
-    if not is_fsdp2(accelerator):
-        return
-    anchored = [name for name in cfg.method.strategies if name in ANCHORED]
-    if anchored:
-        raise ConfigError(f"method.strategies: '{anchored[0]}' is not supported under FSDP2 yet (its anchors "
-                          "point at the unsharded parameters, which fully_shard replaces); use DDP "
-                          "(configs/accelerate/ddp.yaml) or another method")
-
-
 def is_sharded(accelerator) -> bool:
     """FSDP or DeepSpeed: the model or its optimizer state is split across processes."""
     from accelerate.utils import DistributedType
