@@ -116,9 +116,13 @@ def test_fsdp2_l2_init_pulls_the_sharded_weights_like_ddp(tmp_path):
     run([*launch(config=""), "train.py", *overrides, f"hydra.run.dir={ddp}"], ENV)
     assert "FSDP2 on CPU: 2 gloo processes" in output and "l2_init (step 1): anchored" in output
     for k in (1, 2):
-        difference = relative_difference(load_file(ddp / f"steps/{k}/model.safetensors"),
-                                         load_file(sharded / f"steps/{k}/model.safetensors"))
-        assert difference < SAME_AS_DDP, (k, difference)
+        before, mine = (load_file(sharded / f"steps/{j}/model.safetensors") for j in (k - 1, k))
+        difference = relative_difference(load_file(ddp / f"steps/{k}/model.safetensors"), mine)
+        moved = relative_difference(before, mine)
+        print(f"l2_init step {k}: FSDP2 vs DDP {difference:.2e}; moved from step {k - 1} by {moved:.2e}")
+        # the stiff pull (coef 1000) amplifies float rounding: 9.6e-5 / 1.6e-4 measured (full: < 1e-5). A penalty
+        # that stopped acting would train full fine-tuning's weights, 1-2 % away (test above): far over 1e-3
+        assert difference < 1e-3, (k, difference, moved)
 
 
 def without_volatile(rows: list[dict]) -> list[dict]:
