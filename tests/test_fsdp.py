@@ -156,3 +156,27 @@ def test_qa_adaptation_runs_with_two_fsdp2_processes(tmp_path):
     assert {r["checkpoint"] for r in rows if r["group"] == "splits"} == {0, 1}
     assert {r["num_processes"] for r in rows} == {2}
     assert json.loads((run_dir / "state.json").read_text())["evaluated"] == [0, 1]
+
+
+@pytest.mark.slow
+def test_fsdp2_mid_step_state_resumes_to_the_same_weights(tmp_path):
+    """Both processes killed mid-step (SIGKILL at the same optimizer step), then the same command: the run
+    continues from the sharded training state (``accelerator.save_state``) and ends with the weights and
+    metrics of an uninterrupted run."""
+    reference, resumed = tmp_path / "reference", tmp_path / "resumed"
+    overrides = [*SMALL, "method=full", "trainer.batch_size=8", "trainer.save_every_n_steps=2"]
+    run([*launch(), "train.py", *overrides, f"hydra.run.dir={reference}"], ENV)
+    command = [*launch(), "train.py", *overrides, f"hydra.run.dir={resumed}"]
+    crashed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=500,
+                             env={**os.environ, "WANDB_MODE": "disabled", **ENV,
+                                  "EVOLVE_TRAIN_FAULT": "optimizer_step:27"})
+    assert crashed.returncode != 0
+    states = sorted(p.name for p in (resumed / "train_state").iterdir() if not p.name.startswith("."))
+    assert states, "no mid-step state was saved before the kill"
+    output = run(command, ENV)
+    assert "resuming time step" in output and states[-1] in output
+    for k in range(3):
+        difference = relative_difference(load_file(reference / f"steps/{k}/model.safetensors"),
+                                         load_file(resumed / f"steps/{k}/model.safetensors"))
+        assert difference < 1e-6, (k, difference)
+    assert em_rows(resumed) == em_rows(reference)
