@@ -180,3 +180,20 @@ def test_fsdp2_mid_step_state_resumes_to_the_same_weights(tmp_path):
                                          load_file(resumed / f"steps/{k}/model.safetensors"))
         assert difference < 1e-6, (k, difference)
     assert em_rows(resumed) == em_rows(reference)
+
+
+@pytest.mark.slow
+def test_fsdp2_step0_cache_is_stored_and_loaded(tmp_path):
+    """The first FSDP2 run stores its step 0 (plain weights, written by the main process); the second,
+    another method, loads it on both processes instead of training and continues sharded."""
+    cache, first, second = tmp_path / "cache", tmp_path / "full", tmp_path / "lora"
+    overrides = [*SMALL, "trainer.batch_size=8", f"method.step0_cache={cache}"]
+    run([*launch(), "train.py", *overrides, "method=full", f"hydra.run.dir={first}"], ENV)
+    entries = [p for p in cache.iterdir() if not p.name.startswith(".")]
+    assert len(entries) == 1 and (entries[0] / "model.safetensors").is_file()
+    output = run([*launch(), "train.py", *overrides, "method=lora", f"hydra.run.dir={second}"], ENV)
+    assert output.count("loaded from the step-0 cache") == 2  # both processes
+    assert len(re.findall(r"held (\d+) of (\d+) parameter values", output)) == 2 * 2  # steps 1 and 2 sharded
+    a, b = load_file(first / "steps/0/model.safetensors"), load_file(second / "steps/0/model.safetensors")
+    assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
+    check_loads(second, "lora")
