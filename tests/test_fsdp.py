@@ -175,3 +175,44 @@ def test_qa_adaptation_runs_with_two_fsdp2_processes(tmp_path):
     assert {r["checkpoint"] for r in rows if r["group"] == "splits"} == {0, 1}
     assert {r["num_processes"] for r in rows} == {2}
     assert json.loads((run_dir / "state.json").read_text())["evaluated"] == [0, 1]
+
+
+@pytest.mark.slow
+def test_fsdp2_mid_step_state_resumes_to_the_same_weights(tmp_path):
+    """Both processes killed mid-step (SIGKILL at the same optimizer step), then the same command: the run
+    continues from the sharded training state (``accelerator.save_state``) and ends with the weights and
+    metrics of an uninterrupted run."""
+    reference, resumed = tmp_path / "reference", tmp_path / "resumed"
+    overrides = [*SMALL, "method=full", "trainer.batch_size=8", "trainer.save_every_n_steps=2"]
+    run([*launch(), "train.py", *overrides, f"hydra.run.dir={reference}"], ENV)
+    command = [*launch(), "train.py", *overrides, f"hydra.run.dir={resumed}"]
+    crashed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=500,
+                             env={**os.environ, "WANDB_MODE": "disabled", **ENV,
+                                  "EVOLVE_TRAIN_FAULT": "optimizer_step:27"})
+    assert crashed.returncode != 0
+    states = sorted(p.name for p in (resumed / "train_state").iterdir() if not p.name.startswith("."))
+    assert states, "no mid-step state was saved before the kill"
+    output = run(command, ENV)
+    assert "resuming time step" in output and states[-1] in output
+    for k in range(3):
+        difference = relative_difference(load_file(reference / f"steps/{k}/model.safetensors"),
+                                         load_file(resumed / f"steps/{k}/model.safetensors"))
+        assert difference < 1e-6, (k, difference)
+    assert em_rows(resumed) == em_rows(reference)
+
+
+@pytest.mark.slow
+def test_fsdp2_step0_cache_is_stored_and_loaded(tmp_path):
+    """The first FSDP2 run stores its step 0 (plain weights, written by the main process); the second,
+    another method, loads it on both processes instead of training and continues sharded."""
+    cache, first, second = tmp_path / "cache", tmp_path / "full", tmp_path / "lora"
+    overrides = [*SMALL, "trainer.batch_size=8", f"method.step0_cache={cache}"]
+    run([*launch(), "train.py", *overrides, "method=full", f"hydra.run.dir={first}"], ENV)
+    entries = [p for p in cache.iterdir() if not p.name.startswith(".")]
+    assert len(entries) == 1 and (entries[0] / "model.safetensors").is_file()
+    output = run([*launch(), "train.py", *overrides, "method=lora", f"hydra.run.dir={second}"], ENV)
+    assert output.count("loaded from the step-0 cache") == 2  # both processes
+    assert len(re.findall(r"held (\d+) of (\d+) parameter values", output)) == 2 * 2  # steps 1 and 2 sharded
+    a, b = load_file(first / "steps/0/model.safetensors"), load_file(second / "steps/0/model.safetensors")
+    assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
+    check_loads(second, "lora")
