@@ -260,3 +260,11 @@ def test_a_clm_run_trains_on_packed_documents_with_attention_reset_and_logs_thro
     assert log and all(r["tokens_per_s"] > 0 and r["loss"] == r["loss"] for r in log)
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert any(r.get("train_tokens_per_s", 0) > 0 for r in rows if r["checkpoint"] == 0)
+
+
+def test_only_the_last_batch_of_an_epoch_is_short():
+    lengths = [10] * 1000  # 10 rows a batch; groups of 5 batches' tokens (group_factor 5), 1000 = 100 batches
+    batches = TokenBudgetBatches(lengths, 100, seed=1, group_factor=5).epoch(0)
+    assert sorted(map(len, batches)) == [10] * 100
+    batches = TokenBudgetBatches(lengths[:995], 100, seed=1, group_factor=5).epoch(0)
+    assert sorted(map(len, batches)) == [5] + [10] * 99
