@@ -245,3 +245,26 @@ def test_a_crash_mid_epoch_under_a_token_budget_resumes_to_the_same_run_bitwise(
     assert steps and steps == sorted(p.name for p in (run / "steps").iterdir())
     for step in steps:
         assert same_weights(reference / "steps" / step, run / "steps" / step), step
+
+
+def test_a_clm_run_trains_on_packed_documents_with_attention_reset_and_logs_throughput(tmp_path):
+    import json
+
+    from helpers import tiny_cfg
+
+    from evolve_train.run import train
+
+    train(tiny_cfg(tmp_path, "data.objective=clm", "data.world.n_steps=1", "eval.evaluators=[splits]",
+                   "trainer.seq_len=64", "trainer.num_threads=1"))
+    log = [json.loads(line) for line in (tmp_path / "train_log.jsonl").read_text().splitlines()]
+    assert log and all(r["tokens_per_s"] > 0 and r["loss"] == r["loss"] for r in log)
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert any(r.get("train_tokens_per_s", 0) > 0 for r in rows if r["checkpoint"] == 0)
+
+
+def test_only_the_last_batch_of_an_epoch_is_short():
+    lengths = [10] * 1000  # 10 rows a batch; groups of 5 batches' tokens (group_factor 5), 1000 = 100 batches
+    batches = TokenBudgetBatches(lengths, 100, seed=1, group_factor=5).epoch(0)
+    assert sorted(map(len, batches)) == [10] * 100
+    batches = TokenBudgetBatches(lengths[:995], 100, seed=1, group_factor=5).epoch(0)
+    assert sorted(map(len, batches)) == [5] + [10] * 99

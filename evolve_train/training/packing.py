@@ -37,7 +37,8 @@ class TokenBudgetBatches:
     Same interface as ``training.examples.LengthGroupedBatches``: ``lengths``, ``epoch(e)`` (the batches, as
     global row indices), ``count(e)`` (how many) and ``subset(rows)``. Rows are shuffled, cut into groups
     of about ``group_factor`` global budgets of tokens, sorted by length inside each group, filled greedily
-    into batches, and the batches shuffled: a fixed seed and epoch give a fixed order."""
+    into batches (a group's last batch is carried into the next group, so only the epoch's last batch may
+    be short), and the batches shuffled: a fixed seed and epoch give a fixed order."""
 
     lengths: Sequence[int]
     tokens_per_batch: int
@@ -50,8 +51,14 @@ class TokenBudgetBatches:
         rng = np.random.default_rng([self.seed, epoch])
         order = rng.permutation(len(lengths))
         batches: list[list[int]] = []
+        carry = np.empty(0, dtype=np.int64)
         for group in self._groups(lengths, order):
-            batches.extend(self._fill(group[np.argsort(lengths[group], kind="stable")], lengths))
+            group = np.concatenate([carry, group])
+            filled = self._fill(group[np.argsort(lengths[group], kind="stable")], lengths)
+            carry = np.asarray(filled.pop(), dtype=np.int64)  # a group's last batch may be short: refilled next
+            batches.extend(filled)
+        if len(carry):
+            batches.append(carry.tolist())
         return [batches[i] for i in rng.permutation(len(batches))]
 
     def _groups(self, lengths: np.ndarray, order: np.ndarray) -> list[np.ndarray]:
