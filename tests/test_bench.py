@@ -24,6 +24,8 @@ def test_bench_quick_runs_on_a_tiny_config_and_prints_every_figure():
     assert len(figures["tokens_per_s"]["framework_runs"]) == 2
     assert 0 < figures["lora_vs_full"]["training_state_memory_ratio"] < 1  # adapters hold less state than full
     assert 0 < figures["packing_efficiency"]["default_world"] <= 1
+    cached = figures["cache_speedup"]
+    assert cached["rows"] > 0 and 0 < cached["second_s"] < cached["first_s"]  # the second run maps the cache
     speed = figures["eval_speedup"]
     assert speed["n_prompts"] > 0 and speed["speedup"] > 0 and "trained here" in speed["model"]
     assert speed["sample_answers_differ"] == 0 and speed["batching_speedup"] > 0  # batching changes no answer
