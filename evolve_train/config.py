@@ -318,7 +318,11 @@ class DataConfig:
     fields: dict[str, str] = field(default_factory=dict)
     """Field mapping for other layouts: ``{contract_name: source_name}``, e.g. ``question: edited_question``."""
     cache_dir: Optional[str] = None
-    """Where materialised datasets are cached; ``null`` uses ``~/.cache/evolve_train``."""
+    """Where materialised datasets are cached: training files validated into Arrow (``<dir>/corpora/``) and
+    each time step's tokenized rows (``<dir>/tokens/``), written once (atomically) and memory-mapped by every
+    later run and rank (docs/data.md, "The tokenized cache"). ``null``: ``<sweep dir>/.data_cache`` in a
+    Hydra multirun, else no cache (rows tokenized in memory each run); ``off``: no cache. Set it for corpora
+    larger than memory, and to share it between sweeps."""
     prompt_template: str = "{question}"
     """How an eval item becomes a prompt (``str.format`` over the item's fields), e.g.
     ``"Question: {question}\\nAnswer:"``; every item is checked against it before training starts."""

@@ -5,8 +5,9 @@
     python scripts/bench.py --demo-run runs/demo   # eval speed on the demo's final checkpoint, its eval_share
 
 Prints a table, then (last line) one JSON object with the keys loop_vs_torch, lora_vs_full,
-packing_efficiency, clm_packing_efficiency, eval_speedup, eval_share, tokens_per_s_by_size and eval_growth,
-with the raw figures behind them. See docs/benchmarks.md for the figures measured on the reference machines.
+packing_efficiency, clm_packing_efficiency, eval_speedup, eval_share, tokens_per_s_by_size, eval_growth and
+cache_speedup, with the raw figures behind them. See docs/benchmarks.md for the figures measured on the reference
+machines.
 """
 
 from __future__ import annotations
@@ -254,6 +255,33 @@ def eval_share_from_run(run_dir: Path) -> dict | None:
     return per_step or None
 
 
+def cache_speedup(cfg, size_mb: float) -> dict:
+    """Data preparation of a sweep's first run vs its second (``data.cache_dir``, training/token_cache.py): a
+    generated plain-text corpus of ``size_mb`` MB read (validated into Arrow) and tokenized into the cache,
+    then the same by a second run that finds both entries. The tokenizer is trained beforehand (not timed)."""
+    import tempfile
+
+    from evolve_train.data.loaders.common import read_training_file
+    from evolve_train.training.token_cache import TokenCache
+    from make_corpus import write_corpus
+
+    with tempfile.TemporaryDirectory() as tmp:
+        corpus, cache_dir = Path(tmp) / "corpus.jsonl", Path(tmp) / "cache"
+        write_corpus(corpus, int(size_mb * 1e6))
+        with open(corpus, encoding="utf-8") as lines:
+            tokenizer = train_tokenizer((json.loads(line)["text"] for line in lines), cfg.model.vocab_size)
+        adapter = build_adapter(cfg.model, tokenizer)
+        seconds = []
+        for _ in range(2):  # the first run, then the second: each reads the file and tokenizes the step
+            start = time.perf_counter()
+            _, texts = read_training_file(corpus, cache_dir)
+            rows = TokenCache(cache_dir, adapter).examples(TimeStep(0, "corpus", texts=texts), "clm",
+                                                           cfg.trainer.seq_len)
+            seconds.append(time.perf_counter() - start)
+    return {"corpus_mb": size_mb, "rows": len(rows), "first_s": seconds[0], "second_s": seconds[1],
+            "second_share": seconds[1] / seconds[0], "speedup": seconds[0] / seconds[1]}
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="short timings (< 3 min on 2 cores)")
@@ -325,6 +353,8 @@ def main(argv=None) -> None:
     growth_steps = args.growth_steps or (4 if args.quick else 8)
     results["eval_growth"] = eval_growth(cfg, model, eval_tokenizer, n_steps=growth_steps)
 
+    results["cache_speedup"] = cache_speedup(cfg, size_mb=4 if args.quick else 20)
+
     share = eval_share_from_run(args.demo_run) if args.demo_run else None
     if share is None:  # estimate from this run: eval time of the last checkpoint vs a demo step's training
         seconds_per_epoch = sum(int(b["attention_mask"].sum()) for b in batches) / epochs / results["tokens_per_s"]["framework"]
@@ -344,6 +374,9 @@ def main(argv=None) -> None:
     print(f"{'clm_packing_efficiency':32s} {clm['packed']:.3f}  (packed documents; each document cut on its own, "
           f"padded: {clm['padded']:.3f})")
     speed = results["eval_speedup"]
+    cached = results["cache_speedup"]
+    print(f"{'cache_speedup':32s} {cached['speedup']:.1f}  (data preparation of a {cached['corpus_mb']:g} MB corpus: "
+          f"first run {cached['first_s']:.2f} s, second {cached['second_s']:.3f} s = {cached['second_share']:.1%})")
     print(f"{'eval_speedup':32s} {speed['speedup']:.1f}  ({speed['n_prompts']} prompts: batched "
           f"{speed['batched_s']:.2f} s vs generate() one at a time {speed['one_at_a_time_s']:.1f} s; every eval "
           f"group {speed['all_groups_s']:.1f} s)")

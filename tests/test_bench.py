@@ -26,6 +26,8 @@ def test_bench_quick_runs_on_a_tiny_config_and_prints_every_figure():
     assert 0 < figures["packing_efficiency"]["default_world"] <= 1
     clm = figures["clm_packing_efficiency"]
     assert clm["packed"] >= 0.99 and 0 < clm["padded"] < clm["packed"]  # packing: padding at the very end only
+    cached = figures["cache_speedup"]
+    assert cached["rows"] > 0 and 0 < cached["second_s"] < cached["first_s"]  # the second run maps the cache
     speed = figures["eval_speedup"]
     assert speed["n_prompts"] > 0 and speed["speedup"] > 0 and "trained here" in speed["model"]
     assert speed["sample_answers_differ"] == 0 and speed["batching_speedup"] > 0  # batching changes no answer
