@@ -19,8 +19,8 @@ Memory (docs/methods.md, "Memory of l2_init and ewc"): anchors and the Fisher ar
 small autograd node per parameter (:class:`AnchorTerm`) that saves nothing: its forward computes the
 parameter's term with one parameter-sized temporary at a time, its backward the gradient
 ``2 F (w - w_prev)`` the same way, so no full-model temporary lives between forward and backward. Under
-FSDP2 the parameters are DTensors; ``p.detach().clone()`` of one is a DTensor with the same placement, so
-anchors (and the Fisher, made with ``zeros_like``) are sharded like the parameters.
+FSDP2 the parameters are DTensors; ``p.detach().to(dtype, copy=True)`` of one is a DTensor with the same
+placement, so anchors (and the Fisher, made with ``zeros_like``) are sharded like the parameters.
 """
 
 from __future__ import annotations
