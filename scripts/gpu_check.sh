@@ -1,17 +1,105 @@
 #!/usr/bin/env bash
-# GPU check (one prepared command, ~5 min on an H100/H200): the GPU benchmark on a ~125M GPT-2, then
-# the embedded demo end to end in bf16 on the GPU. Writes into ${OUT:-gpu_out}/.
-# Usage on a GPU machine with the package's requirements installed: bash scripts/gpu_check.sh
+# GPU check: one prepared command, at most ~8.5 min on one H100/H200 (bench 150 s, fsdp 2 x 90 s, tokens
+# 2 x 90 s, each time-boxed: a part that fails or hangs is logged and the next one runs; demo is opt-in,
+# +120 s). Writes everything into ${OUT:-gpu_out}/.
+#   bench   scripts/gpu_bench.py on a ~125M GPT-2 (matmul ceiling, loop vs plain torch, SDPA, generation)
+#   fsdp    FSDP2 through accelerate (configs/accelerate/fsdp.yaml, one process: the model is still sharded
+#           into DTensors) for method=full and method=lora on a GPT-2 built from config (~350M shape:
+#           24 layers, width 1024), bf16 autocast, a short run on the default world
+#   tokens  masked-entity training on a ~1B-shaped GPT-2 (24 layers, width 2048): fixed rows per batch
+#           (trainer.batch_size) against a token budget per batch (trainer.tokens_per_batch)
+#   demo    the embedded demo end to end in bf16
+# Each run's tokens/s, MFU and peak memory go to $OUT/figures_<part>.json (scripts/run_figures.py reads
+# train_log.jsonl's tokens_per_s / mfu / peak_mem_gb when the loop logs them, else estimates).
+# Usage on a GPU machine with the package installed:  bash scripts/gpu_check.sh
+#   PARTS="fsdp tokens" bash scripts/gpu_check.sh      # some parts only
+#   DRY=1 bash scripts/gpu_check.sh                     # CPU: tiny sizes, plain python instead of accelerate
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu_out}
-DEMO_DIR=${DEMO_DIR:-$OUT/demo_bf16}
+PARTS=${PARTS:-"bench fsdp tokens"}
+DRY=${DRY:-0}
+PEAK_TFLOPS=${PEAK_TFLOPS:-989}   # H100/H200 bf16 datasheet
 mkdir -p "$OUT"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 WANDB_MODE=disabled HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/nvidia_smi.txt"
-python3 scripts/gpu_bench.py --out "$OUT/gpu_bench.json" 2>&1 | tee "$OUT/gpu_bench.log"
-start=$(date +%s)
-python3 train.py hydra.run.dir="$DEMO_DIR" trainer.mixed_precision=bf16 eval.batch_size=512 2>&1 \
-  | grep -v "it/s\]" | tee "$OUT/demo_bf16.log"
-echo "demo_bf16_seconds=$(( $(date +%s) - start ))" | tee -a "$OUT/demo_bf16.log"
-cp "$DEMO_DIR/summary.json" "$OUT/demo_bf16_summary.json" 2>/dev/null || true
+
+# Sizes: the GPU shapes, or tiny ones for a CPU dry run of the same commands.
+if [ "$DRY" = 1 ]; then
+  MID=(model.n_layer=1 model.n_embd=32 model.n_head=2 model.vocab_size=300)
+  BIG=("${MID[@]}")
+  WORLD=(data.world.n_entities=12 data.world.new_entities_per_step=4 data.world.n_people=10 data.world.n_cities=10
+         data.world.n_steps=2 trainer.num_threads=1 eval.max_new_tokens=8)
+  SHORT=(trainer.epochs_step0=1 trainer.epochs=1 trainer.batch_size=16 trainer.warmup_steps=2 trainer.log_every=2)
+  LAUNCH=(python3)
+  TOKENS_PER_BATCH=512
+  T=${T:-300}; T_BENCH=$T; T_DEMO=$T
+else
+  MID=(model.n_layer=24 model.n_embd=1024 model.n_head=16 model.n_positions=512 model.vocab_size=8192)
+  BIG=(model.n_layer=24 model.n_embd=2048 model.n_head=16 model.n_positions=512 model.vocab_size=8192)
+  WORLD=(data.world.n_steps=2 eval.batch_size=512 eval.max_items_per_set=256)
+  SHORT=(trainer=gpu trainer.epochs_step0=3 trainer.epochs=2 trainer.batch_size=64 trainer.warmup_steps=20)
+  LAUNCH=(accelerate launch --config_file configs/accelerate/fsdp.yaml --num_processes 1)
+  TOKENS_PER_BATCH=16384
+  T=${T:-90}; T_BENCH=${T_BENCH:-150}; T_DEMO=${T_DEMO:-120}
+fi
+COMMON=(logger.backends=[disk] method.step0_cache=null "${WORLD[@]}" "${SHORT[@]}")
+
+timed() {  # timed <name> <seconds> <command...>: run time-boxed, log to $OUT/<name>.log, record the status
+  local name=$1 limit=$2; shift 2
+  local start; start=$(date +%s)
+  timeout --kill-after=10 "$limit" "$@" > "$OUT/$name.log" 2>&1
+  local rc=$?
+  echo "$name rc=$rc seconds=$(( $(date +%s) - start ))" | tee -a "$OUT/status.txt"
+}
+
+figures() {  # figures <part> <run dir...>
+  local part=$1; shift
+  python3 scripts/run_figures.py "$@" --peak-tflops "$PEAK_TFLOPS" --out "$OUT/figures_$part.json" \
+    > /dev/null 2>> "$OUT/status.txt" || echo "figures $part failed" >> "$OUT/status.txt"
+}
+
+peak_memory_sampler() {  # the GPU's peak memory over the whole check, whatever the loop logs
+  command -v nvidia-smi > /dev/null || return 0
+  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 500 > "$OUT/gpu_memory_used_mib.txt" &
+  SAMPLER=$!
+}
+
+part_fsdp() {
+  for method in full lora; do
+    timed "fsdp_$method" "$T" "${LAUNCH[@]}" train.py "hydra.run.dir=$OUT/fsdp_$method" "method=$method" \
+      "${MID[@]}" "${COMMON[@]}" trainer.mixed_precision=bf16
+  done
+  figures fsdp "$OUT/fsdp_full" "$OUT/fsdp_lora"
+}
+
+part_tokens() {
+  timed tokens_fixed_rows "$T" python3 train.py "hydra.run.dir=$OUT/tokens_fixed_rows" "${BIG[@]}" "${COMMON[@]}" \
+    data.objective=masked_entity trainer.mixed_precision=bf16
+  timed tokens_budget "$T" python3 train.py "hydra.run.dir=$OUT/tokens_budget" "${BIG[@]}" "${COMMON[@]}" \
+    data.objective=masked_entity trainer.mixed_precision=bf16 "trainer.tokens_per_batch=$TOKENS_PER_BATCH"
+  figures tokens "$OUT/tokens_fixed_rows" "$OUT/tokens_budget"
+}
+
+part_bench() {
+  timed gpu_bench "$T_BENCH" python3 scripts/gpu_bench.py --out "$OUT/gpu_bench.json"
+}
+
+part_demo() {
+  local args=(trainer.mixed_precision=bf16 eval.batch_size=512)
+  [ "$DRY" = 1 ] && args=("${WORLD[@]}" "${SHORT[@]}" "${MID[@]}" logger.backends=[disk])
+  timed demo_bf16 "$T_DEMO" python3 train.py "hydra.run.dir=$OUT/demo_bf16" "${args[@]}"
+  cp "$OUT/demo_bf16/summary.json" "$OUT/demo_bf16_summary.json" 2>/dev/null || true
+}
+
+: > "$OUT/status.txt"
+{ date -u; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>/dev/null || echo "no nvidia-smi"
+  python3 -c 'import torch, transformers, accelerate; print(torch.__version__, transformers.__version__, accelerate.__version__)'
+} > "$OUT/environment.txt" 2>&1
+SAMPLER=""
+peak_memory_sampler
+for part in $PARTS; do
+  "part_$part"
+done
+[ -n "$SAMPLER" ] && kill "$SAMPLER" 2> /dev/null
+[ -s "$OUT/gpu_memory_used_mib.txt" ] && echo "peak GPU memory (MiB, nvidia-smi): $(sort -n "$OUT/gpu_memory_used_mib.txt" | tail -1)" | tee -a "$OUT/status.txt"
+cat "$OUT/status.txt"

@@ -24,7 +24,8 @@ Anchors are kept by parameter name. Under FSDP2 the run snapshots them from the 
 ``accelerator.prepare`` replaces every parameter by a sharded one (a DTensor); the first penalty of the step
 finds the model's current parameters by name and shards each anchor (and Fisher) the same way, from the
 full copy every process holds, without communication (``distribute_tensor(..., src_data_rank=None)``); the
-full copies are dropped, so from then on each process keeps only its shard, like the parameters.
+full copies are dropped, so from then on each process keeps only its shard, like the parameters. (Anchors
+taken from parameters that are DTensors already, ``p.detach().to(dtype, copy=True)``, keep their placement.)
 """
 
 from __future__ import annotations
