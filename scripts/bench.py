@@ -35,7 +35,8 @@ from evolve_train.evaluation.rows import read_metrics  # noqa: E402
 from evolve_train.methods import Method  # noqa: E402
 from evolve_train.models.build import (build_adapter, build_model, load_model, load_tokenizer,  # noqa: E402
                                        n_parameters, train_tokenizer)
-from evolve_train.training.examples import LengthGroupedBatches, as_array_rows, collate  # noqa: E402
+from evolve_train.training.examples import LengthGroupedBatches, collate  # noqa: E402
+from evolve_train.training.rows import TokenRows  # noqa: E402
 from evolve_train.training.loop import train_time_step  # noqa: E402
 from evolve_train.training.packing import chunk_documents, padding_efficiency  # noqa: E402
 
@@ -86,8 +87,8 @@ def framework_tokens_per_s(model, examples, cfg, method_name: str = "full") -> t
 
 def same_batches(examples, cfg, pad_id: int) -> list[dict]:
     """The batches the framework loop sees in its first epoch(s), collated once."""
-    rows = as_array_rows(examples)  # the loop's own rows
-    batches = LengthGroupedBatches([len(r["input_ids"]) for r in rows], cfg.trainer.batch_size, cfg.seed + 1000)
+    rows = TokenRows(examples)  # the loop's own rows
+    batches = LengthGroupedBatches(rows.lengths, cfg.trainer.batch_size, cfg.seed + 1000)
     out, epoch = [], 0
     total = max(1, round(len(batches) * cfg.trainer.epochs))
     while len(out) < total:
