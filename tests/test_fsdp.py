@@ -81,7 +81,7 @@ def check_loads(run_dir: Path, method: str) -> None:
 @pytest.mark.parametrize("method", ["full", "lora"])
 def test_fsdp2_run_loads_and_matches_one_process(tmp_path, method):
     single, sharded, ddp = tmp_path / "single", tmp_path / "fsdp", tmp_path / "ddp"
-    overrides = [*SMALL, f"method={method}"]
+    overrides = [*SMALL, f"method={method}"] + ["method.lora.save_merged=true"] * (method == "lora")  # loadable
     run([sys.executable, "train.py", *overrides, f"hydra.run.dir={single}"])
     output = run([*launch(), "train.py", *overrides, "trainer.batch_size=8", f"hydra.run.dir={sharded}"], ENV)
     run([*launch(config=""), "train.py", *overrides, "trainer.batch_size=8", f"hydra.run.dir={ddp}"], ENV)
