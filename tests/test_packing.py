@@ -48,6 +48,7 @@ def test_budget_batches_are_fixed_for_a_seed_cover_every_row_once_and_fit_the_bu
             shard = batch[process::processes]
             assert not shard or len(shard) * max(lengths[i] for i in shard) <= 256
     assert batches.count(0) == len(first)
+    assert all(len(batch) >= processes for batch in first)  # no process is left without rows
     assert padding_efficiency(first, lengths) > 0.9  # length-grouped: little padding
     assert len(first) < len(lengths) * 40 / 256 * 1.3 / processes + 5  # and the batches are full
 

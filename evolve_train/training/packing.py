@@ -57,9 +57,23 @@ class TokenBudgetBatches:
             filled = self._fill(group[np.argsort(lengths[group], kind="stable")], lengths)
             carry = np.asarray(filled.pop(), dtype=np.int64)  # a group's last batch may be short: refilled next
             batches.extend(filled)
-        if len(carry):
-            batches.append(carry.tolist())
+        self._settle(batches, carry.tolist(), lengths)
         return [batches[i] for i in rng.permutation(len(batches))]
+
+    def _settle(self, batches: list[list[int]], rows: list[int], lengths: np.ndarray) -> None:
+        """The epoch's last rows: a batch of their own. Fewer than ``num_processes`` would leave a process
+        without rows: they join the first batch with room for them, or take rows from one that has enough."""
+        n = self.num_processes
+        if 0 < len(rows) < n:
+            for batch in batches:
+                if -(-(len(batch) + len(rows)) // n) * int(lengths[batch + rows].max()) <= self.tokens_per_batch:
+                    batch.extend(rows)
+                    return
+            donor = next((b for b in batches if len(b) >= 2 * n - len(rows)), None)
+            if donor is not None:  # one row per process fits (the config keeps tokens_per_batch >= seq_len)
+                rows = rows + [donor.pop() for _ in range(n - len(rows))]
+        if rows:
+            batches.append(rows)
 
     def _groups(self, lengths: np.ndarray, order: np.ndarray) -> list[np.ndarray]:
         """``order`` cut where the running token count passes each multiple of the group size."""
