@@ -41,6 +41,7 @@ MAY_DIFFER_ON_RESUME = (
     "trainer.save_every_n_steps",  # how often a resumable training state is saved
     "trainer.keep_last_states",
     "trainer.dist_timeout_s",      # how long a rank waits for the others
+    "trainer.peak_flops",          # the denominator of the logged MFU
     "eval.batch_size",             # prompts per generation batch (speed, memory)
     "eval.gate",                   # thresholds read by evolve-gate after the run
 )

@@ -28,7 +28,7 @@ from typing import Callable, Optional
 log = logging.getLogger(__name__)
 
 TRAINER_FIELDS_NOT_IN_KEY = ("epochs", "log_every", "num_threads", "save_every_n_steps", "keep_last_states",
-                            "dist_timeout_s")
+                            "dist_timeout_s", "peak_flops")
 META = "step0_meta.json"
 
 
