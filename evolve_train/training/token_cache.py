@@ -37,9 +37,11 @@ META = "token_meta.json"
 
 def encoder_fingerprint(adapter) -> str:
     """SHA-256 of what decides the rows besides the data and the tokenizer: the adapter's class, its special
-    ids and the source of the module defining it."""
+    ids and the source of the module defining it and of the document packer (``training/packing.py``)."""
+    from evolve_train.training import packing
+
     cls = type(adapter)
-    source = inspect.getsource(sys.modules[cls.__module__])
+    source = inspect.getsource(sys.modules[cls.__module__]) + inspect.getsource(packing)
     parts = [cls.__module__, cls.__qualname__, adapter.prefix, adapter.suffix, adapter.eos_id, adapter.pad_id,
              hashlib.sha256(source.encode("utf-8")).hexdigest()]
     return hashlib.sha256(json.dumps(parts, default=str).encode("utf-8")).hexdigest()
