@@ -36,6 +36,14 @@ def _aligned(a: Outcomes, b: Outcomes) -> tuple[np.ndarray, np.ndarray]:
     return arrays
 
 
+def _resamples(n: int, B: int, seed: int):
+    """B resamples of ``n`` indices with replacement (numpy default_rng(seed)), in chunks of at most ~1M indices."""
+    rng = np.random.default_rng(seed)
+    rows_per_chunk = max(1, 1_000_000 // n)
+    for start in range(0, B, rows_per_chunk):
+        yield rng.integers(0, n, size=(min(rows_per_chunk, B - start), n))
+
+
 def bootstrap_ci_bounds(sorted_diffs: Sequence[float]) -> tuple[float, float]:
     """METRICS.md §8: the 2.5th / 97.5th percentiles of B sorted diffs:
     sorted_diffs[int(B·0.025)] and sorted_diffs[int(B·0.975) − 1]."""
@@ -51,13 +59,8 @@ def paired_bootstrap_diff(a: Outcomes, b: Outcomes, B: int = 2000, seed: int = 0
     resampled with replacement B times (numpy default_rng(seed)).
     """
     first, second = _aligned(a, b)
-    rng = np.random.default_rng(seed)
     n = len(first)
-    rows_per_chunk = max(1, 1_000_000 // n)
-    diffs = []
-    for start in range(0, B, rows_per_chunk):
-        index = rng.integers(0, n, size=(min(rows_per_chunk, B - start), n))
-        diffs.append(first[index].mean(axis=1) - second[index].mean(axis=1))
+    diffs = [first[index].mean(axis=1) - second[index].mean(axis=1) for index in _resamples(n, B, seed)]
     ordered = np.sort(np.concatenate(diffs))
     low, high = bootstrap_ci_bounds(ordered)
     return {"diff": float(first.mean() - second.mean()), "ci_low": low, "ci_high": high, "B": B, "n": n}
@@ -69,10 +72,7 @@ def bootstrap_mean_ci(values: Sequence[float], B: int = 2000, seed: int = 0) -> 
     array = np.asarray(values, dtype=float)
     if array.size == 0:
         return None
-    rng = np.random.default_rng(seed)
-    rows_per_chunk = max(1, 1_000_000 // array.size)
-    means = [array[rng.integers(0, array.size, size=(min(rows_per_chunk, B - start), array.size))].mean(axis=1)
-             for start in range(0, B, rows_per_chunk)]
+    means = [array[index].mean(axis=1) for index in _resamples(array.size, B, seed)]
     return list(bootstrap_ci_bounds(np.sort(np.concatenate(means))))
 
 

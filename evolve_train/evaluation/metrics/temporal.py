@@ -167,21 +167,15 @@ def timestamp_ablation(items: Sequence[QAItem], true: Predictions, shuffled: Pre
     """METRICS.md §5: accuracy of the timestamped items asked with their own (`true`), a shuffled and no
     timestamp, all scored against the gold of the true timestamp; timestamp_reliance = acc_true − acc_shuffled."""
     dated = [item for item in items if item.timestamp is not None]
-    acc = {name: _em_summary(dated, group)["em"]
-           for name, group in (("true", true), ("shuffled", shuffled), ("none", none))}
+    correct = {name: [exact_match(_prediction(group, item), item.answers) for item in dated]
+               for name, group in (("true", true), ("shuffled", shuffled), ("none", none))}
+    acc = {name: sum(scores) / len(scores) if scores else None for name, scores in correct.items()}
     reliance = None if acc["true"] is None else acc["true"] - acc["shuffled"]
-    return {**acc, "n": len(dated), "timestamp_reliance": reliance,
-            "timestamp_reliance_ci": reliance_ci(dated, true, shuffled)}
-
-
-def reliance_ci(items: Sequence[QAItem], true: Predictions, shuffled: Predictions) -> Optional[list[float]]:
-    """Paired-bootstrap 95% interval of acc_true − acc_shuffled over ``items`` (METRICS.md §8's resampling)."""
-    if not items:
-        return None
-    correct = {name: [int(exact_match(_prediction(group, item), item.answers)) for item in items]
-               for name, group in (("true", true), ("shuffled", shuffled))}
-    diff = paired_bootstrap_diff(correct["true"], correct["shuffled"])
-    return [diff["ci_low"], diff["ci_high"]]
+    interval = None
+    if dated:  # paired bootstrap of true vs shuffled outcomes over the questions (METRICS.md §8's resampling)
+        diff = paired_bootstrap_diff(correct["true"], correct["shuffled"])
+        interval = [diff["ci_low"], diff["ci_high"]]
+    return {**acc, "n": len(dated), "timestamp_reliance": reliance, "timestamp_reliance_ci": interval}
 
 
 def timestamp_invariance(original: Predictions, replaced: Mapping[str, Sequence[str]]) -> Optional[float]:
