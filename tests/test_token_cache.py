@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from datasets import Dataset, concatenate_datasets, load_from_disk
 
-from evolve_train.data.corpus import ArrowRecords, step_fingerprint
+from evolve_train.data.corpus import ArrowRecords, concat_records, step_fingerprint, write_int_rows
 from evolve_train.data.loaders.common import read_training_file
 from evolve_train.data.schema import TimeStep
 from evolve_train.errors import DataError
@@ -89,8 +89,8 @@ def test_token_rows_of_a_cache_entry_view_the_mapping(tmp_path, adapter):
 def test_written_once_then_hit_with_the_same_rows(tmp_path, adapter, caplog, monkeypatch):
     step = step_of(write_docs(tmp_path / "docs.jsonl"), tmp_path / "cache")
     calls = []
-    encode = type(adapter).encode_step
-    monkeypatch.setattr(type(adapter), "encode_step", lambda self, *a: calls.append(a) or encode(self, *a))
+    encode = type(adapter).encode_batches
+    monkeypatch.setattr(type(adapter), "encode_batches", lambda self, *a: calls.append(a) or encode(self, *a))
     with caplog.at_level(logging.INFO, logger="evolve_train.training.token_cache"):
         first = TokenCache(tmp_path / "cache", adapter).examples(step, "clm", 16)
         second = TokenCache(tmp_path / "cache", adapter).examples(step, "clm", 16)
@@ -98,8 +98,9 @@ def test_written_once_then_hit_with_the_same_rows(tmp_path, adapter, caplog, mon
     assert [m.split(" ")[2] for m in messages] == ["miss", "hit"] and len(calls) == 1
     entry = Path(messages[1].split(" ")[3])
     assert entry.parent == tmp_path / "cache" / "tokens" and (entry / token_cache.META).is_file()
-    assert not list((tmp_path / "cache" / "corpora").rglob("cache-*.arrow"))  # map's intermediate files dropped
-    uncached = encode(adapter, step, "clm", 16)
+    assert sorted(p.name for p in entry.iterdir()) == [token_cache.ROWS, token_cache.META]
+    assert not list((tmp_path / "cache" / "corpora").rglob("cache-*.arrow"))  # nothing written next to the corpus
+    uncached = adapter.encode_step(step, "clm", 16)
     assert same_rows(TokenRows(second), TokenRows(first)) and same_rows(TokenRows(second), TokenRows(uncached))
 
 
@@ -124,8 +125,8 @@ def test_an_interrupted_write_is_never_read(tmp_path, adapter, monkeypatch, capl
     step = step_of(write_docs(tmp_path / "docs.jsonl"), tmp_path / "cache")
     cache = TokenCache(tmp_path / "cache", adapter)
 
-    def killed(examples, tmp, step, settings):
-        examples.save_to_disk(str(tmp))  # the rows are written, the meta not: then the process dies
+    def killed(batches, tmp, step, settings):
+        write_int_rows(batches, str(tmp / token_cache.ROWS))  # the rows are written, the meta not: then it dies
         raise KeyboardInterrupt
 
     monkeypatch.setattr(token_cache, "_save", killed)
@@ -240,3 +241,53 @@ def test_second_run_reads_the_cache(tmp_path, caplog):
     strip = [[{k: v for k, v in json.loads(line).items() if not wall_clock(k)} for line in m.splitlines()]
              for m in metrics]
     assert strip[0] == strip[1]  # the same results from cached rows
+
+
+# ----------------------------------------------------------------------------------- resident memory
+
+
+def mapped_kb(path: Path) -> int:
+    """Resident kB of every mapping of ``path`` in this process (``/proc/self/smaps``): pages read through a
+    memory map count, pages read with plain reads do not."""
+    total, inside = 0, False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split()
+        if head and "-" in head[0] and len(head) >= 5 and not head[0].endswith(":"):  # a mapping's first line
+            inside = len(head) >= 6 and head[-1] == str(path)
+        elif inside and head and head[0] == "Rss:":
+            total += int(head[1])
+    return total
+
+
+BIG = [f"Record {k}: " + " ".join(f"w{(k * 31 + j) % 997}" for j in range(60)) for k in range(12000)]  # ~4 MB
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").is_file(), reason="needs /proc/self/smaps (Linux)")
+def test_scans_and_tokenization_keep_the_corpus_and_rows_out_of_resident_memory(tmp_path, adapter):
+    """Iterating a streamed corpus and writing a cache entry read the Arrow files with plain reads: the
+    process's resident mapped pages stay a small fraction of the data, where iterating the dataset through
+    its memory map (the check that the measurement sees pages) makes most of the file resident."""
+    step = step_of(write_docs(tmp_path / "big.jsonl", BIG), tmp_path / "cache")
+    corpus = Path(step.texts.dataset.cache_files[0]["filename"])
+    size_kb, opened = corpus.stat().st_size // 1024, mapped_kb(corpus)  # opening reads headers (~0.2 MB here)
+    assert size_kb > 3000 and opened < 0.1 * size_kb
+    assert [r["text"] for r in step.texts] == BIG and mapped_kb(corpus) < opened + 0.05 * size_kb  # streamed
+    examples = TokenCache(tmp_path / "cache", adapter).examples(step, "clm", 64)  # a miss: encode and write
+    rows_file = Path(examples.cache_files[0]["filename"])
+    assert mapped_kb(corpus) < opened + 0.05 * size_kb
+    assert mapped_kb(rows_file) < 0.05 * rows_file.stat().st_size // 1024  # written, then mapped untouched
+    assert sum(len(batch["text"]) for batch in step.texts.dataset.iter(batch_size=1000)) == len(BIG)
+    assert mapped_kb(corpus) > 0.5 * size_kb  # the map's pages, read through it, are resident
+
+
+def test_streamed_batches_equal_the_dataset_for_one_file_many_files_and_memory(tmp_path):
+    first, second = write_docs(tmp_path / "a.jsonl"), write_docs(tmp_path / "b.jsonl", DOCS[::-1])
+    one, other = step_of(first, tmp_path / "cache").texts, step_of(second, tmp_path / "cache").texts
+    both = concat_records([one, other])
+    in_memory = step_of(first).texts
+    assert not in_memory._files() and len(both._files()) == 2
+    for records in (one, both, in_memory):
+        streamed = [row for batch in records.batches(["doc_id", "text"], size=7)
+                    for row in zip(batch["doc_id"], batch["text"])]
+        assert streamed == [(r["doc_id"], r["text"]) for r in records.dataset]
+        assert all(len(batch["text"]) <= 7 for batch in records.batches(["text"], size=7))

@@ -5,8 +5,14 @@ with the corpus.
 :class:`ArrowRecords` is what a loader puts in ``TimeStep.pairs`` / ``TimeStep.texts`` for a training file:
 a read-only sequence of record dicts (``len``, indexing, lazy iteration in batches) over a
 ``datasets.Dataset``, with a content :attr:`~ArrowRecords.fingerprint`. Code that iterates a step's corpus
-(hygiene checks, the transforms) works on it unchanged; the model adapter takes the Arrow dataset itself
-(:func:`as_dataset`) and tokenizes it with ``Dataset.map``. The embedded world keeps plain lists.
+(hygiene checks, the transforms) works on it unchanged; the model adapter reads it in column batches
+(:func:`record_batches`) and writes its tokenized rows with :func:`write_int_rows`. The embedded world keeps
+plain lists.
+
+Whole-corpus scans (iteration, :func:`record_batches`) read an entry's Arrow file with plain reads, one record
+batch at a time, not through the memory map: pages read that way stay in the kernel's page cache but are not
+mapped into the process, so its resident memory (``time -v``'s peak RSS) does not grow with the corpus.
+Random access (``records[i]``) goes through the map.
 """
 
 from __future__ import annotations
@@ -51,10 +57,31 @@ class ArrowRecords(Sequence):
         return _plain(self.dataset[index if index >= 0 else index + len(self)])
 
     def __iter__(self) -> Iterator[dict]:
-        for batch in self.dataset.iter(batch_size=1000):
+        for batch in self.batches(self.dataset.column_names):
             names = list(batch)
             for values in zip(*batch.values()):
                 yield _plain(dict(zip(names, values)))
+
+    def batches(self, columns: list[str], size: int = BATCH) -> Iterator[dict[str, list]]:
+        """``columns`` of the records in order, at most ``size`` records a batch, as lists (nulls: ``None``):
+        read from the dataset's Arrow files with plain reads when it is one or more whole files (see the
+        module docstring), else from the dataset."""
+        files = self._files()
+        if files is None:
+            yield from self.dataset.select_columns(columns).iter(batch_size=size)
+            return
+        for name in files:
+            with pa.OSFile(name) as source:
+                for batch in pa.ipc.open_stream(source):
+                    for start in range(0, batch.num_rows, size):
+                        yield batch.slice(start, size).select(columns).to_pydict()
+
+    def _files(self) -> Optional[list[str]]:
+        """The Arrow files holding the records, in order, when the dataset is exactly their rows."""
+        if getattr(self.dataset, "_indices", None) is not None:
+            return None
+        files = [entry["filename"] for entry in self.dataset.cache_files]
+        return files or None
 
     def __eq__(self, other) -> bool:
         if isinstance(other, ArrowRecords):
@@ -147,12 +174,47 @@ def concat_records(parts: list) -> Sequence[dict]:
     return [record for part in parts for record in part]
 
 
-def as_dataset(records: Sequence[dict], columns: list[str]) -> Dataset:
-    """``records``' ``columns`` as a ``datasets.Dataset``: the Arrow data itself for :class:`ArrowRecords`
-    (no copy), else built from the list."""
+def record_batches(records: Sequence[dict], columns: list[str], size: int = BATCH) -> Iterator[dict[str, list]]:
+    """``records``' ``columns`` in order, at most ``size`` records a batch, as ``{column: list}``: an
+    :class:`ArrowRecords` streamed (:meth:`ArrowRecords.batches`), a list sliced."""
     if isinstance(records, ArrowRecords):
-        return records.dataset.select_columns(columns)
-    return Dataset.from_list([{name: record[name] for name in columns} for record in records])
+        yield from records.batches(columns, size)
+        return
+    for start in range(0, len(records), size):
+        chunk = records[start:start + size]
+        yield {name: [record[name] for record in chunk] for name in columns}
+
+
+ROW_COLUMNS = ("input_ids", "labels")
+"""The columns of tokenized rows when there are none to infer them from (an empty step)."""
+
+
+def write_int_rows(batches: Iterable[dict[str, list]], sink) -> int:
+    """Write batches of tokenized rows (``{column: [[int, ...], ...]}``, every column a list of int lists) to
+    ``sink`` (a path or a buffer stream) as an Arrow IPC stream of ``list<int64>`` columns, one record batch
+    per batch, without holding more than one batch; the row count."""
+    writer, count = None, 0
+    try:
+        for batch in batches:
+            if writer is None:
+                schema = pa.schema([(name, pa.list_(pa.int64())) for name in batch])
+                writer = pa.ipc.new_stream(sink, schema)
+            record_batch = pa.RecordBatch.from_pydict(batch, schema=schema)
+            writer.write_batch(record_batch)
+            count += record_batch.num_rows
+        if writer is None:
+            writer = pa.ipc.new_stream(sink, pa.schema([(name, pa.list_(pa.int64())) for name in ROW_COLUMNS]))
+    finally:
+        if writer is not None:
+            writer.close()
+    return count
+
+
+def rows_in_memory(batches: Iterable[dict[str, list]]) -> Dataset:
+    """Tokenized rows as an in-memory ``datasets.Dataset`` (:func:`write_int_rows` into a buffer)."""
+    sink = pa.BufferOutputStream()
+    write_int_rows(batches, sink)
+    return Dataset.from_buffer(sink.getvalue())
 
 
 def records_fingerprint(records: Sequence[dict]) -> str:

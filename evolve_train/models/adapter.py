@@ -1,9 +1,9 @@
 """The model adapter: the one object that owns a model's text format, for decoder-only (causal) and
 encoder-decoder (seq2seq, T5) models. Training and evaluation both go through it:
 
-* training rows (``encode_step``): a time step's masked-entity pairs, or its plain-text documents packed into
-  ``seq_len`` rows (``clm``, with per-document ``position_ids``), as a ``datasets.Dataset`` of
-  ``input_ids``/``labels`` (and ``position_ids``);
+* training rows (``encode_batches``, streamed batch by batch; ``encode_step``, the same rows as a
+  ``datasets.Dataset``): a time step's masked-entity pairs, or its plain-text documents packed into ``seq_len``
+  rows (``clm``, with per-document ``position_ids``): ``input_ids``/``labels`` (and ``position_ids``);
 * prompts (``prompt_ids``) for greedy answers (``generate``), option log-likelihoods (``score_options``) and
   sampled answers (``sample``); and a gold answer as one training example (``encode_example``, for the
   gradient analysis).
@@ -34,12 +34,13 @@ out-of-memory errors). Build an adapter with ``models.build.build_adapter`` (fro
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Optional, Sequence
+from typing import TYPE_CHECKING, Iterator, Optional, Sequence
 
 import torch
 from datasets import Dataset
+from tqdm.auto import tqdm
 
-from evolve_train.data.corpus import as_dataset
+from evolve_train.data.corpus import record_batches, rows_in_memory
 from evolve_train.models.batching import AutoBatchSize, as_auto
 from evolve_train.models.generation import GREEDY_DECODERS, greedy_decode, padded_batch, stop_token_ids
 from evolve_train.models.scoring import causal_option_scores, seq2seq_option_scores
@@ -139,7 +140,12 @@ class ModelAdapter:
         raise NotImplementedError
 
     def encode_step(self, step: "TimeStep", objective: str, seq_len: int) -> Dataset:
-        """A time step's training rows (``input_ids``/``labels``), at most ``seq_len`` ids each."""
+        """A time step's training rows (``input_ids``/``labels``), at most ``seq_len`` ids each, in memory."""
+        return rows_in_memory(self.encode_batches(step, objective, seq_len))
+
+    def encode_batches(self, step: "TimeStep", objective: str, seq_len: int) -> Iterator[dict[str, list]]:
+        """The rows of :meth:`encode_step` in batches (``{column: [ids, ...]}``), reading the step's corpus
+        a batch at a time (``data/corpus.py: record_batches``): what the tokenized cache writes to disk."""
         raise NotImplementedError
 
     def encode_example(self, prompt: str, answer: str) -> dict[str, list[int]]:
@@ -255,34 +261,26 @@ class CausalLMAdapter(ModelAdapter):
             labels.append([IGNORE] * len(context) + target)
         return {"input_ids": ids, "labels": labels}
 
-    def encode_step(self, step: "TimeStep", objective: str, seq_len: int) -> Dataset:
+    def encode_batches(self, step: "TimeStep", objective: str, seq_len: int) -> Iterator[dict[str, list]]:
         if objective != "masked_entity":
-            return self._documents(step, seq_len)
-        contexts = [causal_context(p["input"]) for p in step.pairs]
-        dropped = sum(c is None for c in contexts)
+            yield from self._documents(step, seq_len)
+            return
+        dropped = 0
+        for batch in _progress(step, record_batches(step.pairs, ["input", "output"]), len(step.pairs)):
+            contexts = [causal_context(text) for text in batch["input"]]
+            keep = [i for i, context in enumerate(contexts) if context is not None]
+            dropped += len(contexts) - len(keep)
+            yield self.encode_rows([contexts[i] for i in keep], [batch["output"][i] for i in keep], seq_len)
         if dropped:
             log.warning("step %d: dropped %d masked pairs with no text left of the mask", step.index, dropped)
-        rows = [{"context": c, "target": p["output"]} for c, p in zip(contexts, step.pairs) if c is not None]
-        dataset = Dataset.from_list(rows)
-        return dataset.map(lambda batch: self.encode_rows(batch["context"], batch["target"], seq_len),
-                           batched=True, remove_columns=dataset.column_names)
 
-    def _documents(self, step: "TimeStep", seq_len: int) -> Dataset:
+    def _documents(self, step: "TimeStep", seq_len: int) -> Iterator[dict[str, list]]:
         """``clm``: the documents packed into rows of ``seq_len`` ids (``training/packing.py``: each document is
         ``[BOS] tokens EOS``, the rows carry per-document ``position_ids``, only the last row is short)."""
-        dataset = as_dataset(step.texts, ["text"])  # a file corpus: its Arrow data as it is (data/corpus.py)
         packer = DocumentPacker(seq_len, self.eos_id, self.prefix)
-        last = len(dataset) - 1
-
-        def pack(batch, indices):  # batches come in order (one process): the packer carries across them
-            rows = packer.add(self.encode(batch["text"]))
-            if indices and indices[-1] == last:
-                for name, values in packer.flush().items():
-                    rows[name].extend(values)
-            return rows
-
-        return dataset.map(pack, batched=True, with_indices=True, remove_columns=dataset.column_names,
-                           new_fingerprint=f"packed-{dataset._fingerprint}-{seq_len}")
+        for batch in _progress(step, record_batches(step.texts, ["text"]), len(step.texts)):
+            yield packer.add(self.encode(batch["text"]))  # the packer carries a partial row across batches
+        yield packer.flush()
 
     def encode_example(self, prompt: str, answer: str) -> dict[str, list[int]]:
         context = self.prompt_ids([prompt])[0]
@@ -334,15 +332,13 @@ class Seq2SeqAdapter(ModelAdapter):
     def prompt_ids(self, prompts: Sequence[str]) -> list[list[int]]:
         return self.source_ids([seq2seq_source(p) for p in prompts])
 
-    def encode_step(self, step: "TimeStep", objective: str, seq_len: int) -> Dataset:
+    def encode_batches(self, step: "TimeStep", objective: str, seq_len: int) -> Iterator[dict[str, list]]:
         if not step.pairs and step.texts:
             raise ValueError(f"step {step.name}: a seq2seq model trains on masked-entity pairs and this step has "
                              "only text documents (make pairs with `evolve-data mask --format t5`)")
-        dataset = Dataset.from_list([{"source": seq2seq_source(p["input"]), "target": p["output"]}
-                                     for p in step.pairs])
-        return dataset.map(lambda batch: {"input_ids": self.source_ids(batch["source"], seq_len),
-                                          "labels": self.target_ids(batch["target"], seq_len)},
-                           batched=True, remove_columns=dataset.column_names)
+        for batch in _progress(step, record_batches(step.pairs, ["input", "output"]), len(step.pairs)):
+            yield {"input_ids": self.source_ids([seq2seq_source(text) for text in batch["input"]], seq_len),
+                   "labels": self.target_ids(batch["output"], seq_len)}
 
     def encode_example(self, prompt: str, answer: str) -> dict[str, list[int]]:
         return {"input_ids": self.prompt_ids([prompt])[0], "labels": self.target_ids([answer])[0]}
@@ -359,6 +355,15 @@ class Seq2SeqAdapter(ModelAdapter):
 
     def _continuation(self, generated: torch.Tensor, prompt_width: int) -> torch.Tensor:
         return generated  # the decoder's own sequence (its start token is special, dropped when decoded)
+
+
+def _progress(step: "TimeStep", batches: Iterator[dict[str, list]], total: int) -> Iterator[dict[str, list]]:
+    """``batches`` of a step's records with a progress bar counting the records (shown on a terminal)."""
+    with tqdm(total=total, desc=f"tokenize step {step.name}", unit="rec", leave=False, dynamic_ncols=True,
+              disable=None) as bar:
+        for batch in batches:
+            yield batch
+            bar.update(len(next(iter(batch.values()), [])))
 
 
 def make_adapter(tokenizer, seq2seq: bool = False) -> ModelAdapter:

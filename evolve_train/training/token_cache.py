@@ -1,8 +1,10 @@
 """The tokenized cache: each time step's training rows are tokenized once and reused by every run of a sweep
 and by every rank (``data.cache_dir``; docs/data.md, "The tokenized cache").
 
-An entry ``<root>/tokens/<key>/`` is the rows of ``adapter.encode_step(step, objective, seq_len)`` saved with
-``Dataset.save_to_disk`` (Arrow, memory-mapped by ``load_from_disk``) and ``token_meta.json``. The key
+An entry ``<root>/tokens/<key>/`` is ``rows.arrow``, the rows of ``adapter.encode_batches(step, objective,
+seq_len)`` written batch by batch as they are encoded (``data/corpus.py: write_int_rows``; read back
+memory-mapped with ``Dataset.from_file``), and ``token_meta.json``. Nothing holds the step's rows in memory
+or reads them back while the entry is written. The key
 (:func:`token_key`) is a SHA-256 of the step's data (``data/corpus.py: step_fingerprint``), the tokenizer
 (its ``tokenizer.json``: vocabulary, merges, special tokens, post-processor), the adapter's class, the
 special ids it uses and the source of its module (a change to the encoding code is a miss), the encoding
@@ -23,16 +25,17 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from datasets import Dataset, load_from_disk
+from datasets import Dataset
 
 from evolve_train.data import cache
-from evolve_train.data.corpus import step_fingerprint
+from evolve_train.data.corpus import step_fingerprint, write_int_rows
 from evolve_train.training.step0_cache import tokenizer_fingerprint
 
 log = logging.getLogger(__name__)
-FORMAT = 1
-"""Version of the entries' layout (part of the key)."""
+FORMAT = 2
+"""Version of the entries' layout (part of the key). 2: one ``rows.arrow`` stream written while encoding."""
 META = "token_meta.json"
+ROWS = "rows.arrow"
 
 
 def encoder_fingerprint(adapter) -> str:
@@ -90,30 +93,20 @@ class TokenCache:
     def _load_or_build(self, final: Path, step, objective: str, seq_len: int, settings: dict) -> Dataset:
         if (final / META).is_file():
             log.info("tokenized cache hit %s (step %s)", final, step.name)
-            return load_from_disk(str(final))
+            return Dataset.from_file(str(final / ROWS))
         with cache.entry_lock(final):
             if (final / META).is_file():  # built by a concurrent run while this one waited for the lock
                 log.info("tokenized cache hit %s (step %s)", final, step.name)
-                return load_from_disk(str(final))
+                return Dataset.from_file(str(final / ROWS))
             log.info("tokenized cache miss %s (step %s): tokenizing", final, step.name)
             cache.remove_incomplete(final)
-            examples = self.adapter.encode_step(step, objective, seq_len)
-            cache.write_entry(final, lambda tmp: _save(examples, tmp, step, settings))
-            _drop_intermediate(examples)
-        return load_from_disk(str(final))
+            batches = self.adapter.encode_batches(step, objective, seq_len)
+            cache.write_entry(final, lambda tmp: _save(batches, tmp, step, settings))
+        return Dataset.from_file(str(final / ROWS))
 
 
-def _save(examples: Dataset, tmp: Path, step, settings: dict) -> None:
-    examples.save_to_disk(str(tmp))
-    meta = {"format": FORMAT, "step": step.name, "rows": len(examples), "settings": settings,
+def _save(batches, tmp: Path, step, settings: dict) -> None:
+    rows = write_int_rows(batches, str(tmp / ROWS))
+    meta = {"format": FORMAT, "step": step.name, "rows": rows, "settings": settings,
             "data": step_fingerprint(step)}
     (tmp / META).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
-
-
-def _drop_intermediate(examples: Dataset) -> None:
-    """Delete the ``datasets`` cache files ``Dataset.map`` wrote next to a memory-mapped corpus while
-    encoding (the entry holds the rows now)."""
-    for entry in examples.cache_files:
-        path = Path(entry["filename"])
-        if path.name.startswith("cache-"):
-            path.unlink(missing_ok=True)
