@@ -234,7 +234,8 @@ class ContinualRun:
 
         def tokenize(time_step):  # the rows of the tokenized cache (data.cache_dir), or encoded now
             return tokens.examples(time_step, self.cfg.data.objective, self.cfg.trainer.seq_len)
-        history = TokenizedHistory(self.timeline.steps[:step], tokenize, self.adapter.pad_id)
+        history = TokenizedHistory(self.timeline.steps[:step], tokenize, self.adapter.pad_id,
+                                   self.cfg.trainer.attention_reset)
         return self.active.mix_examples(step, tokenize(self.timeline.steps[step]), history)
 
     def _train(self, step: int, examples, cache: Optional[Step0Cache]) -> StepResult:

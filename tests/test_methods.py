@@ -6,12 +6,14 @@ import copy
 
 import pytest
 import torch
-from method_fixtures import (drift, make_history, method, one_thread, run_step, snapshot, tiny_gpt2, token_rows,
+from datasets import Dataset
+from method_fixtures import (PAD, drift, make_history, method, one_thread, run_step, snapshot, tiny_gpt2, token_rows,
                              train)
 
 from evolve_train.errors import ConfigError
 from evolve_train.methods.regularizers import EWC, L2Init
 from evolve_train.methods.replay import Replay
+from evolve_train.training.packing import IGNORE
 
 OLD = token_rows(48, 2, 33, seed=1)  # "step 0" data
 NEW = token_rows(48, 32, 64, seed=2)  # "step 1" data, other tokens
@@ -445,3 +447,28 @@ def test_anchors_of_sharded_parameters_stay_sharded():
     done = subprocess.run([sys.executable, "-c", DTENSOR_CHECK], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert done.returncode == 0 and "ok" in done.stdout, done.stderr[-3000:]
+
+
+def test_ewc_fisher_on_packed_rows_keeps_documents_apart_under_attention_reset():
+    """The Fisher batches are collated as the loop's: with ``attention_reset`` a packed row's documents do not
+    attend to each other, so changing document A leaves the gradient of document B's tokens unchanged."""
+    from evolve_train.methods.regularizers import diagonal_fisher
+
+    model = tiny_gpt2()
+    params = [p for p in model.parameters()]
+
+    def row(first_doc: list[int]) -> Dataset:
+        second = [9, 10, 11, 12, 13, 14]
+        ids = first_doc + second
+        labels = [IGNORE] * len(first_doc) + [IGNORE] + second[1:]  # the loss on document B only
+        positions = list(range(len(first_doc))) + list(range(len(second)))
+        return Dataset.from_dict({"input_ids": [ids], "labels": [labels], "position_ids": [positions]})
+
+    def fisher(doc_a, attention_reset):
+        with one_thread():
+            return torch.cat([f.flatten() for f in diagonal_fisher(model, params, row(doc_a), PAD, 1, 1,
+                                                                   attention_reset=attention_reset)])
+
+    a, changed = [2, 3, 4, 5, 6], [7, 8, 7, 8, 7]
+    assert torch.equal(fisher(a, True), fisher(changed, True))
+    assert not torch.allclose(fisher(a, False), fisher(changed, False))  # one causal mask over the row: it does

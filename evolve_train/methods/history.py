@@ -13,11 +13,13 @@ from typing import Callable
 class TokenizedHistory(Sequence):
     """``history[i]``: step i's tokenized examples (a ``datasets.Dataset`` of ``input_ids``/``labels``)."""
 
-    def __init__(self, steps: list, tokenize: Callable, pad_id: int):
+    def __init__(self, steps: list, tokenize: Callable, pad_id: int, attention_reset: bool = False):
         self.steps = list(steps)
         """The raw time steps (``TimeStep``), oldest first."""
         self.pad_id = pad_id
         """Padding id for :func:`evolve_train.training.examples.collate`."""
+        self.attention_reset = attention_reset
+        """``trainer.attention_reset``: packed rows are collated as the loop collates them."""
         self._tokenize = tokenize
         self._cache: dict[int, object] = {}
 

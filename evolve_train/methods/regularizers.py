@@ -168,13 +168,16 @@ class EWC(AnchorPenalty):
         if self._history is None or len(self._history) == 0:
             raise RuntimeError("ewc needs the previous step's examples: mix_examples must run before "
                                "prepare_model (as in run.py), and not at step 0")
-        return diagonal_fisher(model, [p for _, p in params], self._history[-1], self._history.pad_id,
-                               self.c.fisher_batches, self.c.fisher_batch_size)
+        history = self._history
+        return diagonal_fisher(model, [p for _, p in params], history[-1], history.pad_id, self.c.fisher_batches,
+                               self.c.fisher_batch_size, attention_reset=history.attention_reset)
 
 
 def diagonal_fisher(model, params, examples, pad_id: int, n_batches: int, batch_size: int,
-                    seed: int = 0) -> list[torch.Tensor]:
-    """Empirical diagonal Fisher: mean over batches of squared loss gradients, normalised to mean 1."""
+                    seed: int = 0, attention_reset: bool = False) -> list[torch.Tensor]:
+    """Empirical diagonal Fisher: mean over batches of squared loss gradients, normalised to mean 1. Batches
+    are collated and fed to the model as the training loop does (packed ``clm`` rows under
+    ``attention_reset``: per-document positions, block-diagonal attention)."""
     from evolve_train.training.examples import collate
 
     order = list(range(len(examples)))
@@ -186,8 +189,8 @@ def diagonal_fisher(model, params, examples, pad_id: int, n_batches: int, batch_
     used = 0
     for start in range(0, min(len(order), n_batches * batch_size), batch_size):
         rows = [examples[i] for i in order[start:start + batch_size]]
-        batch = {k: v.to(device) for k, v in collate(rows, pad_id).items()}
-        grads = torch.autograd.grad(model(**batch).loss, params, allow_unused=True)
+        batch = {k: v.to(device) for k, v in collate(rows, pad_id, attention_reset).items()}
+        grads = torch.autograd.grad(model(**batch, use_cache=False).loss, params, allow_unused=True)
         for f, g in zip(fisher, grads):
             if g is not None:
                 f += g.detach().pow(2)
