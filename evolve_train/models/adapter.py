@@ -53,6 +53,9 @@ log = logging.getLogger(__name__)
 MASK_TOKENS = ("<mask>", "<extra_id_0>", "[MASK]")
 T5_SENTINEL = "<extra_id_0>"
 IGNORE = -100
+ENCODE_BATCH = 256
+"""Records tokenized at a time by ``encode_batches``: bounds the Python token lists alive at once (256
+documents of a few thousand words are a few hundred MB of them)."""
 """Label of a position the loss skips."""
 
 
@@ -266,7 +269,7 @@ class CausalLMAdapter(ModelAdapter):
             yield from self._documents(step, seq_len)
             return
         dropped = 0
-        for batch in _progress(step, record_batches(step.pairs, ["input", "output"]), len(step.pairs)):
+        for batch in _progress(step, record_batches(step.pairs, ["input", "output"], ENCODE_BATCH), len(step.pairs)):
             contexts = [causal_context(text) for text in batch["input"]]
             keep = [i for i, context in enumerate(contexts) if context is not None]
             dropped += len(contexts) - len(keep)
@@ -278,7 +281,7 @@ class CausalLMAdapter(ModelAdapter):
         """``clm``: the documents packed into rows of ``seq_len`` ids (``training/packing.py``: each document is
         ``[BOS] tokens EOS``, the rows carry per-document ``position_ids``, only the last row is short)."""
         packer = DocumentPacker(seq_len, self.eos_id, self.prefix)
-        for batch in _progress(step, record_batches(step.texts, ["text"]), len(step.texts)):
+        for batch in _progress(step, record_batches(step.texts, ["text"], ENCODE_BATCH), len(step.texts)):
             yield packer.add(self.encode(batch["text"]))  # the packer carries a partial row across batches
         yield packer.flush()
 
@@ -336,7 +339,7 @@ class Seq2SeqAdapter(ModelAdapter):
         if not step.pairs and step.texts:
             raise ValueError(f"step {step.name}: a seq2seq model trains on masked-entity pairs and this step has "
                              "only text documents (make pairs with `evolve-data mask --format t5`)")
-        for batch in _progress(step, record_batches(step.pairs, ["input", "output"]), len(step.pairs)):
+        for batch in _progress(step, record_batches(step.pairs, ["input", "output"], ENCODE_BATCH), len(step.pairs)):
             yield {"input_ids": self.source_ids([seq2seq_source(text) for text in batch["input"]], seq_len),
                    "labels": self.target_ids(batch["output"], seq_len)}
 
