@@ -91,6 +91,25 @@ def test_generation_batches_are_the_batches_generate_runs(setup):
         [[t for t in row if t != pad] for row in adapter.prompt_ids(b)] for b in planned]
 
 
+def test_option_batches_are_the_batches_score_options_runs(setup):
+    adapter, model = setup
+    requests, rows = requests_of(QUESTIONS), []
+    original = model.forward
+
+    @functools.wraps(original)
+    def forward(*args, **kwargs):
+        rows.append(kwargs["input_ids"].shape[0])
+        return original(*args, **kwargs)
+
+    model.forward = forward
+    try:
+        adapter.score_options(model, requests, batch_size=BATCH)
+    finally:
+        del model.forward
+    passes = rows[1::2] if isinstance(adapter, CausalLMAdapter) else rows  # causal: prompts, then their options
+    assert passes == [len(batch) for batch in adapter.option_batches(requests, BATCH)]
+
+
 @pytest.mark.parametrize("count", [2, 3])
 def test_owners_keep_the_loads_within_one_batch(count):
     calls = [[25], [12], [6], [60], [32], [70], [80], [130, 129, 128, 95], [75], [100]]  # a checkpoint's calls

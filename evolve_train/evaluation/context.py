@@ -102,9 +102,10 @@ class EvalContext:
     rows: list[dict] = field(default_factory=list)
     """Rows produced so far at this checkpoint: an evaluator may read those of the ones listed before it."""
     batch: AutoBatchSize = field(init=False)
-    """Generation/scoring batch size: ``eval.batch_size``, halved for the rest of the checkpoint on OOM."""
+    """Generation/scoring batch size: ``eval.batch_size``, halved for the rest of the checkpoint on OOM (with
+    several processes, every process takes the smallest size at its next call: ``Shards.run``)."""
     shards: Shards = field(default_factory=Shards)
-    """This process's share of the prompts (multi-process runs)."""
+    """How the processes share the model calls (multi-process runs: whole batches each)."""
     writes: bool = True
     """Whether this process writes files (predictions, spot checks): the main process only."""
     _answers: dict[str, str] = field(default_factory=dict)
