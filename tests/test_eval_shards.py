@@ -4,11 +4,13 @@ Every process gets whole batches of the plan one process would form (``ModelAdap
 ``option_batches``), so its forward passes are the ones a single process runs. Checked here for a causal
 (tiny GPT-2) and a seq2seq (tiny T5) adapter:
 
-* any selection of whole batches, planned on its own, forms the same batches again;
+* the planned batches are the ones ``generate`` and ``score_options`` run, and any selection of whole
+  batches, planned on its own, forms the same batches again;
 * the processes' loads stay within one batch of each other over a checkpoint's calls;
 * answers and option scores computed by 2 and 3 simulated processes (threads whose ``gather`` exchanges
   values) equal the one-process results bit for bit (``==``), while a split that ignores the batches does
-  not (the premise: padding moves the last float digits).
+  not (the premise: padding moves the last float digits);
+* a prompt cut to fit the model scores the same whatever else its call scores.
 
 The 2-process runs with real gloo process groups are in tests/test_fsdp.py.
 """
@@ -35,17 +37,17 @@ PROMPTS = [" ".join(WORDS[k % len(WORDS)] for k in range(i, i + 1 + (7 * i) % 5)
 PROMPTS += ["Who directs Acme?", "Q: Where is Zeta Labs based?\nA:"]
 OPTIONS = ["Ann Lee", "Bob", "Brix Works of City4", "2018", "Cal Dee and Person7 of Zeta Labs"]
 QUESTIONS = [(p, [OPTIONS[(i + k) % len(OPTIONS)] for k in range(1 + i % 4)]) for i, p in enumerate(PROMPTS)]
+TEXTS = [f"{p} {o}." for p, options in QUESTIONS for o in options] * 5
 BATCH = 4
 
 
 @pytest.fixture(scope="module", params=["gpt2", "t5"])
 def setup(request):
     """(adapter, model) of a tiny untrained model of each kind."""
-    texts = [f"{p} {o}." for p, options in QUESTIONS for o in options] * 5
     if request.param == "gpt2":
-        tokenizer = train_tokenizer(texts, vocab_size=400)
+        tokenizer = train_tokenizer(TEXTS, vocab_size=400)
         return CausalLMAdapter(tokenizer), tiny_model("gpt2", tokenizer)
-    tokenizer = train_tokenizer(texts, 200, "t5")
+    tokenizer = train_tokenizer(TEXTS, 200, "t5")
     torch.manual_seed(0)
     model = build_model(ModelConfig(arch="t5", n_layer=1, n_embd=32, n_head=2, vocab_size=200), tokenizer)
     return Seq2SeqAdapter(tokenizer), model.eval()
@@ -234,8 +236,7 @@ def test_a_split_that_ignores_the_batches_moves_the_last_digits(setup):
 
 
 def test_a_cut_prompt_scores_the_same_whatever_else_the_call_scores():
-    texts = [f"{p} {o}." for p, options in QUESTIONS for o in options] * 5
-    tokenizer = train_tokenizer(texts, vocab_size=400)
+    tokenizer = train_tokenizer(TEXTS, vocab_size=400)
     adapter, model = CausalLMAdapter(tokenizer), tiny_model("gpt2", tokenizer)
     long = " ".join(PROMPTS)  # beyond the model's 64 positions: cut from its left
     assert len(adapter.prompt_ids([long])[0]) > model.config.n_positions
