@@ -9,23 +9,8 @@ import torch
 
 from evolve_train.config import TrainerConfig
 from evolve_train.errors import ConfigError
-from evolve_train.evaluation.context import Shards
 from evolve_train.training.distributed import (build_accelerator, fsdp2_requested, meta_skeleton,
                                                unsharded_copy)
-
-
-@pytest.mark.parametrize("n", [0, 1, 5, 6, 7, 100])
-def test_shards_split_contiguously_in_order_and_evenly(n):
-    items = list(range(n))
-    parts = [Shards(index, 3).part(items) for index in range(3)]
-    assert [x for part in parts for x in part] == items
-    assert max(map(len, parts)) - min(map(len, parts)) <= 1
-
-
-def test_one_process_shard_is_everything_and_gathers_itself():
-    shards = Shards()
-    assert shards.part(["a", "b"]) == ["a", "b"] and shards.gather([1, 2]) == [1, 2]
-    assert shards.done_per_process() == [2]
 
 
 def test_dist_timeout_goes_to_the_process_group_kwargs(monkeypatch):

@@ -4,20 +4,24 @@ The context holds the model and its adapter (``models/adapter.py``, the model's 
 model's outputs between evaluators: a prompt asked by several sets (Updated_k and Outdated_k ask the same
 questions) is generated once per checkpoint, and so is an option log-likelihood or a set of sampled answers.
 
-In a multi-process run every process evaluates (:class:`Shards`): each generates answers and scores options
-for a contiguous share of the prompts the evaluators ask, and the shares are gathered on every process, so
-each computes the same rows (the main process writes them). Greedy answers and option scores do not depend
-on how prompts are batched, so the metrics equal a one-process run's. Sampled answers (``flip_rate``) depend
-on the draw order and are computed whole on every process.
+In a multi-process run every process evaluates (:class:`Shards`). For each call the context asks the adapter
+for the batches one process would form (``generation_batches``, ``option_batches``: the same code that
+generates and scores); each batch goes whole to one process (the one with the fewest items so far at this
+checkpoint), each process generates or scores its batches, and the results are gathered on every process,
+so each computes the same rows (the main process writes them). Every forward pass is then the tensor
+computation a single process runs, so the answers, option scores and metrics equal a one-process run's
+bit for bit (unless a batch runs out of memory: the smaller batches then round differently). Sampled
+answers (``flip_rate``) depend on the draw order and are computed whole on every process.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from tqdm.auto import tqdm
 
@@ -29,38 +33,60 @@ from evolve_train.models.batching import AutoBatchSize
 
 @dataclass
 class Shards:
-    """This process's share of each list of prompts (``index`` of ``count`` processes), and the gather of
-    the shares' results, in order, on every process (a collective: every process calls it)."""
+    """How the processes of a multi-process evaluation (``index`` of ``count``) share a checkpoint's model
+    calls: whole batches of the plan one process would run (:meth:`owners`), results gathered on every
+    process (:meth:`run`, a collective: every process calls it)."""
 
     index: int = 0
     count: int = 1
-    done: list[int] = field(default_factory=list)
-    """Prompts this process answered or scored, per call (for the timing row)."""
+    load: list[int] = field(default_factory=list)
+    """Items (prompts, or ``(prompt, option)`` pairs) given to each process so far: the same on every process."""
+
+    def __post_init__(self):
+        self.load = self.load or [0] * self.count
 
     @classmethod
     def of(cls, accelerator) -> "Shards":
         return cls(accelerator.process_index, accelerator.num_processes)
 
-    def part(self, items: list) -> list:
-        """A contiguous share: sizes differ by at most one."""
-        size, extra = divmod(len(items), self.count)
-        start = self.index * size + min(self.index, extra)
-        share = items[start:start + size + (self.index < extra)]
-        self.done.append(len(share))
-        return share
+    def owners(self, sizes: list[int]) -> list[int]:
+        """The process that computes each batch (of ``sizes[j]`` items): batch by batch, the one given the
+        fewest items so far (the lowest index on a tie), so the loads stay within one batch of each other
+        over all the calls of a checkpoint (most calls are a batch or two). The same on every process."""
+        owners = []
+        for size in sizes:
+            owner = min(range(self.count), key=lambda rank: (self.load[rank], rank))
+            self.load[owner] += size
+            owners.append(owner)
+        return owners
 
-    def gather(self, results: list) -> list:
+    def run(self, items: list, plan: Callable[[list, int], list[list]], compute: Callable[[list], list],
+            batch: AutoBatchSize) -> list[tuple]:
+        """``(item, result)`` for every item, on every process. ``plan(items, size)`` gives the batches one
+        process would form, at the smallest batch size of any process (a process halves it on out-of-memory);
+        each process runs ``compute`` once on its own whole batches, joined in order (``compute`` forms the
+        same batches again: ``ModelAdapter.generation_batches``/``option_batches``), and the results are
+        gathered."""
+        batch.size = min(self.gather(batch.size))
+        batches = plan(items, batch.size)
+        owners = self.owners([len(b) for b in batches])
+        share = [item for b, owner in zip(batches, owners) if owner == self.index for item in b]
+        results = [iter(part) for part in self.gather(compute(share))]
+        return [(item, next(results[owner])) for b, owner in zip(batches, owners) for item in b]
+
+    def gather(self, value) -> list:
+        """Every process's ``value``, in process order, on every process."""
         if self.count == 1:
-            return results
+            return [value]
         import torch.distributed as dist
 
         parts: list = [None] * self.count
-        dist.all_gather_object(parts, results)
-        return [result for part in parts for result in part]
+        dist.all_gather_object(parts, value)
+        return parts
 
     def done_per_process(self) -> list[int]:
         """Prompts (and options) each process handled at this checkpoint."""
-        return [sum(done) for done in self.gather([self.done])] if self.count > 1 else [sum(self.done)]
+        return list(self.load)
 
 
 @dataclass
@@ -76,9 +102,10 @@ class EvalContext:
     rows: list[dict] = field(default_factory=list)
     """Rows produced so far at this checkpoint: an evaluator may read those of the ones listed before it."""
     batch: AutoBatchSize = field(init=False)
-    """Generation/scoring batch size: ``eval.batch_size``, halved for the rest of the checkpoint on OOM."""
+    """Generation/scoring batch size: ``eval.batch_size``, halved for the rest of the checkpoint on OOM (with
+    several processes, every process takes the smallest size at its next call: ``Shards.run``)."""
     shards: Shards = field(default_factory=Shards)
-    """This process's share of the prompts (multi-process runs)."""
+    """How the processes share the model calls (multi-process runs: whole batches each)."""
     writes: bool = True
     """Whether this process writes files (predictions, spot checks): the main process only."""
     _answers: dict[str, str] = field(default_factory=dict)
@@ -101,24 +128,32 @@ class EvalContext:
         """Raw greedy generations for ``prompts``, generating only those not asked before at this checkpoint."""
         missing = sorted({p for p in prompts if p not in self._answers})
         if missing:
-            share = self.shards.part(missing)
-            with tqdm(total=len(share), desc=f"eval ckpt {self.checkpoint}", leave=False, dynamic_ncols=True,
-                      disable=not self.writes) as bar:
-                raw = self.adapter.generate(self.model, share, batch_size=self.batch,
-                                            max_new_tokens=self.cfg.max_new_tokens,
-                                            stop_strings=self.cfg.stop_strings, decoder=self.cfg.greedy_decoder,
-                                            progress=bar)
-            self._answers.update(zip(missing, self.shards.gather(raw)))
+            self._answers.update(self._each_process(missing, self._generate, self.adapter.generation_batches))
         return [self._answers[p] for p in prompts]
+
+    def _generate(self, prompts: list[str]) -> list[str]:
+        with tqdm(total=len(prompts), desc=f"eval ckpt {self.checkpoint}", leave=False, dynamic_ncols=True,
+                  disable=not self.writes) as bar:
+            return self.adapter.generate(self.model, prompts, batch_size=self.batch,
+                                         max_new_tokens=self.cfg.max_new_tokens, stop_strings=self.cfg.stop_strings,
+                                         decoder=self.cfg.greedy_decoder, progress=bar)
 
     def option_scores(self, questions: list[tuple[str, list[str]]]) -> list[list[float]]:
         """Log-likelihood of each option given its prompt (METRICS.md §7), for ``(prompt, options)`` pairs;
         each (prompt, option) is scored once per checkpoint, many per forward pass."""
         missing = sorted({(p, o) for p, options in questions for o in options} - set(self._scores))
         if missing:
-            scores = self.adapter.score_options(self.model, self.shards.part(missing), batch_size=self.batch)
-            self._scores.update(zip(missing, self.shards.gather(scores)))
+            score = functools.partial(self.adapter.score_options, self.model, batch_size=self.batch)
+            self._scores.update(self._each_process(missing, score, self.adapter.option_batches))
         return [[self._scores[(p, o)] for o in options] for p, options in questions]
+
+    def _each_process(self, items: list, compute: Callable[[list], list],
+                      plan: Callable[[list, int], list[list]]) -> list[tuple]:
+        """``(item, result)`` pairs: one process computes all ``items``; several split ``plan(items, size)``,
+        the batches one process would form, into whole batches (:meth:`Shards.run`)."""
+        if self.shards.count == 1:
+            return list(zip(items, compute(items)))
+        return self.shards.run(items, plan, compute, self.batch)
 
     def samples(self, prompts: list[str]) -> list[list[str]]:
         """``eval.flip_rate.samples`` raw sampled generations per prompt (seeded per checkpoint), sampling

@@ -43,7 +43,7 @@ from tqdm.auto import tqdm
 from evolve_train.data.corpus import record_batches, rows_in_memory
 from evolve_train.models.batching import AutoBatchSize, as_auto
 from evolve_train.models.generation import GREEDY_DECODERS, greedy_decode, padded_batch, stop_token_ids
-from evolve_train.models.scoring import causal_option_scores, seq2seq_option_scores
+from evolve_train.models.scoring import causal_option_batches, causal_option_scores, seq2seq_option_scores, spans
 from evolve_train.training.packing import DocumentPacker
 
 if TYPE_CHECKING:
@@ -104,7 +104,7 @@ class ModelAdapter:
     """What both formats share: the tokenizer, its special tokens, and batched generation and sampling.
 
     Subclasses define the format: ``prompt_ids``, ``encode_step``, ``encode_example``, ``answer_text``,
-    ``score_options`` and ``_continuation``."""
+    ``score_options`` (with its batches, ``option_batches``) and ``_continuation``."""
 
     left_padded = True
     """Generation pads prompts on the left (decoder-only) or on the right (encoder-decoder)."""
@@ -162,6 +162,11 @@ class ModelAdapter:
         """Sum of option-token log-probabilities for each ``(prompt, option)`` request, in request order."""
         raise NotImplementedError
 
+    def option_batches(self, requests: Sequence[tuple[str, str]], size: int) -> list[list[tuple[str, str]]]:
+        """The batches of requests ``score_options`` forms at batch size ``size`` (no out-of-memory error), in
+        order; any selection of whole batches, scored on its own, forms the same batches again."""
+        raise NotImplementedError
+
     def _continuation(self, generated: torch.Tensor, prompt_width: int) -> torch.Tensor:
         """The new tokens of what ``generate`` returned for prompts ``prompt_width`` ids wide."""
         raise NotImplementedError
@@ -173,6 +178,18 @@ class ModelAdapter:
                                    pad_token_id=self.pad_id)
         return self._continuation(generated, input_ids.shape[1])
 
+    def generation_batches(self, prompts: Sequence[str], size: int) -> list[list[str]]:
+        """The batches of prompts ``generate`` forms at batch size ``size`` (no out-of-memory error), in
+        order: sorted by token count, ``size`` at a time (so any selection of whole batches, generated on
+        its own, forms the same batches again)."""
+        order = self._generation_order(self.prompt_ids(prompts))
+        return [[prompts[i] for i in order[start:stop]] for start, stop in spans(len(order), size)]
+
+    @staticmethod
+    def _generation_order(token_ids: list[list[int]]) -> list[int]:
+        """Prompt indices by token count (stable), so a batch is padded only to its longest."""
+        return sorted(range(len(token_ids)), key=lambda i: len(token_ids[i]))
+
     @torch.no_grad()
     def generate(self, model, prompts: Sequence[str], *, batch_size: int | AutoBatchSize = 64,
                  max_new_tokens: int = 12, stop_strings: Sequence[str] = ("\n",), decoder: str = "pruned",
@@ -180,8 +197,8 @@ class ModelAdapter:
         """Greedy answers to ``prompts`` (raw generations, EOS removed, not yet cut at stop strings).
 
         ``decoder``: ``pruned`` (``greedy_decode``, decoder-only models) or ``generate`` (what encoder-decoder
-        models always use). Prompts are sorted by token count, so a batch is padded only to its longest;
-        ``batch_size`` halves on out-of-memory errors (``models/batching.py``)."""
+        models always use). Batches: ``generation_batches`` (prompts sorted by token count); ``batch_size``
+        halves on out-of-memory errors (``models/batching.py``)."""
         if decoder not in GREEDY_DECODERS:
             raise ValueError(f"unknown greedy decoder {decoder!r} (known: {', '.join(GREEDY_DECODERS)})")
         if not prompts:
@@ -189,7 +206,7 @@ class ModelAdapter:
         model.eval()
         device = next(model.parameters()).device
         token_ids = self.prompt_ids(prompts)
-        order = sorted(range(len(prompts)), key=lambda i: len(token_ids[i]))
+        order = self._generation_order(token_ids)
         outputs: list[str] = [""] * len(prompts)
         stop_ids = self.stop_ids(stop_strings)
 
@@ -293,17 +310,26 @@ class CausalLMAdapter(ModelAdapter):
     @torch.no_grad()
     def score_options(self, model, requests: Sequence[tuple[str, str]], *, batch_size: int | AutoBatchSize = 64,
                       share_prefix: bool = True) -> list[float]:
+        """Sum of option-token log-probabilities for each request, in request order. A prompt is cut from its
+        left to fit the model's positions with its own longest option, so a request's score does not depend
+        on the other requests of the call."""
         if not requests:
             return []
         model.eval()
         config = model.config
         limit = getattr(config, "n_positions", None) or getattr(config, "max_position_embeddings", 10**9)
         targets = self._option_targets(requests)
-        room = max(1, limit - max(len(t) for t in targets) - len(self.prefix))
-        prompts = list(dict.fromkeys(prompt for prompt, _ in requests))
-        contexts = {p: self.prefix + ids[-room:] for p, ids in zip(prompts, self.encode(prompts))}
+        longest: dict[str, int] = {}
+        for (prompt, _), target in zip(requests, targets):
+            longest[prompt] = max(longest.get(prompt, 0), len(target))
+        prompts = list(longest)
+        contexts = {p: self.prefix + ids[-max(1, limit - longest[p] - len(self.prefix)):]
+                    for p, ids in zip(prompts, self.encode(prompts))}
         return causal_option_scores(model, requests, contexts, targets, pad=self.pad_id, batch_size=batch_size,
                                     share_prefix=share_prefix)
+
+    def option_batches(self, requests: Sequence[tuple[str, str]], size: int) -> list[list[tuple[str, str]]]:
+        return [[requests[i] for i in batch] for batch in causal_option_batches(requests, size)]
 
     def _greedy(self, model, input_ids, attention_mask, *, decoder: str, max_new_tokens: int,
                 stop_ids: list[int]) -> torch.Tensor:
@@ -355,6 +381,9 @@ class Seq2SeqAdapter(ModelAdapter):
         targets = self._option_targets(requests)
         sources = self.prompt_ids([prompt for prompt, _ in requests])
         return seq2seq_option_scores(model, sources, targets, pad=self.pad_id, batch_size=batch_size)
+
+    def option_batches(self, requests: Sequence[tuple[str, str]], size: int) -> list[list[tuple[str, str]]]:
+        return [list(requests[start:stop]) for start, stop in spans(len(requests), size)]
 
     def _continuation(self, generated: torch.Tensor, prompt_width: int) -> torch.Tensor:
         return generated  # the decoder's own sequence (its start token is special, dropped when decoded)

@@ -11,11 +11,16 @@ The prompt prefix is shared: each distinct prompt runs once (left padded, KV cac
 are scored on copies of its cache rows, so a question with four options costs one prompt pass plus four
 short option passes instead of four full sequences (``share_prefix=False`` scores full sequences; the
 tests check that both give the same numbers).
+
+A call's batches are what :func:`causal_option_batches` (and :func:`spans`, in request order, for
+encoder-decoder models) return, computed by the same code the scoring runs: a multi-process evaluation
+gives each process whole batches of that plan (``evaluation/context.py``), so every forward pass is the one
+a single process runs.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Optional, Sequence
 
 import torch
 
@@ -23,32 +28,59 @@ from evolve_train.models.batching import AutoBatchSize, as_auto
 from evolve_train.models.generation import cache_of, padded_batch
 
 
+def spans(n_items: int, size: int, span_end: Optional[Callable[[int, int], int]] = None) -> list[tuple[int, int]]:
+    """The ``(start, stop)`` spans ``AutoBatchSize.run`` covers ``range(n_items)`` with at batch size ``size``
+    (no out-of-memory error): the batches a scoring or generation call forms."""
+    found: list[tuple[int, int]] = []
+    AutoBatchSize(size).run(n_items, lambda start, stop: found.append((start, stop)), span_end)
+    return found
+
+
+def prompt_groups(requests: Sequence[tuple[str, str]]) -> list[list[int]]:
+    """Request indices per distinct prompt, prompts in scoring order (by length, then text: no set order)."""
+    by_prompt: dict[str, list[int]] = {}
+    for index, (prompt, _) in enumerate(requests):
+        by_prompt.setdefault(prompt, []).append(index)
+    return [by_prompt[p] for p in sorted(by_prompt, key=lambda p: (len(p), p))]
+
+
+def filled_spans(groups: list[list[int]]) -> Callable[[int, int], int]:
+    """``span_end`` of causal scoring: from ``start``, prompts until their options fill a batch of ``size``."""
+    def span_end(start: int, size: int) -> int:
+        stop, options = start, 0
+        while stop < len(groups) and options < size:
+            options += len(groups[stop])
+            stop += 1
+        return stop
+    return span_end
+
+
+def causal_option_batches(requests: Sequence[tuple[str, str]], size: int) -> list[list[int]]:
+    """Request indices of each forward batch :func:`causal_option_scores` forms at batch size ``size``
+    (whole prompts; a batch is closed once their options reach ``size``, so any selection of whole batches,
+    scored on its own, forms the same batches again)."""
+    groups = prompt_groups(requests)
+    return [[i for group in groups[start:stop] for i in group]
+            for start, stop in spans(len(groups), size, filled_spans(groups))]
+
+
 def causal_option_scores(model, requests: Sequence[tuple[str, str]], contexts: dict[str, list[int]],
                          targets: list[list[int]], *, pad: int, batch_size: int | AutoBatchSize = 64,
                          share_prefix: bool = True) -> list[float]:
     """Sum of option-token log-probabilities for each request, in request order: ``contexts`` maps each
-    prompt to its ids, ``targets[i]`` holds request i's option ids."""
+    prompt to its ids, ``targets[i]`` holds request i's option ids. Batches: :func:`causal_option_batches`."""
     device = next(model.parameters()).device
-    prompts = sorted({prompt for prompt, _ in requests}, key=lambda p: (len(p), p))  # no set (hash) order
-    by_prompt: dict[str, list[int]] = {}
-    for index, (prompt, _) in enumerate(requests):
-        by_prompt.setdefault(prompt, []).append(index)
+    groups = prompt_groups(requests)
     scores = [0.0] * len(requests)
     score = _shared_prefix_batch if share_prefix else _full_sequence_batch
 
-    def span_end(start: int, size: int) -> int:  # prompts until their options fill a batch
-        stop, options = start, 0
-        while stop < len(prompts) and options < size:
-            options += len(by_prompt[prompts[stop]])
-            stop += 1
-        return stop
-
     def score_span(start: int, stop: int) -> None:
-        members = [(contexts[p], [(i, targets[i]) for i in by_prompt[p]]) for p in prompts[start:stop]]
+        members = [(contexts[requests[group[0]][0]], [(i, targets[i]) for i in group])
+                   for group in groups[start:stop]]
         for index, value in score(model, members, pad, device):
             scores[index] = value
 
-    as_auto(batch_size).run(len(prompts), score_span, span_end)
+    as_auto(batch_size).run(len(groups), score_span, filled_spans(groups))
     return scores
 
 
@@ -85,7 +117,8 @@ def _shared_prefix_batch(model, members, pad: int, device):
 
 def seq2seq_option_scores(model, sources: list[list[int]], targets: list[list[int]], *, pad: int,
                           batch_size: int | AutoBatchSize = 64) -> list[float]:
-    """Sum of decoder-target log-probabilities of ``targets[i]`` given the encoder input ``sources[i]``."""
+    """Sum of decoder-target log-probabilities of ``targets[i]`` given the encoder input ``sources[i]``,
+    ``batch_size`` requests at a time in request order (the batches of ``spans(len(sources), size)``)."""
     device = next(model.parameters()).device
     scores = [0.0] * len(sources)
 

@@ -1,0 +1,245 @@
+"""Multi-process evaluation in whole batches (evaluation/context.py: ``Shards``), without a process group.
+
+Every process gets whole batches of the plan one process would form (``ModelAdapter.generation_batches`` /
+``option_batches``), so its forward passes are the ones a single process runs. Checked here for a causal
+(tiny GPT-2) and a seq2seq (tiny T5) adapter:
+
+* the planned batches are the ones ``generate`` and ``score_options`` run, and any selection of whole
+  batches, planned on its own, forms the same batches again;
+* the processes' loads stay within one batch of each other over a checkpoint's calls;
+* answers and option scores computed by 2 and 3 simulated processes (threads whose ``gather`` exchanges
+  values) equal the one-process results bit for bit (``==``), while a split that ignores the batches does
+  not (the premise: padding moves the last float digits);
+* a prompt cut to fit the model scores the same whatever else its call scores.
+
+The 2-process runs with real gloo process groups are in tests/test_fsdp.py.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import threading
+from dataclasses import dataclass
+
+import pytest
+import torch
+from test_generation import tiny_model
+
+from evolve_train.config import EvalConfig, ModelConfig
+from evolve_train.data.timeline import Timeline
+from evolve_train.evaluation.context import EvalContext, Shards
+from evolve_train.models.adapter import CausalLMAdapter, Seq2SeqAdapter
+from evolve_train.models.build import build_model, train_tokenizer
+
+WORDS = ["Acme", "Brix Works", "Cal Dee", "the toolkit", "City4", "Person7", "Zeta Labs", "version 3"]
+PROMPTS = [" ".join(WORDS[k % len(WORDS)] for k in range(i, i + 1 + (7 * i) % 5)) + " is" for i in range(13)]
+PROMPTS += ["Who directs Acme?", "Q: Where is Zeta Labs based?\nA:"]
+OPTIONS = ["Ann Lee", "Bob", "Brix Works of City4", "2018", "Cal Dee and Person7 of Zeta Labs"]
+QUESTIONS = [(p, [OPTIONS[(i + k) % len(OPTIONS)] for k in range(1 + i % 4)]) for i, p in enumerate(PROMPTS)]
+TEXTS = [f"{p} {o}." for p, options in QUESTIONS for o in options] * 5
+BATCH = 4
+
+
+@pytest.fixture(scope="module", params=["gpt2", "t5"])
+def setup(request):
+    """(adapter, model) of a tiny untrained model of each kind."""
+    if request.param == "gpt2":
+        tokenizer = train_tokenizer(TEXTS, vocab_size=400)
+        return CausalLMAdapter(tokenizer), tiny_model("gpt2", tokenizer)
+    tokenizer = train_tokenizer(TEXTS, 200, "t5")
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(arch="t5", n_layer=1, n_embd=32, n_head=2, vocab_size=200), tokenizer)
+    return Seq2SeqAdapter(tokenizer), model.eval()
+
+
+def requests_of(questions) -> list[tuple[str, str]]:
+    return sorted({(p, o) for p, options in questions for o in options})  # as EvalContext.option_scores asks
+
+
+def subsets(batches: list[list]):
+    for n in range(1, len(batches) + 1):
+        yield from itertools.combinations(batches, n)
+
+
+def test_any_selection_of_whole_batches_is_planned_as_the_same_batches(setup):
+    adapter, _ = setup
+    prompts, requests = sorted(PROMPTS), requests_of(QUESTIONS)
+    for plan, items in ((adapter.generation_batches, prompts), (adapter.option_batches, requests)):
+        batches = plan(items, BATCH)
+        assert len(batches) >= 4 and sorted(x for b in batches for x in b) == sorted(items)
+        for chosen in subsets(batches):
+            assert plan([x for b in chosen for x in b], BATCH) == list(chosen)
+
+
+def test_generation_batches_are_the_batches_generate_runs(setup):
+    adapter, model = setup
+    seen = []
+    original = adapter._greedy
+
+    def record(model, input_ids, attention_mask, **options):
+        seen.append(input_ids.tolist())
+        return original(model, input_ids, attention_mask, **options)
+
+    adapter._greedy = record
+    try:
+        adapter.generate(model, sorted(PROMPTS), batch_size=BATCH, max_new_tokens=2)
+    finally:
+        del adapter._greedy
+    planned = adapter.generation_batches(sorted(PROMPTS), BATCH)
+    assert [len(ids) for ids in seen] == [len(b) for b in planned]
+    pad = adapter.pad_id
+    assert [[[t for t in row if t != pad] for row in ids] for ids in seen] == [
+        [[t for t in row if t != pad] for row in adapter.prompt_ids(b)] for b in planned]
+
+
+def test_option_batches_are_the_batches_score_options_runs(setup):
+    adapter, model = setup
+    requests, rows = requests_of(QUESTIONS), []
+    original = model.forward
+
+    @functools.wraps(original)
+    def forward(*args, **kwargs):
+        rows.append(kwargs["input_ids"].shape[0])
+        return original(*args, **kwargs)
+
+    model.forward = forward
+    try:
+        adapter.score_options(model, requests, batch_size=BATCH)
+    finally:
+        del model.forward
+    passes = rows[1::2] if isinstance(adapter, CausalLMAdapter) else rows  # causal: prompts, then their options
+    assert passes == [len(batch) for batch in adapter.option_batches(requests, BATCH)]
+
+
+@pytest.mark.parametrize("count", [2, 3])
+def test_owners_keep_the_loads_within_one_batch(count):
+    calls = [[25], [12], [6], [60], [32], [70], [80], [130, 129, 128, 95], [75], [100]]  # a checkpoint's calls
+    shards = [Shards(index, count) for index in range(count)]
+    owners = [[s.owners(sizes) for sizes in calls] for s in shards]
+    assert all(o == owners[0] for o in owners)  # every process computes the same owners
+    load = shards[0].done_per_process()
+    assert load == [sum(n for sizes, o in zip(calls, owners[0]) for n, r in zip(sizes, o) if r == rank)
+                    for rank in range(count)]
+    assert sum(load) == sum(map(sum, calls)) and max(load) - min(load) <= 130
+
+
+class World:
+    """Threads standing in for processes: ``gather`` exchanges values through shared slots."""
+
+    def __init__(self, count: int):
+        self.slots: list = [None] * count
+        self.barrier = threading.Barrier(count, timeout=120)
+        self.model_lock = threading.Lock()  # one forward at a time, as in a process of its own
+
+
+@dataclass
+class ThreadShards(Shards):
+    world: World = None
+
+    def gather(self, value) -> list:
+        self.world.slots[self.index] = value
+        self.world.barrier.wait()
+        parts = list(self.world.slots)
+        self.world.barrier.wait()  # nobody writes the next value before everyone has read this one
+        return parts
+
+
+class Locked:
+    """``adapter`` whose model calls take ``lock``."""
+
+    def __init__(self, adapter, lock):
+        self._adapter, self._lock = adapter, lock
+
+    def __getattr__(self, name):
+        value = getattr(self._adapter, name)
+        if name not in ("generate", "score_options"):
+            return value
+
+        @functools.wraps(value)
+        def locked(*args, **kwargs):
+            with self._lock:
+                return value(*args, **kwargs)
+        return locked
+
+
+def context(adapter, model, shards: Shards) -> EvalContext:
+    return EvalContext(model=model, adapter=adapter, timeline=Timeline(steps=[], eval_sets=[]), checkpoint=0,
+                       cfg=EvalConfig(batch_size=BATCH, max_new_tokens=4), shards=shards, writes=False)
+
+
+def ask(ctx: EvalContext) -> list:
+    """A checkpoint's calls: some answers, option scores, more answers (part of them known), known scores."""
+    return [ctx.answers(PROMPTS[:6]), ctx.option_scores(QUESTIONS), ctx.answers(PROMPTS),
+            ctx.option_scores(QUESTIONS[::2])]
+
+
+def in_processes(count: int, adapter, model) -> tuple[list, list[EvalContext]]:
+    """``ask`` on ``count`` simulated processes: each one's results and context."""
+    world = World(count)
+    contexts = [context(Locked(adapter, world.model_lock), model, ThreadShards(i, count, world=world))
+                for i in range(count)]
+    results, errors = [None] * count, []
+
+    def process(index: int) -> None:
+        try:
+            results[index] = ask(contexts[index])
+        except BaseException as err:  # noqa: BLE001  (re-raised in the test's thread)
+            errors.append(err)
+            world.barrier.abort()
+
+    threads = [threading.Thread(target=process, args=(index,)) for index in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+    return results, contexts
+
+
+@pytest.mark.parametrize("count", [2, 3])
+def test_processes_answer_and_score_bit_for_bit_as_one(setup, count):
+    adapter, model = setup
+    reference = ask(context(adapter, model, Shards()))
+    results, contexts = in_processes(count, adapter, model)
+    for result in results:
+        assert result == reference  # exact: strings and floats
+    load = contexts[0].shards.done_per_process()
+    assert all(ctx.shards.done_per_process() == load for ctx in contexts)
+    assert sum(load) == len(PROMPTS) + len(requests_of(QUESTIONS)) and min(load) > 0
+
+
+def test_one_process_generates_and_scores_everything_in_one_call_without_a_plan(setup):
+    adapter, model = setup
+    calls = []
+
+    class Spy:
+        def __getattr__(self, name):
+            value = getattr(adapter, name)
+            return lambda *args, **kwargs: calls.append(name) or value(*args, **kwargs)
+
+    ctx = context(Spy(), model, Shards())
+    ctx.answers(PROMPTS)
+    ctx.option_scores(QUESTIONS)
+    assert calls == ["generate", "score_options"] and Shards().gather(5) == [5]
+
+
+def test_a_split_that_ignores_the_batches_moves_the_last_digits(setup):
+    adapter, model = setup
+    requests = requests_of(QUESTIONS)
+    whole = adapter.score_options(model, requests, batch_size=BATCH)
+    cut = len(requests) // 2 + 1  # contiguous halves of the requests, as before whole batches
+    halves = (adapter.score_options(model, requests[:cut], batch_size=BATCH)
+              + adapter.score_options(model, requests[cut:], batch_size=BATCH))
+    assert halves == pytest.approx(whole, rel=1e-5) and halves != whole
+
+
+def test_a_cut_prompt_scores_the_same_whatever_else_the_call_scores():
+    tokenizer = train_tokenizer(TEXTS, vocab_size=400)
+    adapter, model = CausalLMAdapter(tokenizer), tiny_model("gpt2", tokenizer)
+    long = " ".join(PROMPTS)  # beyond the model's 64 positions: cut from its left
+    assert len(adapter.prompt_ids([long])[0]) > model.config.n_positions
+    alone = adapter.score_options(model, [(long, "Bob")], batch_size=1)
+    other = (PROMPTS[0], " ".join(OPTIONS))  # a long option in the same call
+    assert adapter.score_options(model, [(long, "Bob"), other], batch_size=1)[0] == alone[0]
