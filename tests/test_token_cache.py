@@ -75,11 +75,14 @@ def test_token_rows_equal_as_array_rows_plain_mapped_and_memory_mapped(tmp_path)
         TokenRows(data)[4]
 
 
-def test_token_rows_of_a_cache_entry_view_the_mapping(tmp_path, adapter):
+def test_token_rows_of_a_cache_entry_read_the_file_and_equal_the_mapped_rows(tmp_path, adapter):
     step = step_of(write_docs(tmp_path / "docs.jsonl"), tmp_path / "cache")
-    rows = TokenRows(TokenCache(tmp_path / "cache", adapter).examples(step, "clm", 16))
-    flat = rows._flat["input_ids"].values  # what rows[i] is cut from (a small int64 copy when stored as int32)
-    assert all(not values.flags.owndata and not values.flags.writeable for values in flat)  # views on the map
+    examples = TokenCache(tmp_path / "cache", adapter).examples(step, "clm", 16)
+    rows = TokenRows(examples)
+    assert all(values.where for column in rows._flat.values() for values in column.values)  # plain reads
+    replay_like = concatenate_datasets([examples, examples.select([5, 0, 5])])  # chunks + an index mapping
+    for data in (examples, replay_like, examples.shuffle(seed=2)):
+        assert same_rows(list(TokenRows(data)), as_array_rows(data))
     assert rows[3]["input_ids"].dtype == np.int64 and len(rows[3]["input_ids"]) == rows.lengths[3]
 
 
@@ -275,7 +278,11 @@ def test_scans_and_tokenization_keep_the_corpus_and_rows_out_of_resident_memory(
     examples = TokenCache(tmp_path / "cache", adapter).examples(step, "clm", 64)  # a miss: encode and write
     rows_file = Path(examples.cache_files[0]["filename"])
     assert mapped_kb(corpus) < opened + 0.05 * size_kb
-    assert mapped_kb(rows_file) < 0.05 * rows_file.stat().st_size // 1024  # written, then mapped untouched
+    rows_kb = rows_file.stat().st_size // 1024
+    assert mapped_kb(rows_file) < 0.05 * rows_kb  # written, then mapped untouched
+    rows = TokenRows(examples)
+    order = np.random.default_rng(0).permutation(len(rows))[:400]  # what the loop does: rows at random
+    assert sum(len(rows[int(i)]["input_ids"]) for i in order) > 0 and mapped_kb(rows_file) < 0.05 * rows_kb
     assert sum(len(batch["text"]) for batch in step.texts.dataset.iter(batch_size=1000)) == len(BIG)
     assert mapped_kb(corpus) > 0.5 * size_kb  # the map's pages, read through it, are resident
 
