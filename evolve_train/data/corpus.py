@@ -18,6 +18,7 @@ Random access (``records[i]``) goes through the map.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import logging
 from collections.abc import Sequence
@@ -127,9 +128,15 @@ def _batches(records: Iterable[dict], schema: pa.Schema) -> Iterator[pa.RecordBa
 
 def write_arrow(records: Iterable[dict], schema: pa.Schema, sink) -> int:
     """Write ``records`` to ``sink`` (a path or a buffer stream) as an Arrow IPC stream; the record count."""
+    return write_stream(_batches(records, schema), schema, sink)
+
+
+def write_stream(batches: Iterable[pa.RecordBatch], schema: pa.Schema, sink) -> int:
+    """Write record ``batches`` to ``sink`` (a path or a buffer stream) as an Arrow IPC stream, one at a
+    time; the row count."""
     count = 0
     with pa.ipc.new_stream(sink, schema) as writer:
-        for batch in _batches(records, schema):
+        for batch in batches:
             writer.write_batch(batch)
             count += batch.num_rows
     return count
@@ -191,23 +198,13 @@ ROW_COLUMNS = ("input_ids", "labels")
 
 def write_int_rows(batches: Iterable[dict[str, list]], sink) -> int:
     """Write batches of tokenized rows (``{column: [[int, ...], ...]}``, every column a list of int lists) to
-    ``sink`` (a path or a buffer stream) as an Arrow IPC stream of ``list<int64>`` columns, one record batch
-    per batch, without holding more than one batch; the row count."""
-    writer, count = None, 0
-    try:
-        for batch in batches:
-            if writer is None:
-                schema = pa.schema([(name, pa.list_(pa.int64())) for name in batch])
-                writer = pa.ipc.new_stream(sink, schema)
-            record_batch = pa.RecordBatch.from_pydict(batch, schema=schema)
-            writer.write_batch(record_batch)
-            count += record_batch.num_rows
-        if writer is None:
-            writer = pa.ipc.new_stream(sink, pa.schema([(name, pa.list_(pa.int64())) for name in ROW_COLUMNS]))
-    finally:
-        if writer is not None:
-            writer.close()
-    return count
+    ``sink`` (a path or a buffer stream) as an Arrow IPC stream of ``list<int64>`` columns (the first batch's
+    columns), one record batch per batch, without holding more than one batch; the row count."""
+    batches = iter(batches)
+    first = next(batches, None)
+    schema = pa.schema([(name, pa.list_(pa.int64())) for name in (first or ROW_COLUMNS)])
+    rest = () if first is None else itertools.chain([first], batches)
+    return write_stream((pa.RecordBatch.from_pydict(batch, schema=schema) for batch in rest), schema, sink)
 
 
 def rows_in_memory(batches: Iterable[dict[str, list]]) -> Dataset:

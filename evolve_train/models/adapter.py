@@ -41,9 +41,9 @@ from datasets import Dataset
 from tqdm.auto import tqdm
 
 from evolve_train.data.corpus import record_batches, rows_in_memory
-from evolve_train.models.batching import AutoBatchSize, as_auto
+from evolve_train.models.batching import AutoBatchSize, as_auto, spans
 from evolve_train.models.generation import GREEDY_DECODERS, greedy_decode, padded_batch, stop_token_ids
-from evolve_train.models.scoring import causal_option_batches, causal_option_scores, seq2seq_option_scores, spans
+from evolve_train.models.scoring import causal_option_batches, causal_option_scores, seq2seq_option_scores
 from evolve_train.training.packing import DocumentPacker
 
 if TYPE_CHECKING:
@@ -53,10 +53,10 @@ log = logging.getLogger(__name__)
 MASK_TOKENS = ("<mask>", "<extra_id_0>", "[MASK]")
 T5_SENTINEL = "<extra_id_0>"
 IGNORE = -100
+"""Label of a position the loss skips."""
 ENCODE_BATCH = 256
 """Records tokenized at a time by ``encode_batches``: bounds the Python token lists alive at once (256
 documents of a few thousand words are a few hundred MB of them)."""
-"""Label of a position the loss skips."""
 
 
 def split_masked(text: str) -> Optional[tuple[str, str]]:
@@ -286,7 +286,7 @@ class CausalLMAdapter(ModelAdapter):
             yield from self._documents(step, seq_len)
             return
         dropped = 0
-        for batch in _progress(step, record_batches(step.pairs, ["input", "output"], ENCODE_BATCH), len(step.pairs)):
+        for batch in _step_batches(step, step.pairs, ["input", "output"]):
             contexts = [causal_context(text) for text in batch["input"]]
             keep = [i for i, context in enumerate(contexts) if context is not None]
             dropped += len(contexts) - len(keep)
@@ -298,7 +298,7 @@ class CausalLMAdapter(ModelAdapter):
         """``clm``: the documents packed into rows of ``seq_len`` ids (``training/packing.py``: each document is
         ``[BOS] tokens EOS``, the rows carry per-document ``position_ids``, only the last row is short)."""
         packer = DocumentPacker(seq_len, self.eos_id, self.prefix)
-        for batch in _progress(step, record_batches(step.texts, ["text"], ENCODE_BATCH), len(step.texts)):
+        for batch in _step_batches(step, step.texts, ["text"]):
             yield packer.add(self.encode(batch["text"]))  # the packer carries a partial row across batches
         yield packer.flush()
 
@@ -365,7 +365,7 @@ class Seq2SeqAdapter(ModelAdapter):
         if not step.pairs and step.texts:
             raise ValueError(f"step {step.name}: a seq2seq model trains on masked-entity pairs and this step has "
                              "only text documents (make pairs with `evolve-data mask --format t5`)")
-        for batch in _progress(step, record_batches(step.pairs, ["input", "output"], ENCODE_BATCH), len(step.pairs)):
+        for batch in _step_batches(step, step.pairs, ["input", "output"]):
             yield {"input_ids": self.source_ids([seq2seq_source(text) for text in batch["input"]], seq_len),
                    "labels": self.target_ids(batch["output"], seq_len)}
 
@@ -389,13 +389,14 @@ class Seq2SeqAdapter(ModelAdapter):
         return generated  # the decoder's own sequence (its start token is special, dropped when decoded)
 
 
-def _progress(step: "TimeStep", batches: Iterator[dict[str, list]], total: int) -> Iterator[dict[str, list]]:
-    """``batches`` of a step's records with a progress bar counting the records (shown on a terminal)."""
-    with tqdm(total=total, desc=f"tokenize step {step.name}", unit="rec", leave=False, dynamic_ncols=True,
+def _step_batches(step: "TimeStep", records: Sequence[dict], columns: list[str]) -> Iterator[dict[str, list]]:
+    """``columns`` of a step's ``records``, :data:`ENCODE_BATCH` at a time (``record_batches``), with a
+    progress bar counting the records (shown on a terminal)."""
+    with tqdm(total=len(records), desc=f"tokenize step {step.name}", unit="rec", leave=False, dynamic_ncols=True,
               disable=None) as bar:
-        for batch in batches:
+        for batch in record_batches(records, columns, ENCODE_BATCH):
             yield batch
-            bar.update(len(next(iter(batch.values()), [])))
+            bar.update(len(batch[columns[0]]))
 
 
 def make_adapter(tokenizer, seq2seq: bool = False) -> ModelAdapter:

@@ -49,3 +49,11 @@ class AutoBatchSize:
 
 def as_auto(batch_size: "int | AutoBatchSize") -> AutoBatchSize:
     return batch_size if isinstance(batch_size, AutoBatchSize) else AutoBatchSize(batch_size)
+
+
+def spans(n_items: int, size: int, span_end: Optional[Callable[[int, int], int]] = None) -> list[tuple[int, int]]:
+    """The ``(start, stop)`` spans :meth:`AutoBatchSize.run` covers ``range(n_items)`` with at batch size
+    ``size`` (no out-of-memory error): the batches a scoring or generation call forms."""
+    found: list[tuple[int, int]] = []
+    AutoBatchSize(size).run(n_items, lambda start, stop: found.append((start, stop)), span_end)
+    return found

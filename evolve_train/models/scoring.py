@@ -12,7 +12,7 @@ are scored on copies of its cache rows, so a question with four options costs on
 short option passes instead of four full sequences (``share_prefix=False`` scores full sequences; the
 tests check that both give the same numbers).
 
-A call's batches are what :func:`causal_option_batches` (and :func:`spans`, in request order, for
+A call's batches are what :func:`causal_option_batches` (and ``models/batching.py: spans``, in request order, for
 encoder-decoder models) return, computed by the same code the scoring runs: a multi-process evaluation
 gives each process whole batches of that plan (``evaluation/context.py``), so every forward pass is the one
 a single process runs.
@@ -20,20 +20,12 @@ a single process runs.
 
 from __future__ import annotations
 
-from typing import Callable, Optional, Sequence
+from typing import Callable, Sequence
 
 import torch
 
-from evolve_train.models.batching import AutoBatchSize, as_auto
+from evolve_train.models.batching import AutoBatchSize, as_auto, spans
 from evolve_train.models.generation import cache_of, padded_batch
-
-
-def spans(n_items: int, size: int, span_end: Optional[Callable[[int, int], int]] = None) -> list[tuple[int, int]]:
-    """The ``(start, stop)`` spans ``AutoBatchSize.run`` covers ``range(n_items)`` with at batch size ``size``
-    (no out-of-memory error): the batches a scoring or generation call forms."""
-    found: list[tuple[int, int]] = []
-    AutoBatchSize(size).run(n_items, lambda start, stop: found.append((start, stop)), span_end)
-    return found
 
 
 def prompt_groups(requests: Sequence[tuple[str, str]]) -> list[list[int]]:

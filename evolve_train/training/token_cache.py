@@ -91,19 +91,16 @@ class TokenCache:
         return self.accelerator.main_process_first()  # the main process builds; the others wait, then map
 
     def _load_or_build(self, final: Path, step, objective: str, seq_len: int, settings: dict) -> Dataset:
-        if (final / META).is_file():
-            log.info("tokenized cache hit %s (step %s)", final, step.name)
-            return Dataset.from_file(str(final / ROWS))
-        with cache.entry_lock(final):
-            if (final / META).is_file():  # built by a concurrent run while this one waited for the lock
-                log.info("tokenized cache hit %s (step %s)", final, step.name)
-                return Dataset.from_file(str(final / ROWS))
-            log.info("tokenized cache miss %s (step %s): tokenizing", final, step.name)
-            cache.remove_incomplete(final)
-            batches = self.adapter.encode_batches(step, objective, seq_len)
-            cache.write_entry(final, lambda tmp: _save(batches, tmp, step, settings))
+        if not (final / META).is_file():
+            with cache.entry_lock(final):
+                if not (final / META).is_file():  # else built by a concurrent run while this one waited
+                    log.info("tokenized cache miss %s (step %s): tokenizing", final, step.name)
+                    cache.remove_incomplete(final)
+                    batches = self.adapter.encode_batches(step, objective, seq_len)
+                    cache.write_entry(final, lambda tmp: _save(batches, tmp, step, settings))
+                    return Dataset.from_file(str(final / ROWS))
+        log.info("tokenized cache hit %s (step %s)", final, step.name)
         return Dataset.from_file(str(final / ROWS))
-
 
 def _save(batches, tmp: Path, step, settings: dict) -> None:
     rows = write_int_rows(batches, str(tmp / ROWS))
