@@ -248,7 +248,8 @@ class ContinualRun:
                 model, examples, step=step, epochs=cfg.trainer.epochs_step0 if step == 0 else cfg.trainer.epochs,
                 cfg=cfg.trainer, method=self.active, accelerator=accelerator,
                 collate_fn=lambda rows: collate(rows, pad_id, cfg.trainer.attention_reset),
-                seed=cfg.seed + 1000 * step, log_fn=log_fn, states=states))  # FSDP2: sharded while it trains
+                seed=cfg.seed + 1000 * step, log_fn=log_fn, states=states,
+                n_time_steps=len(self.timeline.steps)))  # FSDP2: sharded while it trains
         if cache and self.main:
             cache.store(self.model, self.tokenizer, result, trained_by=str(self.run_dir))
         return result

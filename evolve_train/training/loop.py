@@ -29,6 +29,7 @@ from evolve_train.training.examples import LengthGroupedBatches, row_lengths
 from evolve_train.training.nonfinite import NonFiniteGuard, NonFiniteLossError  # noqa: F401  (re-exported)
 from evolve_train.training.packing import TokenBudgetBatches
 from evolve_train.training.rows import TokenRows
+from evolve_train.training.schedule import lr_factor, lr_lambda  # noqa: F401  (lr_lambda re-exported)
 from evolve_train.training.telemetry import Throughput, device_peak_flops, flops_per_token
 from evolve_train.training.train_state import Progress, StepStates
 
@@ -42,16 +43,6 @@ class StepResult:
     skipped_batches: int = 0
     tokens_per_s: float = 0.0
     """Real (non-padding) tokens of all processes trained by this attempt at the step, per second of it."""
-
-
-def lr_lambda(warmup: int, total: int, min_ratio: float):
-    """Linear warmup, then linear decay to ``min_ratio`` of the peak."""
-    def factor(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / warmup
-        progress = (step - warmup) / max(1, total - warmup)
-        return max(min_ratio, 1.0 - (1.0 - min_ratio) * progress)
-    return factor
 
 
 def planned_optimizer_steps(n_batches: int, epochs: float, grad_accum: int) -> int:
@@ -93,16 +84,17 @@ def planned_steps_for_method(batches: Batches, epochs: float, grad_accum: int, m
 
 def train_time_step(model: torch.nn.Module, examples, *, step: int, epochs: float, cfg: TrainerConfig,
                     method: Method, accelerator: Accelerator, collate_fn: Callable[[list], dict], seed: int,
-                    log_fn=None, states: StepStates | None = None) -> StepResult:
+                    log_fn=None, states: StepStates | None = None, n_time_steps: int = 1) -> StepResult:
     """Train ``model`` in place on one time step's tokenized ``examples``.
 
     ``collate_fn`` pads a list of rows into a batch (the model adapter's); ``states``
     (training/train_state.py) saves resumable mid-step states and restores the newest one;
-    ``trainer.nonfinite`` guards every loss and gradient (training/nonfinite.py).
+    ``trainer.nonfinite`` guards every loss and gradient (training/nonfinite.py); the LR of every update is
+    ``training/schedule.py``'s for (``step`` of ``n_time_steps``, update).
     """
     start = time.perf_counter()
     trainer = StepTrainer(model, TokenRows(examples), step=step, epochs=epochs, cfg=cfg, method=method,
-                          accelerator=accelerator, collate_fn=collate_fn, seed=seed)
+                          accelerator=accelerator, collate_fn=collate_fn, seed=seed, n_time_steps=n_time_steps)
     trainer.begin(log_fn, states)
     trainer.run()
     seconds = time.perf_counter() - start
@@ -115,7 +107,8 @@ class StepTrainer:
     deterministic length-grouped batches), and where it stands (:class:`Progress`, restorable)."""
 
     def __init__(self, model, rows, *, step: int, epochs: float, cfg: TrainerConfig, method: Method,
-                 accelerator: Accelerator, collate_fn, seed: int):
+                 accelerator: Accelerator, collate_fn, seed: int, n_time_steps: int = 1):
+        self.n_time_steps = n_time_steps
         self.step, self.cfg, self.method, self.accelerator = step, cfg, method, accelerator
         self.rows, self.collate_fn, self.epochs, self.seed = rows, collate_fn, epochs, seed
         self.lengths = row_lengths(rows)
@@ -131,7 +124,7 @@ class StepTrainer:
         fused = accelerator.device.type == "cuda"
         optimizer = torch.optim.AdamW(self.trainable, lr=cfg.lr, weight_decay=cfg.weight_decay, fused=fused)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer,
-                                                      lr_lambda(cfg.warmup_steps, self.total, cfg.min_lr_ratio))
+                                                      lr_factor(cfg, self.step, self.total, self.n_time_steps))
         if cfg.compile:  # trains the same parameters in place through a compiled graph
             model = torch.compile(model)
         configure_deepspeed(accelerator, cfg.batch_size)  # no-op unless launched with a DeepSpeed config
