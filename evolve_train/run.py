@@ -42,7 +42,7 @@ from evolve_train.models.build import (build_adapter, build_model, load_model, l
 from evolve_train.reporting.summary import build_summary, format_summary_table
 from evolve_train.tracking import build_logger
 from evolve_train.tracking.disk import DiskLogger
-from evolve_train.training import faults, identity
+from evolve_train.training import carry, faults, identity
 from evolve_train.training.checkpoint import (RunState, ensure_writable, gathered_state_dict, preflight,
                                               remove_stale_tmp, save_checkpoint, step_dir)
 from evolve_train.training.distributed import build_accelerator, train_sharded
@@ -120,10 +120,22 @@ class ContinualRun:
         if self.start > 0:
             self.method.load_extra(self.model, step_dir(self.run_dir, self.start - 1))
         self.model.to(self.accelerator.device)
+        self.optimizer_carry = self._optimizer_carry()
         if self.main:  # fail now, not at the first checkpoint: run dir writable, disk space for a checkpoint
             preflight(self.run_dir, self.model, len(self.timeline.steps) - self.start,
                       cfg.trainer.save_every_n_steps, cfg.trainer.keep_last_states)
         return self
+
+    def _optimizer_carry(self) -> Optional[carry.OptimizerCarry]:
+        """``trainer.optimizer_state=keep``: the AdamW state the next step starts from (the last complete step's)."""
+        if self.cfg.trainer.optimizer_state != "keep":
+            return None
+        tensors = carry.load(self.run_dir, self.start - 1, carry.OPTIMIZER_FILE) if self.start > 0 else None
+        if self.start > 0 and tensors is None:
+            log.warning("trainer.optimizer_state=keep: no optimizer state of step %d in %s; step %d starts with "
+                        "fresh AdamW moments", self.start - 1, carry.carry_dir(self.run_dir, self.start - 1),
+                        self.start)
+        return carry.OptimizerCarry(tensors)
 
     def _agreed_start(self) -> int:
         """The first step to train, as the main process reads ``state.json`` (broadcast: every rank agrees)."""
@@ -157,6 +169,7 @@ class ContinualRun:
             for stale in remove_stale_tmp(run_dir):
                 log.warning("removed an incomplete checkpoint left by an interrupted run: %s", stale)
             prune_states(run_dir, through_step=self.start - 1)  # states of finished steps (docs/reliability.md)
+            carry.prune(run_dir, before=self.start - 1)  # what the step to train next needs is kept
             redact_run(dataclasses.asdict(cfg))  # secrets out of .hydra/*.yaml and sys.argv before loggers start
         self._start_loggers()
         if self.main:
@@ -219,7 +232,8 @@ class ContinualRun:
         self.model = self.active.prepare_model(self.model, step)
         cache = (Step0Cache.for_run(cfg, self.tokenizer, self.accelerator.num_processes, self.timeline.steps[0])
                  if step == 0 else None)
-        cached = cache.load(cfg.model, self.accelerator, self.logger.log_train) if cache else None
+        keep = self.optimizer_carry is not None  # the cache holds no optimizer state: step 0 trains here
+        cached = cache.load(cfg.model, self.accelerator, self.logger.log_train) if cache and not keep else None
         if cached:
             self.model, result = cached
         else:
@@ -249,7 +263,7 @@ class ContinualRun:
                 cfg=cfg.trainer, method=self.active, accelerator=accelerator,
                 collate_fn=lambda rows: collate(rows, pad_id, cfg.trainer.attention_reset),
                 seed=cfg.seed + 1000 * step, log_fn=log_fn, states=states,
-                n_time_steps=len(self.timeline.steps)))  # FSDP2: sharded while it trains
+                n_time_steps=len(self.timeline.steps), optimizer_carry=self.optimizer_carry))  # FSDP2: sharded
         if cache and self.main:
             cache.store(self.model, self.tokenizer, result, trained_by=str(self.run_dir))
         return result
@@ -260,12 +274,22 @@ class ContinualRun:
         weights = self.active.saves_weights(step)  # LoRA without save_merged: the adapter only
         gathered = gathered_state_dict(self.accelerator, self.model) if weights else None  # a collective
         if self.main:
+            carried = self._carried()
+            if carried:  # before state.json marks the step trained (training/carry.py)
+                carry.save(self.run_dir, step, carried)
             save_checkpoint(self.run_dir, step, self.model, self.tokenizer,
                             extra_files=lambda d: self.active.save_extra(self.model, d), state_dict=gathered,
                             weights=weights)
             self.state.trained = sorted(set(self.state.trained) | {step})
             self.state.method_state = self.method.state_dict()
             self.state.save(self.run_dir)
+
+    def _carried(self) -> dict:
+        """What step k hands to step k+1 besides its checkpoint: ``{file name: tensors}`` (training/carry.py)."""
+        files = {}
+        if self.optimizer_carry is not None and self.optimizer_carry.tensors:
+            files[carry.OPTIMIZER_FILE] = self.optimizer_carry.tensors
+        return files
 
     def evaluate(self, checkpoint: int, model=None) -> list[dict]:
         """Score ``checkpoint`` (the model on the object, or ``model``) on every set introduced so far;
@@ -283,6 +307,7 @@ class ContinualRun:
                 self.state.evaluated = sorted(set(self.state.evaluated) | {checkpoint})
                 self.state.save(self.run_dir)
                 prune_states(self.run_dir, through_step=checkpoint)
+                carry.prune(self.run_dir, before=checkpoint)  # a rerun of step checkpoint+1 needs this one's
         model.train()
         self.accelerator.wait_for_everyone()
         return rows

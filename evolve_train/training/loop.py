@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 from evolve_train.config import TrainerConfig
 from evolve_train.methods import Method
 from evolve_train.training import faults
+from evolve_train.training.carry import OptimizerCarry
 from evolve_train.training.distributed import clip_gradients, configure_deepspeed, update_steppers
 from evolve_train.training.examples import LengthGroupedBatches, row_lengths
 from evolve_train.training.nonfinite import NonFiniteGuard, NonFiniteLossError  # noqa: F401  (re-exported)
@@ -84,19 +85,24 @@ def planned_steps_for_method(batches: Batches, epochs: float, grad_accum: int, m
 
 def train_time_step(model: torch.nn.Module, examples, *, step: int, epochs: float, cfg: TrainerConfig,
                     method: Method, accelerator: Accelerator, collate_fn: Callable[[list], dict], seed: int,
-                    log_fn=None, states: StepStates | None = None, n_time_steps: int = 1) -> StepResult:
+                    log_fn=None, states: StepStates | None = None, n_time_steps: int = 1,
+                    optimizer_carry: OptimizerCarry | None = None) -> StepResult:
     """Train ``model`` in place on one time step's tokenized ``examples``.
 
     ``collate_fn`` pads a list of rows into a batch (the model adapter's); ``states``
     (training/train_state.py) saves resumable mid-step states and restores the newest one;
     ``trainer.nonfinite`` guards every loss and gradient (training/nonfinite.py); the LR of every update is
-    ``training/schedule.py``'s for (``step`` of ``n_time_steps``, update).
+    ``training/schedule.py``'s for (``step`` of ``n_time_steps``, update); ``optimizer_carry``
+    (``trainer.optimizer_state=keep``, training/carry.py) starts AdamW from the previous step's state and
+    receives this step's final one.
     """
     start = time.perf_counter()
     trainer = StepTrainer(model, TokenRows(examples), step=step, epochs=epochs, cfg=cfg, method=method,
-                          accelerator=accelerator, collate_fn=collate_fn, seed=seed, n_time_steps=n_time_steps)
+                          accelerator=accelerator, collate_fn=collate_fn, seed=seed, n_time_steps=n_time_steps, optimizer_carry=optimizer_carry)
     trainer.begin(log_fn, states)
     trainer.run()
+    if optimizer_carry is not None:
+        optimizer_carry.capture(trainer.unwrapped, trainer.optimizer, sharded=accelerator.is_fsdp2)
     seconds = time.perf_counter() - start
     accelerator.free_memory()  # drops accelerate's references between time steps (a gc pass: not training time)
     return trainer.result(seconds)
@@ -107,8 +113,9 @@ class StepTrainer:
     deterministic length-grouped batches), and where it stands (:class:`Progress`, restorable)."""
 
     def __init__(self, model, rows, *, step: int, epochs: float, cfg: TrainerConfig, method: Method,
-                 accelerator: Accelerator, collate_fn, seed: int, n_time_steps: int = 1):
-        self.n_time_steps = n_time_steps
+                 accelerator: Accelerator, collate_fn, seed: int, n_time_steps: int = 1,
+                 optimizer_carry: OptimizerCarry | None = None):
+        self.n_time_steps, self.optimizer_carry = n_time_steps, optimizer_carry
         self.step, self.cfg, self.method, self.accelerator = step, cfg, method, accelerator
         self.rows, self.collate_fn, self.epochs, self.seed = rows, collate_fn, epochs, seed
         self.lengths = row_lengths(rows)
@@ -137,6 +144,8 @@ class StepTrainer:
         self.model.train()
         self.unwrapped = accelerator.unwrap_model(self.model)  # what extra losses read (~1 ms per unwrap)
         self.step_optimizer, self.step_schedule = update_steppers(accelerator, self.optimizer, self.scheduler)
+        if self.optimizer_carry is not None:  # before a mid-step state (if any) is restored over it
+            self.optimizer_carry.restore(self.unwrapped, self.optimizer, sharded=accelerator.is_fsdp2)
 
     def begin(self, log_fn, states: Optional[StepStates]) -> None:
         """Restore the newest mid-step state of this step, if any (model, optimizer, schedule, RNG, data
