@@ -194,8 +194,10 @@ class StepTrainer:
         batch = self.collate_fn([self.rows[i] for i in shard])
         batch = {k: v.to(accelerator.device, non_blocking=True) for k, v in batch.items()}
         with accelerator.accumulate(self.model):
-            loss = self.model(**batch, use_cache=False).loss  # no KV cache in training (and packed ids need none)
-            extra = self.method.extra_loss(self.unwrapped, progress.optimizer_steps)
+            outputs = self.model(**batch, use_cache=False)  # no KV cache in training (and packed ids need none)
+            loss = outputs.loss
+            extra = self.method.extra_loss(self.unwrapped, progress.optimizer_steps, batch=batch, outputs=outputs)
+            del outputs  # the logits are not held through the backward
             if extra is not None:
                 loss = loss + extra
             self.guard.observe_loss(loss, progress.epoch, index, progress.micro)
