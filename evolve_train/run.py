@@ -37,6 +37,7 @@ from evolve_train.evaluation.evaluators.hygiene import preflight as hygiene_pref
 from evolve_train.evaluation.evaluators.matrix import INITIAL
 from evolve_train.evaluation.qa_adaptation import QAAdaptation
 from evolve_train.methods import Method, TokenizedHistory
+from evolve_train.methods.averaging import WeightAverage, cpu_state
 from evolve_train.models.build import (build_adapter, build_model, load_model, load_tokenizer,
                                        n_parameters, train_tokenizer)
 from evolve_train.reporting.summary import build_summary, format_summary_table
@@ -121,6 +122,9 @@ class ContinualRun:
             self.method.load_extra(self.model, step_dir(self.run_dir, self.start - 1))
         self.model.to(self.accelerator.device)
         self.optimizer_carry = self._optimizer_carry()
+        self.averaging, self._raw = WeightAverage(cfg.method), None
+        if self.averaging.enabled and self.start > 0:
+            self._resume_average()
         if self.main:  # fail now, not at the first checkpoint: run dir writable, disk space for a checkpoint
             preflight(self.run_dir, self.model, len(self.timeline.steps) - self.start,
                       cfg.trainer.save_every_n_steps, cfg.trainer.keep_last_states)
@@ -136,6 +140,19 @@ class ContinualRun:
                         "fresh AdamW moments", self.start - 1, carry.carry_dir(self.run_dir, self.start - 1),
                         self.start)
         return carry.OptimizerCarry(tensors)
+
+    def _resume_average(self) -> None:
+        """``method.average``: ``steps/<start-1>`` (loaded) holds the average; continue from the raw weights kept
+        in ``train_state/carry/<start-1>/`` unless ``method.average_continue=average``."""
+        self.averaging.average = cpu_state(self.model)
+        if self.cfg.method.average_continue != "raw":
+            return
+        raw = carry.load(self.run_dir, self.start - 1, carry.RAW_FILE)
+        if raw is None:
+            raise RuntimeError(f"method.average: the raw weights of step {self.start - 1} are missing from "
+                               f"{carry.carry_dir(self.run_dir, self.start - 1)}; the run cannot continue from them "
+                               "(method.average_continue=average continues from the average)")
+        self.model.load_state_dict(raw)
 
     def _agreed_start(self) -> int:
         """The first step to train, as the main process reads ``state.json`` (broadcast: every rank agrees)."""
@@ -271,7 +288,12 @@ class ContinualRun:
     def save(self, step: int) -> None:
         """Checkpoint ``steps/<step>/`` (full weights gathered under FSDP / DeepSpeed) and mark it trained."""
         self.accelerator.wait_for_everyone()
-        weights = self.active.saves_weights(step)  # LoRA without save_merged: the adapter only
+        # LoRA without save_merged: the adapter only; an average is full weights
+        weights = self.active.saves_weights(step) or self.averaging.enabled
+        if self.averaging.enabled:  # steps/<k> (and the evaluation) get the average; the raw weights are carried
+            raw = cpu_state(self.accelerator.unwrap_model(self.model))
+            self.model.load_state_dict(self.averaging.update(raw, step))
+            self._raw = raw if self.cfg.method.average_continue == "raw" else None
         gathered = gathered_state_dict(self.accelerator, self.model) if weights else None  # a collective
         if self.main:
             carried = self._carried()
@@ -289,6 +311,8 @@ class ContinualRun:
         files = {}
         if self.optimizer_carry is not None and self.optimizer_carry.tensors:
             files[carry.OPTIMIZER_FILE] = self.optimizer_carry.tensors
+        if self._raw is not None:
+            files[carry.RAW_FILE] = self._raw
         return files
 
     def evaluate(self, checkpoint: int, model=None) -> list[dict]:
@@ -309,6 +333,9 @@ class ContinualRun:
                 prune_states(self.run_dir, through_step=checkpoint)
                 carry.prune(self.run_dir, before=checkpoint)  # a rerun of step checkpoint+1 needs this one's
         model.train()
+        if model is self.model and self._raw is not None and checkpoint >= 0:  # the average was evaluated:
+            self.model.load_state_dict(self._raw)  # the next step trains from the raw weights
+            self._raw = None
         self.accelerator.wait_for_everyone()
         return rows
 
