@@ -69,6 +69,9 @@ def validate(cfg: Config) -> None:
                           "(a transformers ACT2FN name such as gelu_pytorch_tanh, gelu_new, relu)")
     check_eval_config(cfg.eval)  # evaluator names, time slices
     Method(cfg.method)  # strategy names and combinations
+    if "oracle" in cfg.method.strategies and cfg.data.keep_history:
+        raise ConfigError("method.strategies: 'oracle' trains on the union of the corpora of steps 0..k itself; "
+                          "with data.keep_history=true every earlier corpus would count twice (set it false)")
 
 
 def resolve_run_dir(cfg: Config) -> Path:
@@ -210,6 +213,12 @@ class ContinualRun:
         log.info("model: %.2fM parameters", n_parameters(model) / 1e6)
         return model, tokenizer
 
+    def _initial_weights(self):
+        """The model before step 0 again, as :meth:`_initial_model` built it (same seed, same tokenizer; a
+        pretrained model loaded again): where an oracle step starts (methods/oracle.py)."""
+        set_seed(self.cfg.seed)
+        return build_model(self.cfg.model, self.tokenizer).to(self.accelerator.device)
+
     def load_checkpoint(self, step: int):
         """``(model, tokenizer)`` of the saved checkpoint ``steps/<step>/``."""
         path = str(step_dir(self.run_dir, step))
@@ -245,6 +254,9 @@ class ContinualRun:
         cfg = self.cfg
         set_seed(cfg.seed + step)
         self.active = self.method.at_step(step)  # step 0: plain full training unless method.at_step0
+        if self.active.from_initial(step):  # the oracle: from the initial weights, not step-1's checkpoint
+            self.model = self._initial_weights()
+            set_seed(cfg.seed + step)
         examples = self._examples(step)
         self.model = self.active.prepare_model(self.model, step)
         cache = (Step0Cache.for_run(cfg, self.tokenizer, self.accelerator.num_processes, self.timeline.steps[0])
@@ -276,7 +288,7 @@ class ContinualRun:
         with StepStates(self.run_dir, step, cfg.trainer.save_every_n_steps, cfg.trainer.keep_last_states,
                         accelerator, method=self.active, resume=str(cfg.resume).lower() != "false") as states:
             self.model, result = train_sharded(accelerator, self.model, lambda model: train_time_step(
-                model, examples, step=step, epochs=cfg.trainer.epochs_step0 if step == 0 else cfg.trainer.epochs,
+                model, examples, step=step, epochs=self._epochs(step),
                 cfg=cfg.trainer, method=self.active, accelerator=accelerator,
                 collate_fn=lambda rows: collate(rows, pad_id, cfg.trainer.attention_reset),
                 seed=cfg.seed + 1000 * step, log_fn=log_fn, states=states,
@@ -284,6 +296,12 @@ class ContinualRun:
         if cache and self.main:
             cache.store(self.model, self.tokenizer, result, trained_by=str(self.run_dir))
         return result
+
+    def _epochs(self, step: int) -> float:
+        """Passes over step ``step``'s corpus: ``epochs_step0`` for step 0 and for a step trained from the initial
+        weights (the oracle), else ``epochs``."""
+        initial = step == 0 or self.active.from_initial(step)
+        return self.cfg.trainer.epochs_step0 if initial else self.cfg.trainer.epochs
 
     def save(self, step: int) -> None:
         """Checkpoint ``steps/<step>/`` (full weights gathered under FSDP / DeepSpeed) and mark it trained."""
@@ -365,7 +383,8 @@ class ContinualRun:
         meta = {"method": self.cfg.method.name, "seed": self.cfg.seed}
         if result is not None:
             meta.update(train_seconds=round(result.seconds, 2), eval_seconds=eval_seconds,
-                        train_tokens=result.tokens, train_tokens_per_s=result.tokens_per_s,
+                        train_tokens=result.tokens, train_optimizer_steps=result.optimizer_steps,
+                        train_tokens_per_s=result.tokens_per_s,
                         num_processes=self.accelerator.num_processes)
             if self.cfg.trainer.nonfinite == "skip":  # batches dropped for a non-finite loss/gradient
                 meta["skipped_batches"] = result.skipped_batches

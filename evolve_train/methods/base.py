@@ -6,6 +6,7 @@ step. Every hook has a do-nothing default, so a strategy implements only what it
 
 Order of the hooks at time step k (``run.py`` and ``training/loop.py``)::
 
+    from_initial(k)                       True: step k starts from the initial weights (oracle), step 0's epochs
     mix_examples(k, examples, history)    history: earlier steps' tokenized examples (methods/history.py)
     prepare_model(model, k)               the model entering step k holds step k-1's weights
     per epoch e:  epoch_rows(e, n_rows)   rows of the (mixed) examples used in epoch e (None = all)
@@ -57,6 +58,11 @@ class Strategy:
     def epoch_rows(self, epoch: int, n_rows: int) -> Optional[list[int]]:
         """Indices of the step's examples trained on in ``epoch`` (``None``: all of them)."""
         return None
+
+    def from_initial(self, step: int) -> bool:
+        """Whether time step ``step`` trains from the run's initial weights (with step 0's epochs) instead of
+        step ``step-1``'s checkpoint (the oracle)."""
+        return False
 
     def after_step(self, model: torch.nn.Module, step: int, examples) -> torch.nn.Module:
         """After a time step's training, before its checkpoint is saved."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from evolve_train.config import MethodConfig
 from evolve_train.errors import ConfigError
-from evolve_train.methods import freeze, full, lora, lwf, regularizers, replay  # noqa: F401  (registers the strategies)
+from evolve_train.methods import freeze, full, lora, lwf, oracle, regularizers, replay  # noqa: F401  (registers the strategies)
 from evolve_train.methods.base import STRATEGIES
 
 
@@ -50,6 +50,10 @@ class Method:
         for strategy in self.strategies:
             model = strategy.prepare_model(model, step)
         return model
+
+    def from_initial(self, step: int) -> bool:
+        """Whether step ``step`` trains from the initial weights (the oracle) instead of the previous checkpoint."""
+        return any(strategy.from_initial(step) for strategy in self.strategies)
 
     def mix_examples(self, step, examples, history):
         for strategy in self.strategies:
