@@ -95,3 +95,13 @@ def test_the_carried_moments_survive_a_resume_between_steps(tmp_path, recorded, 
         a = load_file(str(reference / "steps" / str(step) / "model.safetensors"))
         b = load_file(str(run_dir / "steps" / str(step) / "model.safetensors"))
         assert all(torch.equal(a[k], b[k]) for k in a), step
+
+
+def test_optimizer_state_is_part_of_the_run_identity(tmp_path):
+    from omegaconf import OmegaConf
+
+    from evolve_train.training.identity import result_config, run_tag
+
+    keep = result_config(OmegaConf.to_object(tiny_cfg(tmp_path, "trainer.optimizer_state=keep")))
+    assert keep["trainer.optimizer_state"] == "keep"
+    assert run_tag(["trainer.optimizer_state=keep"]) != ""  # a run dir of its own
