@@ -292,7 +292,8 @@ class ContinualRun:
                 cfg=cfg.trainer, method=self.active, accelerator=accelerator,
                 collate_fn=lambda rows: collate(rows, pad_id, cfg.trainer.attention_reset),
                 seed=cfg.seed + 1000 * step, log_fn=log_fn, states=states,
-                n_time_steps=len(self.timeline.steps), optimizer_carry=self.optimizer_carry))  # FSDP2: sharded
+                n_time_steps=len(self.timeline.steps), optimizer_carry=self.optimizer_carry,
+                schedule_step=0 if self.active.from_initial(step) else step))  # FSDP2: sharded while it trains
         if cache and self.main:
             cache.store(self.model, self.tokenizer, result, trained_by=str(self.run_dir))
         return result
@@ -351,8 +352,9 @@ class ContinualRun:
                 prune_states(self.run_dir, through_step=checkpoint)
                 carry.prune(self.run_dir, before=checkpoint)  # a rerun of step checkpoint+1 needs this one's
         model.train()
-        if model is self.model and self._raw is not None and checkpoint >= 0:  # the average was evaluated:
-            self.model.load_state_dict(self._raw)  # the next step trains from the raw weights
+        raw = getattr(self, "_raw", None)  # None also for saved checkpoints evaluated without training (saved_eval.py)
+        if model is self.model and raw is not None and checkpoint >= 0:  # the average was evaluated:
+            self.model.load_state_dict(raw)  # the next step trains from the raw weights
             self._raw = None
         self.accelerator.wait_for_everyone()
         return rows

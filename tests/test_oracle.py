@@ -72,3 +72,15 @@ def test_the_oracle_refuses_a_corpus_that_already_keeps_history(tmp_path):
 
     with pytest.raises(ConfigError, match="keep_history"):
         validate(OmegaConf.to_object(tiny_cfg(tmp_path, "method=oracle", "data.keep_history=true")))
+
+
+def test_oracle_steps_run_step_0s_lr_curve(tmp_path):
+    """From scratch, each oracle step warms up and peaks like step 0, whatever rewarm and the AR peak say."""
+    run_dir = tmp_path / "oracle"
+    train(tiny_cfg(run_dir, *FAST, "method=oracle", "trainer.rewarm=none", "trainer.peak_schedule=cosine_over_steps",
+                   "trainer.log_every=1", "data.world.n_steps=2"))
+    log = [json.loads(line) for line in (run_dir / "train_log.jsonl").read_text().splitlines()]
+    first = {k: next(r["lr"] for r in log if r["time_step"] == k and r["optimizer_step"] == 1) for k in (0, 1)}
+    assert first[1] == first[0] == pytest.approx(2e-3 * 2 / 2)  # update 1 of warmup 2 at lr 2e-3 (peak 1)
+    peak1 = max(r["lr"] for r in log if r["time_step"] == 1)
+    assert peak1 == pytest.approx(2e-3)

@@ -2,7 +2,8 @@
 the union of the corpora of steps 0..k, with the same settings, and evaluate it on the same sets.
 
 What the regret aggregates of shared/METRICS.md §9 compare a continual run against, and a compute reference
-(§11): each oracle step trains like step 0 (``trainer.epochs_step0`` passes, step 0's warmup and schedule) on a
+(§11): each oracle step trains like step 0 (``trainer.epochs_step0`` passes, step 0's LR curve: its warmup and peak,
+whatever ``trainer.rewarm`` / ``peak_schedule``) on a
 corpus that grows with k, so its ``train_tokens`` and optimizer steps per step, in every metrics row, are what
 "matches the oracle at x times less compute" divides by. Step 0 is the ordinary step 0 (shared through the
 step-0 cache in a sweep). The initial weights are rebuilt exactly as the run built them before step 0

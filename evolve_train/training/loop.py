@@ -86,19 +86,20 @@ def planned_steps_for_method(batches: Batches, epochs: float, grad_accum: int, m
 def train_time_step(model: torch.nn.Module, examples, *, step: int, epochs: float, cfg: TrainerConfig,
                     method: Method, accelerator: Accelerator, collate_fn: Callable[[list], dict], seed: int,
                     log_fn=None, states: StepStates | None = None, n_time_steps: int = 1,
-                    optimizer_carry: OptimizerCarry | None = None) -> StepResult:
+                    optimizer_carry: OptimizerCarry | None = None, schedule_step: int | None = None) -> StepResult:
     """Train ``model`` in place on one time step's tokenized ``examples``.
 
     ``collate_fn`` pads a list of rows into a batch (the model adapter's); ``states``
     (training/train_state.py) saves resumable mid-step states and restores the newest one;
     ``trainer.nonfinite`` guards every loss and gradient (training/nonfinite.py); the LR of every update is
-    ``training/schedule.py``'s for (``step`` of ``n_time_steps``, update); ``optimizer_carry``
+    ``training/schedule.py``'s for (``schedule_step``, default ``step``, of ``n_time_steps``, update); ``optimizer_carry``
     (``trainer.optimizer_state=keep``, training/carry.py) starts AdamW from the previous step's state and
     receives this step's final one.
     """
     start = time.perf_counter()
     trainer = StepTrainer(model, TokenRows(examples), step=step, epochs=epochs, cfg=cfg, method=method,
-                          accelerator=accelerator, collate_fn=collate_fn, seed=seed, n_time_steps=n_time_steps, optimizer_carry=optimizer_carry)
+                          accelerator=accelerator, collate_fn=collate_fn, seed=seed, n_time_steps=n_time_steps, optimizer_carry=optimizer_carry,
+                          schedule_step=schedule_step)
     trainer.begin(log_fn, states)
     trainer.run()
     if optimizer_carry is not None:
@@ -114,8 +115,9 @@ class StepTrainer:
 
     def __init__(self, model, rows, *, step: int, epochs: float, cfg: TrainerConfig, method: Method,
                  accelerator: Accelerator, collate_fn, seed: int, n_time_steps: int = 1,
-                 optimizer_carry: OptimizerCarry | None = None):
+                 optimizer_carry: OptimizerCarry | None = None, schedule_step: int | None = None):
         self.n_time_steps, self.optimizer_carry = n_time_steps, optimizer_carry
+        self.schedule_step = step if schedule_step is None else schedule_step  # whose LR curve this step runs
         self.step, self.cfg, self.method, self.accelerator = step, cfg, method, accelerator
         self.rows, self.collate_fn, self.epochs, self.seed = rows, collate_fn, epochs, seed
         self.lengths = row_lengths(rows)
@@ -131,7 +133,7 @@ class StepTrainer:
         fused = accelerator.device.type == "cuda"
         optimizer = torch.optim.AdamW(self.trainable, lr=cfg.lr, weight_decay=cfg.weight_decay, fused=fused)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer,
-                                                      lr_factor(cfg, self.step, self.total, self.n_time_steps))
+                                                      lr_factor(cfg, self.schedule_step, self.total, self.n_time_steps))
         if cfg.compile:  # trains the same parameters in place through a compiled graph
             model = torch.compile(model)
         configure_deepspeed(accelerator, cfg.batch_size)  # no-op unless launched with a DeepSpeed config
