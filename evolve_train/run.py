@@ -37,12 +37,13 @@ from evolve_train.evaluation.evaluators.hygiene import preflight as hygiene_pref
 from evolve_train.evaluation.evaluators.matrix import INITIAL
 from evolve_train.evaluation.qa_adaptation import QAAdaptation
 from evolve_train.methods import Method, TokenizedHistory
+from evolve_train.methods.averaging import WeightAverage, cpu_state
 from evolve_train.models.build import (build_adapter, build_model, load_model, load_tokenizer,
                                        n_parameters, train_tokenizer)
 from evolve_train.reporting.summary import build_summary, format_summary_table
 from evolve_train.tracking import build_logger
 from evolve_train.tracking.disk import DiskLogger
-from evolve_train.training import faults, identity
+from evolve_train.training import carry, faults, identity
 from evolve_train.training.checkpoint import (RunState, ensure_writable, gathered_state_dict, preflight,
                                               remove_stale_tmp, save_checkpoint, step_dir)
 from evolve_train.training.distributed import build_accelerator, train_sharded
@@ -68,6 +69,9 @@ def validate(cfg: Config) -> None:
                           "(a transformers ACT2FN name such as gelu_pytorch_tanh, gelu_new, relu)")
     check_eval_config(cfg.eval)  # evaluator names, time slices
     Method(cfg.method)  # strategy names and combinations
+    if "oracle" in cfg.method.strategies and cfg.data.keep_history:
+        raise ConfigError("method.strategies: 'oracle' trains on the union of the corpora of steps 0..k itself; "
+                          "with data.keep_history=true every earlier corpus would count twice (set it false)")
 
 
 def resolve_run_dir(cfg: Config) -> Path:
@@ -120,10 +124,38 @@ class ContinualRun:
         if self.start > 0:
             self.method.load_extra(self.model, step_dir(self.run_dir, self.start - 1))
         self.model.to(self.accelerator.device)
+        self.optimizer_carry = self._optimizer_carry()
+        self.averaging, self._raw = WeightAverage(cfg.method), None
+        if self.averaging.enabled and self.start > 0:
+            self._resume_average()
         if self.main:  # fail now, not at the first checkpoint: run dir writable, disk space for a checkpoint
             preflight(self.run_dir, self.model, len(self.timeline.steps) - self.start,
                       cfg.trainer.save_every_n_steps, cfg.trainer.keep_last_states)
         return self
+
+    def _optimizer_carry(self) -> Optional[carry.OptimizerCarry]:
+        """``trainer.optimizer_state=keep``: the AdamW state the next step starts from (the last complete step's)."""
+        if self.cfg.trainer.optimizer_state != "keep":
+            return None
+        tensors = carry.load(self.run_dir, self.start - 1, carry.OPTIMIZER_FILE) if self.start > 0 else None
+        if self.start > 0 and tensors is None:
+            log.warning("trainer.optimizer_state=keep: no optimizer state of step %d in %s; step %d starts with "
+                        "fresh AdamW moments", self.start - 1, carry.carry_dir(self.run_dir, self.start - 1),
+                        self.start)
+        return carry.OptimizerCarry(tensors)
+
+    def _resume_average(self) -> None:
+        """``method.average``: ``steps/<start-1>`` (loaded) holds the average; continue from the raw weights kept
+        in ``train_state/carry/<start-1>/`` unless ``method.average_continue=average``."""
+        self.averaging.average = cpu_state(self.model)
+        if self.cfg.method.average_continue != "raw":
+            return
+        raw = carry.load(self.run_dir, self.start - 1, carry.RAW_FILE)
+        if raw is None:
+            raise RuntimeError(f"method.average: the raw weights of step {self.start - 1} are missing from "
+                               f"{carry.carry_dir(self.run_dir, self.start - 1)}; the run cannot continue from them "
+                               "(method.average_continue=average continues from the average)")
+        self.model.load_state_dict(raw)
 
     def _agreed_start(self) -> int:
         """The first step to train, as the main process reads ``state.json`` (broadcast: every rank agrees)."""
@@ -157,6 +189,7 @@ class ContinualRun:
             for stale in remove_stale_tmp(run_dir):
                 log.warning("removed an incomplete checkpoint left by an interrupted run: %s", stale)
             prune_states(run_dir, through_step=self.start - 1)  # states of finished steps (docs/reliability.md)
+            carry.prune(run_dir, before=self.start - 1)  # what the step to train next needs is kept
             redact_run(dataclasses.asdict(cfg))  # secrets out of .hydra/*.yaml and sys.argv before loggers start
         self._start_loggers()
         if self.main:
@@ -179,6 +212,12 @@ class ContinualRun:
         model = build_model(cfg.model, tokenizer)
         log.info("model: %.2fM parameters", n_parameters(model) / 1e6)
         return model, tokenizer
+
+    def _initial_weights(self):
+        """The model before step 0 again, as :meth:`_initial_model` built it (same seed, same tokenizer; a
+        pretrained model loaded again): where an oracle step starts (methods/oracle.py)."""
+        set_seed(self.cfg.seed)
+        return build_model(self.cfg.model, self.tokenizer).to(self.accelerator.device)
 
     def load_checkpoint(self, step: int):
         """``(model, tokenizer)`` of the saved checkpoint ``steps/<step>/``."""
@@ -215,11 +254,15 @@ class ContinualRun:
         cfg = self.cfg
         set_seed(cfg.seed + step)
         self.active = self.method.at_step(step)  # step 0: plain full training unless method.at_step0
+        if self.active.from_initial(step):  # the oracle: from the initial weights, not step-1's checkpoint
+            self.model = self._initial_weights()
+            set_seed(cfg.seed + step)
         examples = self._examples(step)
         self.model = self.active.prepare_model(self.model, step)
         cache = (Step0Cache.for_run(cfg, self.tokenizer, self.accelerator.num_processes, self.timeline.steps[0])
                  if step == 0 else None)
-        cached = cache.load(cfg.model, self.accelerator, self.logger.log_train) if cache else None
+        keep = self.optimizer_carry is not None  # the cache holds no optimizer state: step 0 trains here
+        cached = cache.load(cfg.model, self.accelerator, self.logger.log_train) if cache and not keep else None
         if cached:
             self.model, result = cached
         else:
@@ -245,26 +288,51 @@ class ContinualRun:
         with StepStates(self.run_dir, step, cfg.trainer.save_every_n_steps, cfg.trainer.keep_last_states,
                         accelerator, method=self.active, resume=str(cfg.resume).lower() != "false") as states:
             self.model, result = train_sharded(accelerator, self.model, lambda model: train_time_step(
-                model, examples, step=step, epochs=cfg.trainer.epochs_step0 if step == 0 else cfg.trainer.epochs,
+                model, examples, step=step, epochs=self._epochs(step),
                 cfg=cfg.trainer, method=self.active, accelerator=accelerator,
                 collate_fn=lambda rows: collate(rows, pad_id, cfg.trainer.attention_reset),
-                seed=cfg.seed + 1000 * step, log_fn=log_fn, states=states))  # FSDP2: sharded while it trains
+                seed=cfg.seed + 1000 * step, log_fn=log_fn, states=states,
+                n_time_steps=len(self.timeline.steps), optimizer_carry=self.optimizer_carry,
+                schedule_step=0 if self.active.from_initial(step) else step))  # FSDP2: sharded while it trains
         if cache and self.main:
             cache.store(self.model, self.tokenizer, result, trained_by=str(self.run_dir))
         return result
 
+    def _epochs(self, step: int) -> float:
+        """Passes over step ``step``'s corpus: ``epochs_step0`` for step 0 and for a step trained from the initial
+        weights (the oracle), else ``epochs``."""
+        initial = step == 0 or self.active.from_initial(step)
+        return self.cfg.trainer.epochs_step0 if initial else self.cfg.trainer.epochs
+
     def save(self, step: int) -> None:
         """Checkpoint ``steps/<step>/`` (full weights gathered under FSDP / DeepSpeed) and mark it trained."""
         self.accelerator.wait_for_everyone()
-        weights = self.active.saves_weights(step)  # LoRA without save_merged: the adapter only
+        # LoRA without save_merged: the adapter only; an average is full weights
+        weights = self.active.saves_weights(step) or self.averaging.enabled
+        if self.averaging.enabled:  # steps/<k> (and the evaluation) get the average; the raw weights are carried
+            raw = cpu_state(self.accelerator.unwrap_model(self.model))
+            self.model.load_state_dict(self.averaging.update(raw, step))
+            self._raw = raw if self.cfg.method.average_continue == "raw" else None
         gathered = gathered_state_dict(self.accelerator, self.model) if weights else None  # a collective
         if self.main:
+            carried = self._carried()
+            if carried:  # before state.json marks the step trained (training/carry.py)
+                carry.save(self.run_dir, step, carried)
             save_checkpoint(self.run_dir, step, self.model, self.tokenizer,
                             extra_files=lambda d: self.active.save_extra(self.model, d), state_dict=gathered,
                             weights=weights)
             self.state.trained = sorted(set(self.state.trained) | {step})
             self.state.method_state = self.method.state_dict()
             self.state.save(self.run_dir)
+
+    def _carried(self) -> dict:
+        """What step k hands to step k+1 besides its checkpoint: ``{file name: tensors}`` (training/carry.py)."""
+        files = {}
+        if self.optimizer_carry is not None and self.optimizer_carry.tensors:
+            files[carry.OPTIMIZER_FILE] = self.optimizer_carry.tensors
+        if self._raw is not None:
+            files[carry.RAW_FILE] = self._raw
+        return files
 
     def evaluate(self, checkpoint: int, model=None) -> list[dict]:
         """Score ``checkpoint`` (the model on the object, or ``model``) on every set introduced so far;
@@ -282,7 +350,12 @@ class ContinualRun:
                 self.state.evaluated = sorted(set(self.state.evaluated) | {checkpoint})
                 self.state.save(self.run_dir)
                 prune_states(self.run_dir, through_step=checkpoint)
+                carry.prune(self.run_dir, before=checkpoint)  # a rerun of step checkpoint+1 needs this one's
         model.train()
+        raw = getattr(self, "_raw", None)  # None also for saved checkpoints evaluated without training (saved_eval.py)
+        if model is self.model and raw is not None and checkpoint >= 0:  # the average was evaluated:
+            self.model.load_state_dict(raw)  # the next step trains from the raw weights
+            self._raw = None
         self.accelerator.wait_for_everyone()
         return rows
 
@@ -312,7 +385,8 @@ class ContinualRun:
         meta = {"method": self.cfg.method.name, "seed": self.cfg.seed}
         if result is not None:
             meta.update(train_seconds=round(result.seconds, 2), eval_seconds=eval_seconds,
-                        train_tokens=result.tokens, train_tokens_per_s=result.tokens_per_s,
+                        train_tokens=result.tokens, train_optimizer_steps=result.optimizer_steps,
+                        train_tokens_per_s=result.tokens_per_s,
                         num_processes=self.accelerator.num_processes)
             if self.cfg.trainer.nonfinite == "skip":  # batches dropped for a non-finite loss/gradient
                 meta["skipped_batches"] = result.skipped_batches

@@ -35,7 +35,7 @@ SPLIT_ORDER = SET_KINDS
 POOLED_KINDS = ("unchanged", "new", "updated")
 """Split kinds pooled into ``all`` (Outdated, where lower is better, is reported on its own)."""
 ROW_META = frozenset({"group", "checkpoint", "set", "set_name", "set_step", "method", "seed", "train_seconds",
-                      "train_tokens", "train_tokens_per_s", "num_processes"})
+                      "train_tokens", "train_tokens_per_s", "num_processes", "train_optimizer_steps"})
 """Keys that identify a row or describe its run, not a metric of its group."""
 
 
@@ -55,6 +55,9 @@ class Row(TypedDict, total=False):
     train_seconds: float
     eval_seconds: float
     train_tokens: int
+    train_optimizer_steps: int
+    """Optimizer steps that trained the checkpoint (compute, METRICS.md §11; the oracle's are step 0's epochs
+    over a growing union)."""
     train_tokens_per_s: float
     num_processes: int
     skipped_batches: int
