@@ -225,3 +225,33 @@ def test_evolve_eval_of_a_model_on_qa_files_needs_no_training_files(tmp_path, ll
         train(pretrained_cfg(tmp_path / "run", llama_dir, "data=temporal_qa", f"data.root={tmp_path}",
                              "data.eval_files=[qa.jsonl]"))
     assert not (tmp_path / "run").exists()
+
+
+# ------------------------------------------------------------------------------------- CPU speed
+
+def test_the_head_on_labelled_positions_only_gives_the_models_own_loss_and_gradients():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from evolve_train.training.loss import SPARSE_MIN_VOCAB, batch_loss, labelled_positions
+
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=SPARSE_MIN_VOCAB, hidden_size=32, intermediate_size=64,
+                                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                         tie_word_embeddings=True))
+    ids = torch.randint(3, SPARSE_MIN_VOCAB, (4, 20))
+    labels = torch.full_like(ids, -100)
+    for row, end in enumerate((20, 18, 17, 20)):  # answers of 3 tokens at the end of rows of varying length
+        labels[row, end - 3:end] = ids[row, end - 3:end]
+    mask = torch.ones_like(ids)
+    mask[1, 18:], mask[2, 17:] = 0, 0
+    batch = {"input_ids": ids, "attention_mask": mask, "labels": labels}
+    assert labelled_positions(labels).tolist() == [13, 14, 15, 16, 17, 18]  # 6 of 19 positions need the head
+    sparse = batch_loss(model, model, batch)
+    sparse.backward()
+    grads = {name: p.grad.clone() for name, p in model.named_parameters()}
+    model.zero_grad()
+    dense = model(**batch, use_cache=False).loss
+    dense.backward()
+    assert float(sparse) == pytest.approx(float(dense), rel=1e-5)
+    for name, p in model.named_parameters():
+        assert torch.allclose(grads[name], p.grad, rtol=1e-4, atol=1e-7), name

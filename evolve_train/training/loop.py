@@ -26,6 +26,7 @@ from evolve_train.methods import Method
 from evolve_train.training import faults
 from evolve_train.training.distributed import clip_gradients, configure_deepspeed, update_steppers
 from evolve_train.training.examples import LengthGroupedBatches, row_lengths
+from evolve_train.training.loss import batch_loss
 from evolve_train.training.nonfinite import NonFiniteGuard, NonFiniteLossError  # noqa: F401  (re-exported)
 from evolve_train.training.packing import TokenBudgetBatches
 from evolve_train.training.rows import TokenRows
@@ -192,7 +193,7 @@ class StepTrainer:
         batch = self.collate_fn([self.rows[i] for i in shard])
         batch = {k: v.to(accelerator.device, non_blocking=True) for k, v in batch.items()}
         with accelerator.accumulate(self.model):
-            loss = self.model(**batch, use_cache=False).loss  # no KV cache in training (and packed ids need none)
+            loss = batch_loss(self.model, self.unwrapped, batch)  # the head only where labels need it (loss.py)
             extra = self.method.extra_loss(self.unwrapped, progress.optimizer_steps)
             if extra is not None:
                 loss = loss + extra
