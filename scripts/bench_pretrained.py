@@ -100,6 +100,21 @@ def eval_tokens_per_s(size: dict, precision: str, windows: int, window: int = 12
     return windows * window / (time.perf_counter() - start)
 
 
+def optimizer_step_seconds(size: dict, fused: bool, repeats: int = 3) -> float:
+    """Seconds of one AdamW step over every parameter (random gradients), torch's default (foreach) or fused."""
+    model = _model(size)
+    for p in model.parameters():
+        p.grad = torch.randn_like(p)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=fused)
+    optimizer.step()  # state allocation
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        optimizer.step()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
 def pretrained_part(size_name: str = "135m", quick: bool = False) -> dict:
     size = SIZES[size_name]
     n_params = sum(p.numel() for p in _model(size).parameters())
@@ -113,6 +128,8 @@ def pretrained_part(size_name: str = "135m", quick: bool = False) -> dict:
             "matmul_peak_gflops": peak / 1e9, "train_tokens_per_s": train["tokens_per_s"],
             "train_peak_fraction": 6 * n_params * train["tokens_per_s"] / peak, "train_steps": train["steps"],
             "eval_tokens_per_s": evaluation, "eval_peak_fraction": 2 * n_params * evaluation / peak}
+    out["adamw_step_s"] = {"foreach": optimizer_step_seconds(size, fused=False),
+                           "fused": optimizer_step_seconds(size, fused=True)}
     out["bf16_vs_fp32"] = {"train": out["bf16"]["train_tokens_per_s"] / out["fp32"]["train_tokens_per_s"],
                            "eval": out["bf16"]["eval_tokens_per_s"] / out["fp32"]["eval_tokens_per_s"]}
     return out
@@ -126,5 +143,8 @@ def print_pretrained(result: dict) -> None:
         row = result[name]
         print(f"  {name:6s} {row['matmul_peak_gflops']:8.0f} GF/s {row['train_tokens_per_s']:12.1f} "
               f"{row['train_peak_fraction']:8.1%} {row['eval_tokens_per_s']:11.1f} {row['eval_peak_fraction']:8.1%}")
+    adamw = result["adamw_step_s"]
+    print(f"  AdamW step over all parameters: {adamw['foreach']:.3f} s (foreach, the loop's on CPU), "
+          f"{adamw['fused']:.3f} s fused")
     ratio = result["bf16_vs_fp32"]
     print(f"  bf16 / fp32: training {ratio['train']:.2f}x, evaluation {ratio['eval']:.2f}x")
