@@ -74,7 +74,9 @@ def train_tokens_per_s(size: dict, precision: str, steps: int, batch_size: int =
     from evolve_train.training.examples import collate
     from evolve_train.training.loop import train_time_step
 
-    rows = masked_rows(batch_size * (steps + 1), size["vocab_size"])
+    from datasets import Dataset
+
+    rows = Dataset.from_list(masked_rows(batch_size * (steps + 1), size["vocab_size"]))  # the loop reads Arrow rows
     cfg = TrainerConfig(batch_size=batch_size, lr=3e-4, warmup_steps=1, log_every=1, mixed_precision=precision)
     model, accelerator, logs = _model(size), _accelerator(precision), []
     train_time_step(model, rows, step=0, epochs=1.0, cfg=cfg, method=Method(MethodConfig()), accelerator=accelerator,
