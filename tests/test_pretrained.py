@@ -255,3 +255,16 @@ def test_the_head_on_labelled_positions_only_gives_the_models_own_loss_and_gradi
     assert float(sparse.detach()) == pytest.approx(float(dense.detach()), rel=1e-5)
     for name, p in model.named_parameters():
         assert torch.allclose(grads[name], p.grad, rtol=1e-4, atol=1e-7), name
+
+
+def test_evolve_eval_of_a_gguf_file_fails_clearly_and_writes_nothing(tmp_path, capsys):
+    from evolve_train.cli.evaluate import main as evolve_eval
+
+    gguf, found = bad_sources(tmp_path)["gguf file"]
+    out = tmp_path / "scored"
+    with pytest.raises(SystemExit) as exit_info:
+        evolve_eval([f"model.name_or_path={gguf}", "--out", str(out)])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert f"model.name_or_path={gguf}" in err and found in err and "Traceback" not in err
+    assert not out.exists()
