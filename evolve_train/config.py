@@ -656,8 +656,10 @@ class EvalConfig:
     """Generation is cut at the first of these (and at the tokenizer's EOS)."""
     forward_transfer: bool = False
     """Also evaluate each checkpoint on the next step's sets (needed for FWT)."""
-    eval_initial: bool = False
-    """Evaluate the model before any training (A_init for FWT; meaningful for pretrained models)."""
+    eval_initial: Optional[bool] = None
+    """Evaluate the model before any training as checkpoint ``initial`` (A_init for FWT; what a pretrained
+    model knew). ``null`` (default): on for a pretrained model (``model.name_or_path`` set), off for one
+    built from config (it knows nothing yet)."""
     max_items_per_set: int = 0
     """Cap on items per eval set (0 = all); a fixed seeded sample keeps it comparable across steps."""
     save_predictions: bool = True
@@ -693,6 +695,10 @@ class EvalConfig:
     """``flip_rate``: K equivalent templates and n repeats (docs/hygiene.md)."""
     gate: GateConfig = field(default_factory=GateConfig)
     """Release-gate thresholds (METRICS.md §8 defaults), read by ``evolve-gate`` (docs/hygiene.md)."""
+    # --- pretrained models (issue 25) ---
+    few_shot: int = 0
+    """Solved dev items (``split: dev``, drawn once, seeded) shown before every prompt, for question-style
+    sets (``data/few_shot.py``); a private item is never a demonstration (0 = zero-shot)."""
 
     def __post_init__(self):
         self.greedy_decoder = as_choice("eval.greedy_decoder", GreedyDecoder, self.greedy_decoder)
@@ -702,7 +708,7 @@ class EvalConfig:
             "ablation_k": (self.ablation_k, AT_LEAST_ONE),
             "overconfidence_tau": (self.overconfidence_tau, UNIT),
             "position_items": (self.position_items, NON_NEGATIVE), "position_rotations": (self.position_rotations, NON_NEGATIVE),
-            "grad_norm_items": (self.grad_norm_items, NON_NEGATIVE),
+            "grad_norm_items": (self.grad_norm_items, NON_NEGATIVE), "few_shot": (self.few_shot, NON_NEGATIVE),
             "heldout_window": (self.heldout_window, (lambda v: v >= 2, ">= 2"))})
 
 

@@ -29,6 +29,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from evolve_train.config import Config
 from evolve_train.data.cache import resolve_cache_dir
+from evolve_train.data.few_shot import with_few_shot
 from evolve_train.data.timeline import build_timeline
 from evolve_train.errors import ConfigError
 from evolve_train.evaluation.context import Shards
@@ -38,6 +39,7 @@ from evolve_train.evaluation.evaluators.matrix import INITIAL
 from evolve_train.evaluation.qa_adaptation import QAAdaptation
 from evolve_train.methods import Method, TokenizedHistory
 from evolve_train.methods.averaging import WeightAverage, cpu_state
+from evolve_train.models.source import check_model_source
 from evolve_train.models.build import (build_adapter, build_model, load_model, load_tokenizer,
                                        n_parameters, train_tokenizer)
 from evolve_train.reporting.summary import build_summary, format_summary_table
@@ -74,6 +76,22 @@ def validate(cfg: Config) -> None:
                           "with data.keep_history=true every earlier corpus would count twice (set it false)")
 
 
+def evaluates_initial(cfg: Config) -> bool:
+    """``eval.eval_initial``, whose default (``null``) is on for a pretrained model, off for one built from config."""
+    return bool(cfg.model.name_or_path) if cfg.eval.eval_initial is None else bool(cfg.eval.eval_initial)
+
+
+def require_training_data(cfg: Config, timeline) -> None:
+    """Training needs a corpus at every step; an evaluation-only timeline (``data=temporal_qa`` without
+    ``data.train_files``) is for ``evolve-eval``."""
+    empty = [step.name for step in timeline.steps if not len(step.pairs) and not len(step.texts)]
+    if empty and cfg.data.kind == "temporal_qa" and not cfg.data.train_files:
+        raise ConfigError("data.train_files: no training files (give {step name: [files]} per time step, e.g. "
+                          "'+data.train_files.2019=[train_2019.jsonl]'); evaluating a model needs none: evolve-eval")
+    if empty:
+        raise ConfigError(f"time step {empty[0]!r} has no training data (data.kind={cfg.data.kind})")
+
+
 def resolve_run_dir(cfg: Config) -> Path:
     if cfg.run_dir:
         return Path(cfg.run_dir)
@@ -105,6 +123,8 @@ class ContinualRun:
         """Everything that can fail on bad input fails here, before the run dir is written."""
         cfg = self.cfg
         validate(cfg)
+        check_model_source(cfg.model.name_or_path)  # a missing path, a GGUF file or dir: one clear error, nothing written
+        check_model_source(cfg.model.tokenizer, "model.tokenizer")
         self.run_dir = resolve_run_dir(cfg)
         self.state = RunState.load(self.run_dir)
         check_run_dir(self.run_dir, cfg.resume)
@@ -112,6 +132,7 @@ class ContinualRun:
         identity.check_resume(self.run_dir, cfg, self.state)
         identity.record(self.state, cfg)  # state.json carries the config from the first save on
         self._load_inputs()
+        require_training_data(cfg, self.timeline)
         if cfg.trainer.num_threads > 0:
             torch.set_num_threads(cfg.trainer.num_threads)
         self.accelerator = build_accelerator(cfg.trainer, gradient_accumulation_steps=cfg.trainer.grad_accum)
@@ -168,7 +189,7 @@ class ContinualRun:
 
     def _load_inputs(self) -> None:
         """The timeline and QA adaptation, validated, and the private-leak preflight: before anything is written."""
-        self.timeline = build_timeline(self.cfg.data)
+        self.timeline = with_few_shot(build_timeline(self.cfg.data), self.cfg.eval.few_shot)  # dev demonstrations
         self.qa_adaptation = QAAdaptation.from_config(self.cfg, self.timeline)  # None when off
         hygiene_preflight(self.cfg, self.timeline, self.qa_adaptation)  # no private eval item in training/prompts
 
@@ -231,7 +252,7 @@ class ContinualRun:
         self.setup()
         ok = False
         try:
-            if self.cfg.eval.eval_initial and self.start == 0:  # A_init (METRICS.md §3): checkpoint -1
+            if evaluates_initial(self.cfg) and self.start == 0:  # A_init (METRICS.md §3): checkpoint -1
                 self.evaluate(INITIAL)
             for step in range(self.start, len(self.timeline.steps)):
                 self.train_step(step)

@@ -3,6 +3,7 @@
     python scripts/bench.py --quick          # < 3 minutes on a 2-core laptop
     python scripts/bench.py                  # longer: 3 epochs, 20 repeats, 60 steps per size, 8-step world
     python scripts/bench.py --demo-run runs/demo   # eval speed on the demo's final checkpoint, its eval_share
+    python scripts/bench.py --part pretrained      # a 135M Llama, fp32 vs bf16 (scripts/bench_pretrained.py)
 
 Prints a table, then (last line) one JSON object with the keys loop_vs_torch, lora_vs_full,
 packing_efficiency, clm_packing_efficiency, eval_speedup, eval_share, tokens_per_s_by_size, eval_growth and
@@ -294,8 +295,20 @@ def main(argv=None) -> None:
                         help="optimizer steps per size (30; 60 without --quick)")
     parser.add_argument("--growth-steps", type=int, default=None,
                         help="time steps of the world for eval growth (4; 8 without --quick)")
+    parser.add_argument("--part", choices=["default", "pretrained"], default="default",
+                        help="default: the figures above on the demo's model; pretrained: a 135M Llama from "
+                             "SmolLM2's config, fp32 vs bf16 training and evaluation tokens/s and peak fractions")
+    parser.add_argument("--pretrained-size", choices=["135m", "tiny"], default="135m",
+                        help="model of --part pretrained (tiny: a seconds-long check of the part itself)")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides of the benchmarked config, e.g. model.n_layer=2")
     args = parser.parse_args(argv)
+    if args.part == "pretrained":
+        from bench_pretrained import pretrained_part, print_pretrained
+
+        result = pretrained_part(args.pretrained_size, quick=args.quick)
+        print_pretrained(result)
+        print(json.dumps({"pretrained": result}))
+        return
     repeats = args.repeats or (14 if args.quick else 20)
     epochs = 1.0 if args.quick else 3.0
 

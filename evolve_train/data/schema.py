@@ -48,5 +48,20 @@ class Timeline:
         horizon = checkpoint + 1 if forward_transfer else checkpoint
         return [s for s in self.eval_sets if s.step is None or s.step <= horizon]
 
+    demonstrations: list[dict] = field(default_factory=list)
+    """Few-shot candidates (dev items only, ``data/few_shot.py``); the first ``few_shot`` that are not the
+    asked item (by id or question) precede every prompt."""
+    few_shot: int = 0
+    """Demonstrations per prompt (``eval.few_shot``; 0 = zero-shot)."""
+
     def prompt(self, item: dict) -> str:
-        return self.prompt_template.format(**item)
+        prompt = self.prompt_template.format(**item)
+        if not self.few_shot:
+            return prompt
+        shots = [demo for demo in self.demonstrations
+                 if demo.get("id") != item.get("id") and demo.get("question") != item.get("question")]
+        return "".join(self.demonstration(demo) for demo in shots[:self.few_shot]) + prompt
+
+    def demonstration(self, demo: dict) -> str:
+        """A solved example: the prompt, its first gold answer, a blank line."""
+        return f"{self.prompt_template.format(**demo)} {demo['answers'][0]}\n\n"

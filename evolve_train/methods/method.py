@@ -60,6 +60,14 @@ class Method:
             examples = strategy.mix_examples(step, examples, history)
         return examples
 
+    @property
+    def reads_outputs(self) -> bool:
+        """Whether a strategy's ``batch_loss`` reads the loop's forward outputs (LwF's logits): the loop then
+        runs the model's full head instead of the labelled positions only (training/loss.py)."""
+        from evolve_train.methods.base import Strategy
+
+        return any(type(s).batch_loss is not Strategy.batch_loss for s in self.strategies)
+
     def extra_loss(self, model, optimizer_step, batch=None, outputs=None):
         """The strategies' extra terms of a micro-batch (``batch``, ``outputs``: the loop's forward on it)."""
         terms = [t for s in self.strategies if (t := s.extra_loss(model, optimizer_step)) is not None]

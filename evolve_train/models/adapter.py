@@ -42,7 +42,8 @@ from tqdm.auto import tqdm
 
 from evolve_train.data.corpus import record_batches, rows_in_memory
 from evolve_train.models.batching import AutoBatchSize, as_auto, spans
-from evolve_train.models.generation import GREEDY_DECODERS, greedy_decode, padded_batch, stop_token_ids
+from evolve_train.models.generation import (GREEDY_DECODERS, blank_token_ids, greedy_decode, padded_batch,
+                                           stop_token_ids)
 from evolve_train.models.scoring import causal_option_batches, causal_option_scores, seq2seq_option_scores
 from evolve_train.training.packing import DocumentPacker
 
@@ -128,6 +129,15 @@ class ModelAdapter:
 
     def stop_ids(self, stop_strings: Sequence[str]) -> list[int]:
         return stop_token_ids(self.tokenizer, stop_strings)
+
+    def blank_ids(self, stop_ids: Sequence[int]) -> list[int]:
+        """Whitespace-only token ids that do not end an answer before its first word (``blank_token_ids``),
+        computed once per set of stop ids."""
+        key = tuple(stop_ids)
+        cache = self.__dict__.setdefault("_blank_ids", {})
+        if key not in cache:
+            cache[key] = blank_token_ids(self.tokenizer, stop_ids)
+        return cache[key]
 
     def answer_text(self, answer: str) -> str:
         """An answer (a masked entity, an option) as the text that follows the prompt."""
@@ -335,7 +345,7 @@ class CausalLMAdapter(ModelAdapter):
                 stop_ids: list[int]) -> torch.Tensor:
         if decoder == "pruned":
             return greedy_decode(model, input_ids, attention_mask, max_new_tokens=max_new_tokens, stop_ids=stop_ids,
-                                 pad_id=self.pad_id)
+                                 pad_id=self.pad_id, blank_ids=self.blank_ids(stop_ids))
         return super()._greedy(model, input_ids, attention_mask, decoder=decoder, max_new_tokens=max_new_tokens,
                                stop_ids=stop_ids)
 

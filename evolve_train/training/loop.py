@@ -27,6 +27,7 @@ from evolve_train.training import faults
 from evolve_train.training.carry import OptimizerCarry
 from evolve_train.training.distributed import clip_gradients, configure_deepspeed, update_steppers
 from evolve_train.training.examples import LengthGroupedBatches, row_lengths
+from evolve_train.training.loss import batch_loss
 from evolve_train.training.nonfinite import NonFiniteGuard, NonFiniteLossError  # noqa: F401  (re-exported)
 from evolve_train.training.packing import TokenBudgetBatches
 from evolve_train.training.rows import TokenRows
@@ -196,10 +197,14 @@ class StepTrainer:
         batch = self.collate_fn([self.rows[i] for i in shard])
         batch = {k: v.to(accelerator.device, non_blocking=True) for k, v in batch.items()}
         with accelerator.accumulate(self.model):
-            outputs = self.model(**batch, use_cache=False)  # no KV cache in training (and packed ids need none)
-            loss = outputs.loss
-            extra = self.method.extra_loss(self.unwrapped, progress.optimizer_steps, batch=batch, outputs=outputs)
-            del outputs  # the logits are not held through the backward
+            if self.method.reads_outputs:  # a strategy reads the logits (LwF): the full head
+                outputs = self.model(**batch, use_cache=False)  # no KV cache in training (packed ids need none)
+                loss = outputs.loss
+                extra = self.method.extra_loss(self.unwrapped, progress.optimizer_steps, batch=batch, outputs=outputs)
+                del outputs  # the logits are not held through the backward
+            else:
+                loss = batch_loss(self.model, self.unwrapped, batch)  # the head only where labels need it (loss.py)
+                extra = self.method.extra_loss(self.unwrapped, progress.optimizer_steps)
             if extra is not None:
                 loss = loss + extra
             self.guard.observe_loss(loss, progress.epoch, index, progress.micro)
