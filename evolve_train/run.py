@@ -31,7 +31,7 @@ from evolve_train.config import Config
 from evolve_train.data.cache import resolve_cache_dir
 from evolve_train.data.timeline import build_timeline
 from evolve_train.errors import ConfigError
-from evolve_train.evaluation.context import Shards
+from evolve_train.evaluation.context import Shards, TrainingFormat
 from evolve_train.evaluation.evaluator import EvalContext, check_eval_config, evaluate_checkpoint
 from evolve_train.evaluation.evaluators.hygiene import preflight as hygiene_preflight, record_private
 from evolve_train.evaluation.evaluators.matrix import INITIAL
@@ -295,7 +295,8 @@ class ContinualRun:
         plain = self.accelerator.unwrap_model(model, keep_fp32_wrapper=False)
         ctx = EvalContext(model=plain, adapter=self.adapter, timeline=self.timeline, checkpoint=checkpoint,
                           cfg=self.cfg.eval, run_dir=self.run_dir, shards=Shards.of(self.accelerator),
-                          writes=self.main)
+                          writes=self.main, training=TrainingFormat(str(self.cfg.data.objective), self.cfg.trainer.seq_len,
+                                                                    self.cfg.trainer.attention_reset))
         start = time.perf_counter()
         with self.accelerator.autocast():
             scored = evaluate_checkpoint(ctx)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from evolve_train.evaluation.evaluators.report import evaluation_summary, format_evaluation
+from evolve_train.evaluation.evaluators.slices_summary import format_timesliced, timesliced_summary
 from evolve_train.evaluation.rows import METRICS_FILE, SPLITS, column_key, column_name, read_metrics
 
 
@@ -32,6 +33,7 @@ def build_summary(run_dir: Path, timeline, cfg) -> dict:
         "f1": _metric_table(rows, "f1"),
         "train_seconds": {str(r["checkpoint"]): r.get("train_seconds") for r in split_rows(rows)},
         **evaluation_summary(rows),  # "matrix" (METRICS.md §3) and "groups" (the other evaluators)
+        "timesliced": timesliced_summary(rows, Path(run_dir), cfg.eval.oracle_run),  # METRICS.md §9
     }
 
 
@@ -46,5 +48,5 @@ def format_summary_table(summary: dict) -> str:
         cells = table[checkpoint]
         lines.append(checkpoint.ljust(6) + "".join(
             ("-" if cells.get(c) is None else f"{cells[c]:.3f}").rjust(width) for c in columns))
-    evaluation = format_evaluation(summary)
-    return "\n".join(lines + ([evaluation] if evaluation else []))
+    extra = [text for text in (format_evaluation(summary), format_timesliced(summary)) if text]
+    return "\n".join(lines + extra)
