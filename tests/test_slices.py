@@ -147,3 +147,23 @@ def test_slices_rows_summary_and_regret(tmp_path):
     same = oracle_regret(rows, run_dir)
     assert all(v == pytest.approx(0.0) for v in same["nll"].values())
     assert timesliced_summary(rows, run_dir, str(tmp_path / "missing"))["regret"] is None
+
+
+def test_token_nll_of_a_seq2seq_model_is_its_own_loss():
+    from evolve_train.config import ModelConfig
+    from evolve_train.data.schema import TimeStep
+    from evolve_train.models.build import build_adapter, build_model, train_tokenizer
+
+    pairs = [{"input": "The director of Acme is <mask>.", "output": "Ann Lee"},
+             {"input": "Zeta was founded in <mask>.", "output": "1990"}]
+    tokenizer = train_tokenizer([p["input"] + " " + p["output"] for p in pairs] * 20, 300, "t5")
+    torch.manual_seed(0)
+    cfg = ModelConfig(arch="t5", n_layer=1, n_embd=32, n_head=2)
+    model, adapter = build_model(cfg, tokenizer), build_adapter(cfg, tokenizer)
+    rows = as_array_rows(adapter.encode_step(TimeStep(0, "0", pairs=pairs), "masked_entity", 64))
+    batch = collate(rows, adapter.pad_id)
+    sums, counts = adapter.token_nll(model, batch)
+    with torch.no_grad():
+        loss = float(model(**batch).loss)
+    assert counts == [len(r["labels"]) for r in rows]
+    assert sum(sums) / sum(counts) == pytest.approx(loss, rel=1e-5)

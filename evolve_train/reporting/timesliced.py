@@ -79,7 +79,7 @@ def plot_within_step(runs: list[Run], path: Path):
     runs = [r for r in runs if r.within_step]
     if not runs:
         return {}
-    fig, axes = plt.subplots(len(runs), 1, figsize=(9, 3.2 * len(runs)), squeeze=False)
+    fig, axes = plt.subplots(len(runs), 1, figsize=(9, 3.4 * len(runs)), squeeze=False, layout="constrained")
     panels = {}
     for ax, run in zip(axes[:, 0], runs):
         for name, (xs, ys) in sorted(within_step_points(run).items()):
@@ -122,13 +122,17 @@ def plot_retention_vs_flops(runs: list[Run], path: Path):
     points = retention_points(runs)
     if not any(points.values()):
         return {}
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), layout="constrained")
+    spent = [f for key in points for _, f, _ in points[key]]
     for ax, (key, label) in zip(axes, (("unchanged_em", "Unchanged EM (higher: retained)"),
                                        ("backward_nll", "backward slice NLL (lower: retained)"))):
         for name, flops, value in points[key]:
             ax.plot([flops], [value], marker="o", ls="", label=name)
             ax.annotate(name, (flops, value), fontsize=7, xytext=(4, 4), textcoords="offset points")
-        ax.set_xscale("log")
+        if max(spent) > 10 * min(spent):  # a log axis only when the runs' compute spans a decade
+            ax.set_xscale("log")
+        else:
+            ax.ticklabel_format(axis="x", style="sci", scilimits=(0, 0))
         ax.set_xlabel("cumulative training FLOPs (estimate, METRICS.md §11)")
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
