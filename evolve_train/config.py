@@ -455,8 +455,15 @@ class DataConfig:
     keep_history: bool = False
     """Every earlier step's corpus is kept in each step's corpus (the positive control of
     ``experiment=time_aware``: each dated snapshot so far, not only the step's diff)."""
+    # --- held-out time slices (METRICS.md §9, data/slices.py) ---
+    heldout_share: float = 0.05
+    """Share of each step's training examples (masked-entity pairs, or ``clm`` documents) held out as the
+    step's slice: never trained on, scored by the ``slices`` evaluator (P[i][j], METRICS.md §9); 0 = none."""
+    heldout_seed: int = 0
+    """Seed of the held-out selection (with the step index)."""
 
     def __post_init__(self):
+        check_ranges("data", {"heldout_share": (self.heldout_share, (lambda v: 0.0 <= v < 1.0, "in [0, 1)"))})
         self.kind = as_choice("data.kind", DataKind, self.kind)
         self.objective = as_choice("data.objective", Objective, self.objective)
         self.default_split = as_choice("data.default_split", Split, self.default_split)
@@ -687,6 +694,17 @@ class EvalConfig:
     ``general`` = the general text shipped with the package (not about the world's organisations)."""
     heldout_window: int = 128
     """``heldout``: tokens per scored window (at most the model's context length)."""
+    # --- time slices, regret, within-step evaluation (METRICS.md §9, §11; docs/evaluation.md) ---
+    slice_max_examples: int = 1000
+    """``slices``: examples scored per held-out slice (a fixed seeded sample; 0 = all)."""
+    oracle_run: Optional[str] = None
+    """A finished oracle run dir (the same model retrained from the initial weights on steps 0..i for each
+    checkpoint i): ``summary.json`` then gets ``regret_*`` = aggregate(run) − aggregate(oracle) (METRICS.md §9)."""
+    within_step_every: int = 0
+    """Evaluate a fixed probe of every split set each N optimizer steps during training (0 = off): the
+    stability gap within a step (``within_step.jsonl``)."""
+    within_step_items: int = 64
+    """Items per split set of the within-step probe (a fixed seeded sample)."""
     qa_adaptation: QAAdaptationConfig = field(default_factory=QAAdaptationConfig)
     """QA adaptation of each checkpoint before evaluation (off by default)."""
     contamination: ContaminationConfig = field(default_factory=ContaminationConfig)
@@ -709,7 +727,10 @@ class EvalConfig:
             "overconfidence_tau": (self.overconfidence_tau, UNIT),
             "position_items": (self.position_items, NON_NEGATIVE), "position_rotations": (self.position_rotations, NON_NEGATIVE),
             "grad_norm_items": (self.grad_norm_items, NON_NEGATIVE), "few_shot": (self.few_shot, NON_NEGATIVE),
-            "heldout_window": (self.heldout_window, (lambda v: v >= 2, ">= 2"))})
+            "heldout_window": (self.heldout_window, (lambda v: v >= 2, ">= 2")),
+            "slice_max_examples": (self.slice_max_examples, NON_NEGATIVE),
+            "within_step_every": (self.within_step_every, NON_NEGATIVE),
+            "within_step_items": (self.within_step_items, AT_LEAST_ONE)})
 
 
 @dataclass

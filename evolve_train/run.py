@@ -32,11 +32,12 @@ from evolve_train.data.cache import resolve_cache_dir
 from evolve_train.data.few_shot import with_few_shot
 from evolve_train.data.timeline import build_timeline
 from evolve_train.errors import ConfigError
-from evolve_train.evaluation.context import Shards
+from evolve_train.evaluation.context import Shards, TrainingFormat
 from evolve_train.evaluation.evaluator import EvalContext, check_eval_config, evaluate_checkpoint
 from evolve_train.evaluation.evaluators.hygiene import preflight as hygiene_preflight, record_private
 from evolve_train.evaluation.evaluators.matrix import INITIAL
 from evolve_train.evaluation.qa_adaptation import QAAdaptation
+from evolve_train.evaluation.within_step import probe_for
 from evolve_train.methods import Method, TokenizedHistory
 from evolve_train.methods.averaging import WeightAverage, cpu_state
 from evolve_train.models.source import check_model_source
@@ -53,6 +54,7 @@ from evolve_train.training.examples import collate
 from evolve_train.training.loop import StepResult, train_time_step
 from evolve_train.training.redact import redact_run
 from evolve_train.training.step0_cache import Step0Cache
+from evolve_train.training.telemetry import CountPositions, eval_flops, parameter_counts
 from evolve_train.training.token_cache import TokenCache
 from evolve_train.training.train_state import StepStates, TrainingInterrupted, prune_states
 
@@ -314,7 +316,8 @@ class ContinualRun:
                 collate_fn=lambda rows: collate(rows, pad_id, cfg.trainer.attention_reset),
                 seed=cfg.seed + 1000 * step, log_fn=log_fn, states=states,
                 n_time_steps=len(self.timeline.steps), optimizer_carry=self.optimizer_carry,
-                schedule_step=0 if self.active.from_initial(step) else step))  # FSDP2: sharded while it trains
+                schedule_step=0 if self.active.from_initial(step) else step,
+                probe=probe_for(self.timeline, self.adapter, cfg.eval)))  # FSDP2: sharded while it trains
         if cache and self.main:
             cache.store(self.model, self.tokenizer, result, trained_by=str(self.run_dir))
         return result
@@ -389,26 +392,34 @@ class ContinualRun:
         plain = self.accelerator.unwrap_model(model, keep_fp32_wrapper=False)
         ctx = EvalContext(model=plain, adapter=self.adapter, timeline=self.timeline, checkpoint=checkpoint,
                           cfg=self.cfg.eval, run_dir=self.run_dir, shards=Shards.of(self.accelerator),
-                          writes=self.main)
+                          writes=self.main, training=self._training_format())
         start = time.perf_counter()
-        with self.accelerator.autocast():
+        with self.accelerator.autocast(), CountPositions(plain) as counted:  # evaluation's tokens (§11)
             scored = evaluate_checkpoint(ctx)
         rows = record_private(self.run_dir if self.main else None, self.timeline, self.cfg.eval, checkpoint,
                               scored)  # private_evaluations.jsonl
         faults.point("evaluate")
-        return self._decorate(rows, checkpoint, round(time.perf_counter() - start, 2))
+        evaluated = {"eval_tokens": counted.positions, "eval_flops": eval_flops(parameter_counts(plain)[0],
+                                                                                counted.positions)}
+        return self._decorate(rows, checkpoint, round(time.perf_counter() - start, 2), evaluated)
 
-    def _decorate(self, rows: list[dict], checkpoint: int, eval_seconds: float) -> list[dict]:
+    def _training_format(self) -> TrainingFormat:
+        cfg = self.cfg
+        return TrainingFormat(str(cfg.data.objective), cfg.trainer.seq_len, cfg.trainer.attention_reset)
+
+    def _decorate(self, rows: list[dict], checkpoint: int, eval_seconds: float,
+                  evaluated: Optional[dict] = None) -> list[dict]:
         """Run metadata on every row: method, seed, the training that made the checkpoint, evaluation time."""
         result = self.results.get(checkpoint)
         if checkpoint == INITIAL:
             result = StepResult(optimizer_steps=0, tokens=0, final_loss=float("nan"), seconds=0.0)
-        meta = {"method": self.cfg.method.name, "seed": self.cfg.seed}
+        meta = {"method": self.cfg.method.name, "seed": self.cfg.seed, **(evaluated or {})}
         if result is not None:
             meta.update(train_seconds=round(result.seconds, 2), eval_seconds=eval_seconds,
                         train_tokens=result.tokens, train_optimizer_steps=result.optimizer_steps,
                         train_tokens_per_s=result.tokens_per_s,
-                        num_processes=self.accelerator.num_processes)
+                        num_processes=self.accelerator.num_processes, optimizer_steps=result.optimizer_steps,
+                        loss_tokens=result.loss_tokens, train_flops=result.flops)
             if self.cfg.trainer.nonfinite == "skip":  # batches dropped for a non-finite loss/gradient
                 meta["skipped_batches"] = result.skipped_batches
         else:

@@ -249,11 +249,19 @@ def eval_growth(cfg, model, tokenizer, n_steps: int) -> list[dict]:
 
 
 def eval_share_from_run(run_dir: Path) -> dict | None:
+    """``eval_seconds / train_seconds`` per checkpoint, and ``slices_of_wall``: the ``slices`` evaluator's seconds
+    (its ``timing`` rows) over the run's training plus evaluation seconds (issue #29: the extra evaluation's
+    share of the demo's wall time)."""
     rows = read_metrics(run_dir / "metrics.jsonl")  # [] when the run has none
-    per_step = {}
+    per_step, wall, slices = {}, {}, 0.0
     for row in rows:
         if row.get("eval_seconds") is not None and row.get("train_seconds"):
             per_step[row["checkpoint"]] = row["eval_seconds"] / row["train_seconds"]
+        if row.get("group") == "timing":
+            wall[row["checkpoint"]] = (row.get("train_seconds") or 0.0) + (row.get("eval_seconds") or 0.0)
+            slices += (row.get("seconds") or {}).get("slices", 0.0)
+    if per_step and slices and sum(wall.values()):
+        per_step["slices_of_wall"] = slices / sum(wall.values())
     return per_step or None
 
 

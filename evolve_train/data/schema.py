@@ -22,6 +22,9 @@ class TimeStep:
     """Masked-entity training pairs: ``input`` (value replaced by a mask token) and ``output``."""
     texts: list[dict] = field(default_factory=list)
     """Plain-text documents: ``text`` (and ``doc_id``)."""
+    heldout: list[dict] = field(default_factory=list)
+    """The step's held-out slice (``data.heldout_share``, data/slices.py): examples of the training objective's
+    corpus (pairs for ``masked_entity``, documents for ``clm``) taken out of ``pairs``/``texts``, never trained on."""
 
 
 @dataclass

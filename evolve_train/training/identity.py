@@ -47,6 +47,7 @@ MAY_DIFFER_ON_RESUME = (
     "trainer.peak_flops",          # the denominator of the logged MFU
     "eval.batch_size",             # prompts per generation batch (speed, memory)
     "eval.gate",                   # thresholds read by evolve-gate after the run
+    "eval.oracle_run",             # the oracle run the summary's regret is computed against
 )
 """Keys (and everything below them) that may differ between a run and its resume; every other key of the
 config is result-affecting."""

@@ -32,7 +32,8 @@ from evolve_train.training.nonfinite import NonFiniteGuard, NonFiniteLossError  
 from evolve_train.training.packing import TokenBudgetBatches
 from evolve_train.training.rows import TokenRows
 from evolve_train.training.schedule import lr_factor, lr_lambda  # noqa: F401  (lr_lambda re-exported)
-from evolve_train.training.telemetry import Throughput, device_peak_flops, flops_per_token
+from evolve_train.training.telemetry import (Throughput, device_peak_flops, flops_per_token, parameter_counts,
+                                             training_flops)
 from evolve_train.training.train_state import Progress, StepStates
 
 
@@ -45,6 +46,10 @@ class StepResult:
     skipped_batches: int = 0
     tokens_per_s: float = 0.0
     """Real (non-padding) tokens of all processes trained by this attempt at the step, per second of it."""
+    loss_tokens: int = 0
+    """Of ``tokens``, the positions with a label (METRICS.md §11)."""
+    flops: float = 0.0
+    """Training FLOPs estimate of the step (``telemetry.training_flops``)."""
 
 
 def planned_optimizer_steps(n_batches: int, epochs: float, grad_accum: int) -> int:
@@ -87,7 +92,8 @@ def planned_steps_for_method(batches: Batches, epochs: float, grad_accum: int, m
 def train_time_step(model: torch.nn.Module, examples, *, step: int, epochs: float, cfg: TrainerConfig,
                     method: Method, accelerator: Accelerator, collate_fn: Callable[[list], dict], seed: int,
                     log_fn=None, states: StepStates | None = None, n_time_steps: int = 1,
-                    optimizer_carry: OptimizerCarry | None = None, schedule_step: int | None = None) -> StepResult:
+                    optimizer_carry: OptimizerCarry | None = None, schedule_step: int | None = None,
+                    probe=None) -> StepResult:
     """Train ``model`` in place on one time step's tokenized ``examples``.
 
     ``collate_fn`` pads a list of rows into a batch (the model adapter's); ``states``
@@ -95,12 +101,14 @@ def train_time_step(model: torch.nn.Module, examples, *, step: int, epochs: floa
     ``trainer.nonfinite`` guards every loss and gradient (training/nonfinite.py); the LR of every update is
     ``training/schedule.py``'s for (``schedule_step``, default ``step``, of ``n_time_steps``, update); ``optimizer_carry``
     (``trainer.optimizer_state=keep``, training/carry.py) starts AdamW from the previous step's state and
-    receives this step's final one.
+    receives this step's final one; ``probe`` (optional, ``evaluation/within_step.py``) is asked for a row every
+    ``probe.every`` optimizer steps (and before the first).
     """
     start = time.perf_counter()
     trainer = StepTrainer(model, TokenRows(examples), step=step, epochs=epochs, cfg=cfg, method=method,
-                          accelerator=accelerator, collate_fn=collate_fn, seed=seed, n_time_steps=n_time_steps, optimizer_carry=optimizer_carry,
-                          schedule_step=schedule_step)
+                          accelerator=accelerator, collate_fn=collate_fn, seed=seed, n_time_steps=n_time_steps,
+                          optimizer_carry=optimizer_carry, schedule_step=schedule_step)
+    trainer.probe = probe
     trainer.begin(log_fn, states)
     trainer.run()
     if optimizer_carry is not None:
@@ -127,6 +135,8 @@ class StepTrainer:
         self.trainable = [p for p in model.parameters() if p.requires_grad]
         check_attention_reset(cfg, model, rows)
         self.flops_per_token = flops_per_token(model, cfg.seq_len)
+        self.n_params = parameter_counts(model)  # (N, N_trainable) for the step's FLOPs estimate (§11)
+        self.probe = None
         self._prepare(model)
 
     def _prepare(self, model) -> None:
@@ -171,6 +181,9 @@ class StepTrainer:
                                      device_peak_flops(self.accelerator.device, self.cfg.mixed_precision,
                                                        self.cfg.peak_flops), self.accelerator.num_processes)
         self.begin_tokens = self.all_tokens
+        self.loss_tokens = self.progress.loss_tokens
+        if self.probe is not None and self.progress.optimizer_steps == 0:
+            self._probe()  # before the first update: the start of the within-step curve
 
     def run(self) -> None:
         """Epochs of batches until the planned number of optimizer steps."""
@@ -195,6 +208,7 @@ class StepTrainer:
         """Forward, backward and (on a synced window) the update; True once the step's plan is done."""
         progress, accelerator = self.progress, self.accelerator
         batch = self.collate_fn([self.rows[i] for i in shard])
+        self.loss_tokens += int((batch["labels"] != -100).sum())  # host tensor: no device sync
         batch = {k: v.to(accelerator.device, non_blocking=True) for k, v in batch.items()}
         with accelerator.accumulate(self.model):
             if self.method.reads_outputs:  # a strategy reads the logits (LwF): the full head
@@ -238,10 +252,13 @@ class StepTrainer:
         self.bar.update(1)
         if progress.optimizer_steps % self.cfg.log_every == 0 or progress.optimizer_steps == self.total:
             self._log(loss)
+        if self.probe is not None and progress.optimizer_steps % self.probe.every == 0:
+            self._probe()  # before a due state is saved, so the state carries the row
         if self.states is not None:  # a due mid-step state (or Ctrl-C: save, then TrainingInterrupted)
             self.states.after_optimizer_step(
                 progress.optimizer_steps, self.total,
-                lambda: dataclasses.replace(progress, next_batch=index + 1, tokens=self.tokens, rows=[]),
+                lambda: dataclasses.replace(progress, next_batch=index + 1, tokens=self.tokens,
+                                            loss_tokens=self.loss_tokens, rows=[]),
                 self.model, self.optimizer, self.scheduler,
                 check=lambda: self.guard.check(progress.optimizer_steps))
         faults.point("optimizer_step")
@@ -259,12 +276,21 @@ class StepTrainer:
                          **self.throughput.window(self.all_tokens),
                          **({"skipped": progress.skipped} if progress.skipped else {})})
 
+    def _probe(self) -> None:
+        """The within-step probe's row (logged with the training rows, so a resumed step keeps it)."""
+        row = self.probe(self.unwrapped, self.step, self.progress.optimizer_steps)
+        self.model.train()
+        if self.log_fn is not None:
+            self.log_fn(row)
+
     def result(self, seconds: float) -> StepResult:
         world = self.accelerator.num_processes
         return StepResult(optimizer_steps=self.progress.optimizer_steps, tokens=self.tokens * world,
                           final_loss=self.progress.last_loss, seconds=seconds,
                           skipped_batches=self.progress.skipped,
-                          tokens_per_s=round((self.all_tokens - self.begin_tokens) / max(seconds, 1e-9), 1))
+                          tokens_per_s=round((self.all_tokens - self.begin_tokens) / max(seconds, 1e-9), 1),
+                          loss_tokens=self.loss_tokens * world,
+                          flops=training_flops(*self.n_params, self.tokens * world))
 
 
 def plan_extras(cfg: TrainerConfig, packed: bool) -> dict:
