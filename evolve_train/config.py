@@ -47,6 +47,7 @@ class DataKind(Choice):
     synthetic_world = "synthetic_world"
     evolvingqa = "evolvingqa"
     temporal_qa = "temporal_qa"
+    dyknow = "dyknow"
 
 
 class Objective(Choice):
@@ -303,16 +304,63 @@ class WorldConfig:
         self.dates = as_choice("data.world.dates", DateForm, self.dates)
 
 
+DYKNOW_CUTS = ["2010", "2014", "2018", "2022"]
+"""Default cut dates of ``data=dyknow`` (docs/data.md, "DyKnow": the counts per step on the copy in
+``../shared/data/dyknow``)."""
+
+
+@dataclass
+class DyKnowConfig:
+    """The DyKnow timeline (``data.kind=dyknow``; ``evolve_train/data/loaders/dyknow.py``, docs/data.md)."""
+
+    cuts: list[str] = field(default_factory=lambda: list(DYKNOW_CUTS))
+    """Cut dates, strictly increasing (``YYYY`` = 1 January, ``YYYY-MM`` = the 1st, ``YYYY-MM-DD``): step k's
+    state is every value valid on cut k; the cut as written is the step's name and its date in the texts."""
+    train_wordings: list[str] = field(default_factory=lambda: ["contextualized", "generic"])
+    """Prompt names whose wordings are trained; a fact's other prompts are held out (its ``extra.variants``:
+    flip rate, contamination). The first of these a fact has is the wording its questions are asked in; a
+    fact with none of them trains on its first prompt."""
+    dates: DateForm = DateForm.inline
+    """How the cut's date is written into the corpus and the questions (``data/dates.py``): ``inline``
+    (``As of 2018, the President of Italy is``), ``prefix`` (``data.time_prefix_format``) or ``none``
+    (undated corpus and questions). ``data.time_prefix=true`` means ``prefix``."""
+    passages: bool = False
+    """Add the Wikipedia passages (``passages.json``) to the corpus of each step stating the value they match."""
+    qa_questions: bool = True
+    """Use ``qa_generated.json`` (when present): its question is each item's ``base_question`` and one more
+    held-out variant."""
+    categories: Optional[list[str]] = None
+    """Categories to load (``null`` = all of the file)."""
+    dev_share: float = 0.2
+    """Share of facts whose items are ``dev`` (all items of a fact share its split); the rest are private."""
+    split_seed: int = 0
+    """Seed of the dev/private assignment of facts."""
+    stable_probes: int = 20
+    """Unchanged facts asked as of every cut in the ``paired_<k>`` sets (old-knowledge retention)."""
+
+    def __post_init__(self):
+        self.dates = as_choice("data.dyknow.dates", DateForm, self.dates)
+        check_ranges("data.dyknow", {"dev_share": (self.dev_share, UNIT),
+                                     "stable_probes": (self.stable_probes, NON_NEGATIVE)})
+        if not list(self.cuts):
+            raise ConfigError("data.dyknow.cuts is empty: give at least one cut date")
+        if not list(self.train_wordings):
+            raise ConfigError("data.dyknow.train_wordings is empty: name at least one prompt to train on")
+
+
 @dataclass
 class DataConfig:
     kind: DataKind = DataKind.synthetic_world
-    """Data source: ``synthetic_world``, ``evolvingqa`` or ``temporal_qa``."""
+    """Data source: ``synthetic_world``, ``evolvingqa``, ``temporal_qa`` or ``dyknow``."""
     objective: Objective = Objective.masked_entity
     """``masked_entity``: loss on the masked entity of each pair; ``clm``: loss on all text."""
     world: WorldConfig = field(default_factory=WorldConfig)
     """Settings of the embedded world (``kind=synthetic_world``)."""
+    dyknow: DyKnowConfig = field(default_factory=DyKnowConfig)
+    """Settings of the DyKnow timeline (``kind=dyknow``)."""
     root: Optional[str] = None
-    """Directory of a data release (``kind=evolvingqa`` / ``temporal_qa``)."""
+    """Directory of a data release (``kind=evolvingqa`` / ``temporal_qa``; ``dyknow``: the directory holding
+    ``grc_generated.json``)."""
     steps: Optional[list[str]] = None
     """Order of the release's time steps by name; ``null`` sorts the names found in the files."""
     fields: dict[str, str] = field(default_factory=dict)
