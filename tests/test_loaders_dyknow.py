@@ -289,3 +289,28 @@ def test_bad_config_fails_before_loading(tmp_path, root):
         timeline(root, ["1800", "2000"], categories=["athletes"])
     with pytest.raises(DataError, match=r"data.dyknow.categories: \['nope'\]"):
         timeline(root, ["2000"], categories=["nope"])
+
+
+# ---------------------------------------------------------------- evolve-data dyknow-counts
+
+def test_dyknow_counts_prints_the_hand_count_per_step(root, capsys):
+    from evolve_train.cli.data import main
+
+    assert main(["dyknow-counts", "--root", str(root), "--cuts", "2000", "2005", "2010", "--dev-share", "0"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[:4] == ["step", "cut", "pairs", "docs"]
+    cells = [line.split() for line in lines[1:]]
+    assert [c[:2] for c in cells] == [["0", "2000"], ["1", "2005"], ["2", "2010"]]
+    assert "".join(cells[0][4:]) == "1(0+1)---"               # unchanged: F3
+    assert "".join(cells[1][4:]) == "-1(0+1)2(0+2)2(0+2)"      # new F5; updated/outdated F1, F2
+    assert "".join(cells[2][4:]) == "-1(0+1)2(0+2)2(0+2)"      # new F6; updated/outdated F2, F4
+    assert main(["dyknow-counts", "--root", str(root), "--cuts", "2003", "2010", "--dev-share", "1"]) == 0
+    cells = [line.split() for line in capsys.readouterr().out.splitlines()[1:]]
+    assert "".join(cells[1][4:]) == "-1(1+0)5(5+0)5(5+0)"
+
+
+def test_dyknow_counts_bad_input_exits_2_naming_it(root, capsys):
+    from evolve_train.cli.data import main
+
+    assert main(["dyknow-counts", "--root", str(root), "--cuts", "2005", "2000"]) == 2
+    assert "data.dyknow.cuts must be strictly increasing" in capsys.readouterr().err
