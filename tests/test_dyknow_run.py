@@ -37,10 +37,12 @@ def test_train_py_builds_the_dyknow_timeline_and_runs_every_evaluator(tmp_path):
     assert splits[(1, "new_1")] == 1 and (0, "new_2") not in splits  # eval.forward_transfer: k+1 too
     groups = {r.get("group") for r in metrics}
     assert {"splits", "paired", "ablation", "contamination", "flip_rate"} <= groups
-    paired = next(r for r in metrics if r.get("group") == "paired" and r["set_name"] == "paired_2" and r["checkpoint"] == 2)
-    assert paired["n_pairs"] == 2
-    flips = [r for r in metrics if r.get("group") == "flip_rate" and r["set_name"] == "updated_1" and r["checkpoint"] == 2]
+    at = {(r.get("group"), r["set_name"], r["checkpoint"]): r for r in metrics if "set_name" in r}
+    assert at[("paired", "paired_2", 2)]["n_pairs"] == 2
+    flips = [at[("flip_rate", "updated_1", 2)]]
     assert flips and flips[0]["n"] == 2  # both questions asked in their held-out wordings too
+    contamination = at[("contamination", "updated_1", 2)]
+    assert contamination["k"] == 2 and contamination["by_kind"]["heldout"]["n"] == 2  # 2 held-out wordings each
     prediction = json.loads((run_dir / "predictions" / "step_1" / "updated_1.jsonl").read_text().splitlines()[0])
     assert prediction["prompt"].startswith("As of 2005, the ")
 

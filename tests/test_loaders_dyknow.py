@@ -169,7 +169,8 @@ def test_paired_sets_ask_old_and_new_and_now(root):
     assert (athlete["old"]["timestamp"], athlete["old"]["answers"]) == ("2005", ["Club One"])
     assert (athlete["new"]["timestamp"], athlete["new"]["answers"]) == ("2010", ["Club Two"])
     assert athlete["old"]["pair_id"] == athlete["new"]["pair_id"]
-    assert athlete["now"]["timestamp"] is None and athlete["now"]["question"] == "The team Ann Runner currently plays for is"
+    assert athlete["now"]["timestamp"] is None
+    assert athlete["now"]["question"] == "The team Ann Runner currently plays for is"
     assert athlete["now"]["extra"]["answers_by_step"] == {"2": ["Club Two", "Nation Team"]}
     for item in paired.items:
         assert item["options"][item["gold_index"]] == item["answers"][0]
@@ -221,7 +222,8 @@ def test_held_out_wordings_stay_out_of_the_corpus(root):
 def test_entry_with_unseen_prompt_names_trains_its_first_and_holds_out_the_rest(root):
     tl = timeline(root, ["2000", "2005", "2010"])
     mascot = [p for p in tl.steps[0].pairs if p["entity"] == "Odd Entity"]
-    assert [(p["wording"], p["input"]) for p in mascot] == [("alpha", "As of 2000, the mascot of Odd Entity is <mask>.")]
+    assert [(p["wording"], p["input"]) for p in mascot] == [
+        ("alpha", "As of 2000, the mascot of Odd Entity is <mask>.")]
     assert "has as its mascot" not in " ".join(t["text"] for t in tl.steps[0].texts)
     item = next(i for i in sets(timeline(root, ["2003", "2010"]))["updated_1"].items
                 if i["extra"]["entity"] == "Odd Entity")
