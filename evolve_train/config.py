@@ -322,7 +322,7 @@ class DyKnowConfig:
     fact with none of them trains on its first prompt."""
     dates: DateForm = DateForm.inline
     """How the cut's date is written into the corpus and the questions (``data/dates.py``): ``inline``
-    (``As of 2018, the President of Italy is``), ``prefix`` (``data.time_prefix_format``) or ``none``
+    (``As of 2018, the President of Freedonia is``), ``prefix`` (``data.time_prefix_format``) or ``none``
     (undated corpus and questions). ``data.time_prefix=true`` means ``prefix``."""
     passages: bool = False
     """Add the Wikipedia passages (``passages.json``) to the corpus of each step stating the value they match."""
