@@ -86,6 +86,17 @@ class GreedyDecoder(Choice):
     generate = "generate"
 
 
+class PassageSource(Choice):
+    documents = "documents"
+    sentences = "sentences"
+    files = "files"
+
+
+class RetrievalScope(Choice):
+    all = "all"
+    latest = "latest"
+
+
 POSITIVE = (lambda v: v > 0, "positive")
 NON_NEGATIVE = (lambda v: v >= 0, ">= 0")
 AT_LEAST_ONE = (lambda v: v >= 1, ">= 1")
@@ -489,6 +500,55 @@ class FlipRateConfig:
 
 
 @dataclass
+class RetrievalConfig:
+    """``retrieval``: the open-book evaluator (METRICS.md §10; docs/evaluation.md "Retrieval (open-book)")."""
+
+    k: int = 3
+    """Passages retrieved (BM25, ``bm25s``) per question and put before it."""
+    passages: PassageSource = PassageSource.documents
+    """What the store of step i holds: ``documents`` (step i's training documents; masked-entity pairs with the
+    mask filled in where a step has no documents), ``sentences`` (the same text split into sentences) or
+    ``files`` (``passage_files``)."""
+    passage_files: list[str] = field(default_factory=list)
+    """``passages=files``: JSONL passage files, one per time step in step order, or one file whose records name
+    their ``step`` (index or step name). A record: ``text`` (required), optional ``step``, ``date`` (default:
+    the step's name) and ``id``."""
+    scope: RetrievalScope = RetrievalScope.all
+    """At checkpoint i: ``all`` = the passages of steps 0..i, each with its step's date; ``latest`` = step i's
+    only (StreamingQA's two settings)."""
+    template: str = "{passages}\n{question}"
+    """The open-book prompt: ``{passages}`` (the retrieved passages, best first) and ``{question}`` (the
+    closed-book prompt of the item, ``data.prompt_template`` applied)."""
+    passage_template: str = "[{date}] {text}"
+    """One retrieved passage in the prompt: ``{text}``, ``{date}`` (its step's date), ``{step}``."""
+    separator: str = "\n"
+    """Between two passages in ``{passages}``."""
+    initial_every_store: bool = True
+    """With ``eval.eval_initial``: the model before training (checkpoint ``initial``) is asked open-book at
+    every step i's store, on the sets of checkpoint i (the retriever-only arm: rows with ``store`` = i)."""
+    paired: bool = True
+    """Also the paired temporal metrics (§4) open-book, on the ``paired`` evaluator's sets."""
+
+    def __post_init__(self):
+        self.passages = as_choice("eval.retrieval.passages", PassageSource, self.passages)
+        self.scope = as_choice("eval.retrieval.scope", RetrievalScope, self.scope)
+        check_ranges("eval.retrieval", {"k": (self.k, AT_LEAST_ONE)})
+        if (self.passages == PassageSource.files) != bool(self.passage_files):
+            raise ConfigError("eval.retrieval.passage_files: give the files with eval.retrieval.passages=files "
+                              f"(got passages={self.passages} and {len(self.passage_files)} file(s))")
+        for key, template, slots in (("template", self.template, ("passages", "question")),
+                                     ("passage_template", self.passage_template, ("text",))):
+            try:
+                template.format(passages="", question="", text="", date="", step="")
+            except (KeyError, IndexError, ValueError) as err:
+                raise ConfigError(f"eval.retrieval.{key}: {template!r} is not a format string over "
+                                  f"{{passages}}, {{question}} / {{text}}, {{date}}, {{step}} ({err})") from None
+            missing = [slot for slot in slots if "{" + slot + "}" not in template]
+            if missing:
+                raise ConfigError(f"eval.retrieval.{key}: {template!r} must contain {{{missing[0]}}}")
+
+
+@dataclass
 class GateConfig:
     flip_rate_max: Optional[float] = 0.10
     """Release gate: flip_rate (all splits, final checkpoint) must be <= this (null = no check)."""
@@ -556,6 +616,8 @@ class EvalConfig:
     """``flip_rate``: K equivalent templates and n repeats (docs/hygiene.md)."""
     gate: GateConfig = field(default_factory=GateConfig)
     """Release-gate thresholds (METRICS.md §8 defaults), read by ``evolve-gate`` (docs/hygiene.md)."""
+    retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
+    """``retrieval``: the open-book evaluator over the snapshots seen so far (METRICS.md §10)."""
 
     def __post_init__(self):
         self.greedy_decoder = as_choice("eval.greedy_decoder", GreedyDecoder, self.greedy_decoder)

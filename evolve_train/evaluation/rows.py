@@ -34,8 +34,8 @@ SPLIT_ORDER = SET_KINDS
 """Split kinds in report order: ``unchanged``, ``new``, ``updated``, ``outdated``."""
 POOLED_KINDS = ("unchanged", "new", "updated")
 """Split kinds pooled into ``all`` (Outdated, where lower is better, is reported on its own)."""
-ROW_META = frozenset({"group", "checkpoint", "set", "set_name", "set_step", "method", "seed", "train_seconds",
-                      "train_tokens", "train_tokens_per_s", "num_processes"})
+ROW_META = frozenset({"group", "checkpoint", "set", "set_name", "set_step", "store", "method", "seed",
+                      "train_seconds", "train_tokens", "train_tokens_per_s", "num_processes"})
 """Keys that identify a row or describe its run, not a metric of its group."""
 
 
