@@ -121,7 +121,7 @@ class PassageStore:
     """A BM25 index (``bm25s``) over a fixed list of passages."""
 
     def __init__(self, passages: Sequence[Passage]):
-        import bm25s
+        bm25s = require_bm25s()
         from bm25s.tokenization import Tokenizer
 
         self.tokenizer = Tokenizer(stopwords=STOPWORDS)
@@ -199,8 +199,19 @@ def index_for(shared: dict, timeline: Timeline, cfg: RetrievalConfig) -> Retriev
     return shared[key]
 
 
+def require_bm25s():
+    """The ``bm25s`` module; ConfigError saying how to install it when it is missing."""
+    try:
+        import bm25s
+    except ImportError:
+        raise ConfigError("eval.evaluators lists 'retrieval', which needs bm25s: pip install -e '.[retrieval]' "
+                          "(scripts/setup.sh installs it)") from None
+    return bm25s
+
+
 def preflight(retrieval: Optional[RetrievalConfig], timeline: Timeline) -> None:
-    """Read ``eval.retrieval.passage_files`` now, so a bad file fails before any training (DataError / ConfigError
+    """Before any training: bm25s importable, and ``eval.retrieval.passage_files`` read (DataError / ConfigError
     naming the file, line and field)."""
+    require_bm25s()
     if retrieval is not None and retrieval.passages == PassageSource.files:
         load_passage_files(retrieval.passage_files, timeline.steps)
