@@ -1,7 +1,8 @@
 """``write_report(run_dirs, out_dir)``: PNG plots, ``report.md`` and a self-contained ``report.html``.
 
 Contents: the forgetting curves (EM per eval set over time steps, a line per run), a heatmap of each run's
-checkpoint x eval-set EM matrix, the training loss, the metrics of other row groups (e.g. ``paired``) per
+checkpoint x eval-set EM matrix, closed- vs open-book EM per split when the ``retrieval`` evaluator ran
+(``reporting/retrieval.py``, with its table), the training loss, the metrics of other row groups (e.g. ``paired``) per
 step, a per-step EM table per run, the final-checkpoint EM of every run side by side, and for each pair of
 runs the paired-bootstrap EM difference with its 95% CI per eval set and pooled (``all``) at the final
 checkpoints (``evaluation/compare.py``, the comparison ``evolve-gate`` uses).
@@ -23,7 +24,7 @@ from typing import Iterable, Optional
 
 from evolve_train.evaluation.compare import PairedDiff, check_same_columns, compare_pairs
 from evolve_train.evaluation.rows import Run, column_key
-from evolve_train.reporting import plots
+from evolve_train.reporting import plots, retrieval
 from evolve_train.reporting.runs import load_runs
 from evolve_train.reporting.seed_sections import (configurations_section, final_mean_section, pooled_section,
                                                   step_mean_section)
@@ -153,6 +154,9 @@ def make_plots(runs: list[Run], out_dir: Path, groups: Optional[list[RunGroup]] 
                         "forgetting_bands.png"))
     series["forgetting"] = plots.plot_forgetting_curves(runs, out_dir / "forgetting_curves.png")
     figures.append(("EM per eval set over time steps (forgetting curves)", "forgetting_curves.png"))
+    if retrieval.has_open_book(runs):
+        series["open_book"] = retrieval.plot_open_book(runs, out_dir / "open_book.png")
+        figures.append(("Closed-book vs open-book EM per split (retrieval)", "open_book.png"))
     for run in runs:
         name = f"matrix_{_slug(run.label)}.png"
         series[f"matrix/{run.label}"] = plots.plot_matrix_heatmap(run, out_dir / name)
@@ -227,7 +231,8 @@ def build_sections(findings: Findings, note: Optional[str]):
             ("Temporal metrics", "METRICS.md §4-5 over all temporal sets at each run's final checkpoint, with 95 % "
              "bootstrap intervals (pairs / questions resampled; reliance = true − shuffled, paired).",
              temporal_table(runs)),
-            ("Other evaluators", "Each group's row over all its sets at the final checkpoint.", groups_table(runs))):
+            ("Other evaluators", "Each group's row over all its sets at the final checkpoint.", groups_table(runs)),
+            ("Retrieval (open-book)", retrieval.open_book_intro(runs), retrieval.open_book_table(runs))):
         if table:
             head.append((title, intro, table))
     if findings.diffs is not None:

@@ -10,8 +10,10 @@ Rows (group ``retrieval``; ``store`` = the checkpoint whose store answered, ``sc
 
 * one per split set (the ``splits`` sets of steps <= ``store``) with the closed-book ``em``/``f1`` of the same
   checkpoint, ``em_open``, ``f1_open``, ``recall@k`` (share of questions with a gold alias in the retrieved
-  passages, §10), ``em_open_hit`` (``em_open`` on those questions), ``cut`` (share of prompts whose passages
-  were cut to fit the model's positions) and ``passages`` (mean retrieved); one over Unchanged + New + Updated
+  passages, §10), each with a 95 % bootstrap interval over questions (``*_ci``), ``gap`` = ``em_open`` − ``em``
+  with its paired-bootstrap interval (``gap_ci``, §8), ``em_open_hit`` (``em_open`` on those questions),
+  ``cut`` (share of prompts whose passages were cut to fit the model's positions) and ``passages`` (mean
+  retrieved); one over Unchanged + New + Updated
   (``set_name: all``) that also carries ``retrieval_seconds`` (BM25 queries) and ``index_seconds`` (stores built
   at this evaluation; 0 when reused);
 * with ``eval.retrieval.paired``: per temporal set and over all of them (``set_name: paired_all``) the §4
@@ -39,6 +41,7 @@ from evolve_train.evaluation.evaluators.common import ALL, generate, qa_item, ro
 from evolve_train.evaluation.evaluators.paired import latest_answers, paired_metrics, slices
 from evolve_train.evaluation.evaluators.splits import em_f1, score_prompts
 from evolve_train.evaluation.metrics.answer import contains_answer
+from evolve_train.evaluation.metrics.stats import bootstrap_mean_ci, paired_bootstrap_diff
 from evolve_train.evaluation.registry import register_evaluator
 from evolve_train.evaluation.retrieval_index import Passage, RetrievalIndex, index_for
 from evolve_train.evaluation.rows import POOLED_KINDS
@@ -162,10 +165,16 @@ def split_records(ctx: EvalContext, book: OpenBook, eval_set: EvalSet) -> tuple[
 
 
 def open_metrics(records: list[dict], closed: list[dict]) -> dict:
+    """The row metrics of scored records, with 95 % bootstrap intervals over questions (``*_ci``) and the paired
+    open − closed EM difference (``gap``, ``gap_ci``: paired bootstrap, §8)."""
     shut, opened = em_f1(closed), em_f1(records)
     hits = [r for r in records if r["hit"]]
-    return {"n": opened["n"], "em": shut["em"], "f1": shut["f1"], "em_open": opened["em"], "f1_open": opened["f1"],
-            "recall@k": _mean([r["hit"] for r in records]),
+    open_em, closed_em = [r["correct"] for r in records], [r["correct"] for r in closed]
+    gap = paired_bootstrap_diff(open_em, closed_em) if records else None
+    return {"n": opened["n"], "em": shut["em"], "em_ci": bootstrap_mean_ci(closed_em), "f1": shut["f1"],
+            "em_open": opened["em"], "em_open_ci": bootstrap_mean_ci(open_em), "f1_open": opened["f1"],
+            "gap": gap["diff"] if gap else None, "gap_ci": [gap["ci_low"], gap["ci_high"]] if gap else None,
+            "recall@k": _mean([r["hit"] for r in records]), "recall@k_ci": bootstrap_mean_ci([r["hit"] for r in records]),
             "em_open_hit": _mean([r["correct"] for r in hits]), "n_hit": len(hits),
             "cut": _mean([int(r["cut"]) for r in records]), "passages": _mean([len(r["retrieved"]) for r in records])}
 
@@ -229,3 +238,33 @@ def retrieval_evaluator(ctx: EvalContext) -> list[dict]:
                 r.update(timing)
         rows += found
     return rows
+
+
+def retrieval_summary(rows: list[dict]) -> dict:
+    """``summary.json``'s ``retrieval``: ``{"checkpoints": {checkpoint: {set_name: row}}, "initial": {store:
+    {set_name: row}}}`` (the model before training at each step's store), metadata stripped; ``{}`` without rows."""
+    from evolve_train.evaluation.rows import ROW_META
+
+    out: dict = {}
+    for r in rows:
+        if r.get("group") != GROUP:
+            continue
+        part, key = ("initial", r["store"]) if r["checkpoint"] < 0 else ("checkpoints", r["checkpoint"])
+        body = {k: v for k, v in r.items() if k not in ROW_META}
+        out.setdefault(part, {}).setdefault(str(key), {})[r["set_name"]] = body
+    return out
+
+
+def format_retrieval(summary: dict) -> list[str]:
+    """Console lines: closed vs open EM and recall@k over Unchanged + New + Updated at the last checkpoint, and
+    the model before training at the last store."""
+    lines = []
+    for part, label in (("checkpoints", "checkpoint"), ("initial", "initial @ store")):
+        per = summary.get(part) or {}
+        if not per:
+            continue
+        last = max(per, key=int)
+        body = per[last].get(ALL) or {}
+        cells = [f"{key}={body[key]:.3f}" for key in ("em", "em_open", "recall@k") if body.get(key) is not None]
+        lines.append(f"retrieval @ {label} {last} (all; scope {body.get('scope')}, k={body.get('k')}): " + "  ".join(cells))
+    return lines
