@@ -52,35 +52,46 @@ def arm_series(run: Run, kind: str, arm: str, metric: str) -> tuple[list[int], l
     return [x for x, _ in points], [y for _, y in points]
 
 
+def scope_of(runs: list[Run]) -> str:
+    return next((str(r.get("scope")) for run in runs for r in open_book_rows(run)), "all")
+
+
 def plot_open_book(runs: list[Run], path) -> dict:
     """Closed vs open EM per split over checkpoints; returns ``{panel: {line label: (xs, ys)}}`` as drawn."""
     from evolve_train.reporting.plots import _read_back, _save, checkpoint_label, plt
 
     kinds = [k for k in PANELS if any(pooled(open_book_rows(run), k, "em_open") is not None for run in runs)]
-    fig, axes = plt.subplots(1, len(kinds), figsize=(3.6 * len(kinds), 3.6), squeeze=False, sharey=True)
+    cols = 3
+    nrows = (len(kinds) + 1 + cols - 1) // cols  # one more cell: the legend
+    fig, axes = plt.subplots(nrows, cols, figsize=(4.2 * cols, 3.3 * nrows), squeeze=False)
+    cells = [ax for row in axes for ax in row]
     panels = {}
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for ax, kind in zip(axes[0], kinds):
+    for ax, kind in zip(cells, kinds):
         for n, run in enumerate(runs):
             for label, metric, style, marker in ARMS:
                 xs, ys = arm_series(run, kind, label, metric)
                 if xs:
                     name = label if len(runs) == 1 else f"{run.label} {label}"
                     ax.plot(xs, ys, linestyle=style, marker=marker, color=colors[n % len(colors)], label=name,
-                            alpha=0.6 if label == "recall@k" else 1.0)
+                            alpha=0.55 if label == "recall@k" else 1.0)
         ticks = sorted({int(x) for line in ax.get_lines() for x in line.get_xdata()})
         ax.set_xticks(ticks, [checkpoint_label(k) for k in ticks])
-        hint = " (stale: lower is better)" if kind == "outdated" else ""
+        hint = " (stale answer: lower is better)" if kind == "outdated" else ""
         ax.set_title(("Unchanged + New + Updated" if kind == ALL else kind) + hint, fontsize=10)
         ax.set_ylim(-0.05, 1.05)
-        ax.set_xlabel("checkpoint = store (steps <= i)")
+        ax.set_xlabel("checkpoint i (store: steps <= i)" if str(scope_of(runs)) == "all" else "checkpoint i (store: step i)")
+        ax.set_ylabel("EM")
         ax.grid(alpha=0.3)
         panels[kind] = ax
-    axes[0][0].set_ylabel("EM")
-    lines = axes[0][0].get_lines()
-    fig.legend(lines, [line.get_label() for line in lines], loc="upper center", ncol=min(4, len(lines)),
-               bbox_to_anchor=(0.5, 1.08), fontsize=9)
-    fig.suptitle("Closed-book vs open-book EM per split (BM25 over the snapshots seen so far)", y=1.14)
+    for ax in cells[len(kinds):]:
+        ax.axis("off")
+    if kinds and len(cells) > len(kinds):
+        lines = panels[kinds[0]].get_lines()
+        cells[len(kinds)].legend(lines, [line.get_label() for line in lines], loc="center", fontsize=9,
+                                 title="initial + retrieval: the model before\ntraining at the store of step i",
+                                 title_fontsize=8)
+    fig.suptitle("Closed-book vs open-book EM per split (BM25 over the snapshots seen so far)")
     fig.tight_layout()
     drawn = _read_back(panels)
     _save(fig, path)
@@ -120,7 +131,7 @@ def open_book_table(runs: list[Run]) -> Optional[tuple[list[str], list[list[str]
 
 def open_book_intro(runs: list[Run]) -> str:
     rows = [r for run in runs for r in open_book_rows(run)]
-    scope, k = (rows[0].get("scope"), rows[0].get("k")) if rows else ("?", "?")
+    scope, k = scope_of(runs), (rows[0].get("k") if rows else "?")
     return (f"METRICS.md §10: BM25 top {k} passages (scope `{scope}`: the store of checkpoint i holds steps "
             f"{'<= i' if scope == 'all' else 'i only'}) before the question; open − closed is the paired "
             "bootstrap difference over the same questions; `initial + retrieval` is the model before any training "

@@ -61,13 +61,15 @@ def position_limit(ctx: EvalContext) -> Optional[int]:
 
 
 class OpenBookPrompts:
-    """The open-book prompt of a question and its retrieved passages, cut to fit the model's positions."""
+    """The open-book prompts of questions and their retrieved passages, cut to fit the model's positions
+    (batched: a few tokenizer calls for all the prompts of a call; each passage is tokenized once)."""
 
     def __init__(self, ctx: EvalContext):
         self.cfg, self.adapter = ctx.cfg.retrieval, ctx.adapter
         limit = position_limit(ctx)
         self.room = None if limit is None else limit - ctx.cfg.max_new_tokens
         self.separator = len(self.adapter.encode([self.cfg.separator])[0]) if self.room is not None else 0
+        self._ids: dict[str, list[int]] = {}
 
     def render(self, passage: Passage) -> str:
         return self.cfg.passage_template.format(text=passage.text, date=passage.date, step=passage.step)
@@ -77,29 +79,42 @@ class OpenBookPrompts:
 
     def build(self, question: str, passages: list[Passage]) -> tuple[str, bool]:
         """``(prompt, cut)``: ``cut`` when a passage had to be shortened or left out to fit."""
-        pieces = [self.render(p) for p in passages]
+        return self.build_many([(question, passages)])[0]
+
+    def build_many(self, requests: list[tuple[str, list[Passage]]]) -> list[tuple[str, bool]]:
         if self.room is None:
-            return self._prompt(question, pieces), False
-        room = self.room - len(self.adapter.prompt_ids([self._prompt(question, [])])[0])
-        kept, cut = [], False
-        for ids in self.adapter.encode(pieces) if pieces else []:
-            need = len(ids) + (self.separator if kept else 0)
+            return [(self._prompt(q, [self.render(p) for p in ps]), False) for q, ps in requests]
+        new = list({p.id: p for _, ps in requests for p in ps if p.id not in self._ids}.values())
+        self._ids.update(zip((p.id for p in new), self.adapter.encode([self.render(p) for p in new])))
+        bare = self.adapter.prompt_ids([self._prompt(q, []) for q, _ in requests])
+        built = [self._fit(q, ps, self.room - len(ids)) for (q, ps), ids in zip(requests, bare)]
+        lengths = self.adapter.prompt_ids([prompt for prompt, _, _ in built])
+        out = []
+        for (question, _), (prompt, cut, texts), ids in zip(requests, built, lengths):
+            while texts and len(ids) > self.room:  # tokens merged across a boundary: shorten the last passage
+                last = self.adapter.encode([texts[-1]])[0][:-2]
+                texts = texts[:-1] + ([self.adapter.tokenizer.decode(last)] if len(last) >= MIN_PIECE else [])
+                prompt, cut = self._prompt(question, texts), True
+                ids = self.adapter.prompt_ids([prompt])[0]
+            out.append((prompt, cut))
+        return out
+
+    def _fit(self, question: str, passages: list[Passage], room: int) -> tuple[str, bool, list[str]]:
+        """Whole passages in rank order while they fit ``room`` tokens, then the next one cut at a token boundary
+        (when :data:`MIN_PIECE` tokens are left); ``(prompt, cut, passage texts)``."""
+        texts, cut = [], False
+        for passage in passages:
+            ids = self._ids[passage.id]
+            need = len(ids) + (self.separator if texts else 0)
             if need <= room:
-                kept.append(ids)
+                texts.append(self.render(passage))
                 room -= need
                 continue
-            cut = True
-            left = room - (self.separator if kept else 0)
+            cut, left = True, room - (self.separator if texts else 0)
             if left >= MIN_PIECE:
-                kept.append(ids[:left])
+                texts.append(self.adapter.tokenizer.decode(ids[:left]))
             break
-        texts = [self.adapter.tokenizer.decode(ids) for ids in kept]
-        prompt = self._prompt(question, texts)
-        while texts and len(self.adapter.prompt_ids([prompt])[0]) > self.room:  # tokens merged at a boundary
-            last = self.adapter.encode([texts[-1]])[0][:-2]
-            texts = texts[:-1] + ([self.adapter.tokenizer.decode(last)] if len(last) >= MIN_PIECE else [])
-            prompt, cut = self._prompt(question, texts), True
-        return prompt, cut
+        return self._prompt(question, texts), cut, texts
 
 
 def stores_of(ctx: EvalContext, index: RetrievalIndex) -> list[int]:
@@ -132,13 +147,11 @@ class OpenBook:
             start = time.perf_counter()
             self.found.update(zip(missing, self.passages.search(missing, self.ctx.cfg.retrieval.k)))
             self.retrieval_seconds += time.perf_counter() - start
-        out = []
-        for item in items:
-            closed = self.ctx.timeline.prompt(item)
-            if closed not in self.built:
-                self.built[closed] = self.prompts.build(closed, [p for p, _ in self.found[item["question"]]])
-            out.append(self.built[closed][0])
-        return out
+        closed = [self.ctx.timeline.prompt(item) for item in items]
+        todo = {prompt: item for prompt, item in zip(closed, items) if prompt not in self.built}
+        requests = [(prompt, [p for p, _ in self.found[item["question"]]]) for prompt, item in todo.items()]
+        self.built.update(zip(todo, self.prompts.build_many(requests)))
+        return [self.built[prompt][0] for prompt in closed]
 
     def retrieved(self, item: dict) -> list[tuple[Passage, float]]:
         return self.found[item["question"]]
@@ -229,6 +242,9 @@ def retrieval_evaluator(ctx: EvalContext) -> list[dict]:
     rows = []
     for store in stores_of(ctx, index):
         book = OpenBook(ctx, index, store, prompts)
+        asked = up_to([s for s in ctx.sets() if s.kind not in PROBE_KINDS], store)
+        asked += up_to(temporal_sets(ctx), store) if ctx.cfg.retrieval.paired else []
+        ctx.answers(book.ask([item for eval_set in asked for item in eval_set.items]))  # one batched generation
         found = split_rows(ctx, book)
         if ctx.cfg.retrieval.paired:
             found += paired_rows(ctx, book)
