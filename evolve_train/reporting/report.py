@@ -265,7 +265,7 @@ def write_markdown(path: Path, headline: str, figures, sections) -> None:
 
 CSS = ("body{font-family:system-ui,sans-serif;margin:24px;color:#222;background:#fff}"
        "table{border-collapse:collapse;margin:8px 0 20px}td,th{border:1px solid #bbb;padding:3px 8px;"
-       "text-align:left;font-size:13px}td.num{text-align:right}th{background:#e8eef7}"
+       "text-align:left;font-size:13px}td.num{text-align:right;white-space:nowrap}th{background:#e8eef7}"
        "img{max-width:100%;border:1px solid #ddd;margin:6px 0 18px}h1{color:#1f4e79}")
 
 
