@@ -128,7 +128,8 @@ def test_recall_at_k_equals_the_hand_computation():
     #   none names Ugo: miss
     # updated_1 / outdated_1 {director, acme} -> both Acme passages (Ann in 0/d0, Bob in 1/d0): hit, hit
     rows = by_name(run(1, k=2))
-    assert [rows[name]["recall@k"] for name in ("unchanged", "new_1", "updated_1", "outdated_1")] == [1.0, 0.5, 1.0, 1.0]
+    names = ("unchanged", "new_1", "updated_1", "outdated_1")
+    assert [rows[name]["recall@k"] for name in names] == [1.0, 0.5, 1.0, 1.0]
     assert rows["all"]["recall@k"] == pytest.approx(3 / 4)  # Unchanged + New + Updated pooled: 3 of 4 questions
     assert rows["all"]["n"] == 4 and rows["new_1"]["n_hit"] == 1 and rows["new_1"]["k"] == 2
     assert "updated_2" not in rows  # a later step's set is not asked

@@ -105,7 +105,8 @@ def test_report_plots_closed_vs_open_per_split_and_tabulates(run, tmp_path):
 def test_a_bad_passage_file_fails_before_training(tmp_path):
     bad = tmp_path / "passages.jsonl"
     bad.write_text('{"text": "fine", "step": 0}\n{"step": 1}\n')
-    cfg = tiny_cfg(tmp_path / "run", EVALUATORS, "eval.retrieval.passages=files", f"eval.retrieval.passage_files=[{bad}]")
+    cfg = tiny_cfg(tmp_path / "run", EVALUATORS, "eval.retrieval.passages=files",
+                   f"eval.retrieval.passage_files=[{bad}]")
     with pytest.raises(DataError, match="line 2, field 'text'"):
         train(cfg)
     assert not (tmp_path / "run" / "steps").exists() and not (tmp_path / "run" / "metrics.jsonl").exists()

@@ -80,7 +80,7 @@ def plot_open_book(runs: list[Run], path) -> dict:
         hint = " (stale answer: lower is better)" if kind == "outdated" else ""
         ax.set_title(("Unchanged + New + Updated" if kind == ALL else kind) + hint, fontsize=10)
         ax.set_ylim(-0.05, 1.05)
-        ax.set_xlabel("checkpoint i (store: steps <= i)" if str(scope_of(runs)) == "all" else "checkpoint i (store: step i)")
+        ax.set_xlabel("checkpoint i (store: steps <= i)" if scope_of(runs) == "all" else "checkpoint i (store: step i)")
         ax.set_ylabel("EM")
         ax.grid(alpha=0.3)
         panels[kind] = ax
@@ -122,8 +122,8 @@ def open_book_table(runs: list[Run]) -> Optional[tuple[list[str], list[list[str]
         for (store, name), base in sorted(initial.items(), key=lambda kv: (kv[0][0], kv[0][1] == ALL,
                                                                             column_key(kv[0][1]))):
             if not any(r["store"] == store for r in trained):  # no trained checkpoint at this store
-                out.append([run.label, f"init @ {store}", str(name), str(base.get("n")), _cell(base, "em"), "–", "–",
-                            _cell(base, "recall@k"), _cell(base, "em_open")])
+                out.append([run.label, f"init @ {store}", str(name), str(base.get("n")), _cell(base, "em"), "–",
+                            "–", _cell(base, "recall@k"), _cell(base, "em_open")])
     header = ["run", "checkpoint", "eval set", "n", "closed EM [95% CI]", "open EM [95% CI]",
               "open − closed [95% CI]", "recall@k [95% CI]", "initial + retrieval EM [95% CI]"]
     return (header, out) if out else None

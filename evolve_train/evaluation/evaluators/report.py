@@ -46,7 +46,8 @@ def groups_summary(rows: list[dict]) -> dict[str, Any]:
 def evaluation_summary(rows: list[dict]) -> dict[str, Any]:
     """The ``matrix`` and ``groups`` keys of ``summary.json``, and ``retrieval`` when the open-book evaluator ran."""
     retrieval = retrieval_summary(rows)
-    return {"matrix": matrix_summary(rows), "groups": groups_summary(rows), **({"retrieval": retrieval} if retrieval else {})}
+    summary = {"matrix": matrix_summary(rows), "groups": groups_summary(rows)}
+    return {**summary, "retrieval": retrieval} if retrieval else summary
 
 
 def _fmt(value) -> str:

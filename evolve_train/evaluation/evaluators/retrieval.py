@@ -187,7 +187,8 @@ def open_metrics(records: list[dict], closed: list[dict]) -> dict:
     return {"n": opened["n"], "em": shut["em"], "em_ci": bootstrap_mean_ci(closed_em), "f1": shut["f1"],
             "em_open": opened["em"], "em_open_ci": bootstrap_mean_ci(open_em), "f1_open": opened["f1"],
             "gap": gap["diff"] if gap else None, "gap_ci": [gap["ci_low"], gap["ci_high"]] if gap else None,
-            "recall@k": _mean([r["hit"] for r in records]), "recall@k_ci": bootstrap_mean_ci([r["hit"] for r in records]),
+            "recall@k": _mean([r["hit"] for r in records]),
+            "recall@k_ci": bootstrap_mean_ci([r["hit"] for r in records]),
             "em_open_hit": _mean([r["correct"] for r in hits]), "n_hit": len(hits),
             "cut": _mean([int(r["cut"]) for r in records]), "passages": _mean([len(r["retrieved"]) for r in records])}
 
@@ -282,5 +283,6 @@ def format_retrieval(summary: dict) -> list[str]:
         last = max(per, key=int)
         body = per[last].get(ALL) or {}
         cells = [f"{key}={body[key]:.3f}" for key in ("em", "em_open", "recall@k") if body.get(key) is not None]
-        lines.append(f"retrieval @ {label} {last} (all; scope {body.get('scope')}, k={body.get('k')}): " + "  ".join(cells))
+        lines.append(f"retrieval @ {label} {last} (all; scope {body.get('scope')}, k={body.get('k')}): "
+                     + "  ".join(cells))
     return lines
