@@ -4,6 +4,7 @@
     python scripts/bench.py                  # longer: 3 epochs, 20 repeats, 60 steps per size, 8-step world
     python scripts/bench.py --demo-run runs/demo   # eval speed on the demo's final checkpoint, its eval_share
     python scripts/bench.py --retrieval-only --demo-run runs/demo   # only the open-book evaluator's share
+    python scripts/bench.py --part pretrained      # a 135M Llama, fp32 vs bf16 (scripts/bench_pretrained.py)
 
 Prints a table, then (last line) one JSON object with the keys loop_vs_torch, lora_vs_full,
 packing_efficiency, clm_packing_efficiency, eval_speedup, eval_share, tokens_per_s_by_size, eval_growth,
@@ -277,11 +278,19 @@ def eval_growth(cfg, model, tokenizer, n_steps: int) -> list[dict]:
 
 
 def eval_share_from_run(run_dir: Path) -> dict | None:
+    """``eval_seconds / train_seconds`` per checkpoint, and ``slices_of_wall``: the ``slices`` evaluator's seconds
+    (its ``timing`` rows) over the run's training plus evaluation seconds (issue #29: the extra evaluation's
+    share of the demo's wall time)."""
     rows = read_metrics(run_dir / "metrics.jsonl")  # [] when the run has none
-    per_step = {}
+    per_step, wall, slices = {}, {}, 0.0
     for row in rows:
         if row.get("eval_seconds") is not None and row.get("train_seconds"):
             per_step[row["checkpoint"]] = row["eval_seconds"] / row["train_seconds"]
+        if row.get("group") == "timing":
+            wall[row["checkpoint"]] = (row.get("train_seconds") or 0.0) + (row.get("eval_seconds") or 0.0)
+            slices += (row.get("seconds") or {}).get("slices", 0.0)
+    if per_step and slices and sum(wall.values()):
+        per_step["slices_of_wall"] = slices / sum(wall.values())
     return per_step or None
 
 
@@ -332,8 +341,20 @@ def main(argv=None) -> None:
                         help="time steps of the world for eval growth (4; 8 without --quick)")
     parser.add_argument("--retrieval-only", action="store_true",
                         help="only the open-book evaluator's share of evaluation time (use with --demo-run)")
+    parser.add_argument("--part", choices=["default", "pretrained"], default="default",
+                        help="default: the figures above on the demo's model; pretrained: a 135M Llama from "
+                             "SmolLM2's config, fp32 vs bf16 training and evaluation tokens/s and peak fractions")
+    parser.add_argument("--pretrained-size", choices=["135m", "tiny"], default="135m",
+                        help="model of --part pretrained (tiny: a seconds-long check of the part itself)")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides of the benchmarked config, e.g. model.n_layer=2")
     args = parser.parse_args(argv)
+    if args.part == "pretrained":
+        from bench_pretrained import pretrained_part, print_pretrained
+
+        result = pretrained_part(args.pretrained_size, quick=args.quick)
+        print_pretrained(result)
+        print(json.dumps({"pretrained": result}))
+        return
     repeats = args.repeats or (14 if args.quick else 20)
     epochs = 1.0 if args.quick else 3.0
 

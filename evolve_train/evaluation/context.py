@@ -89,6 +89,18 @@ class Shards:
         return list(self.load)
 
 
+@dataclass(frozen=True)
+class TrainingFormat:
+    """How the run's training rows are formed, for evaluators that score training-format examples (``slices``)."""
+
+    objective: str = "masked_entity"
+    """``data.objective``."""
+    seq_len: int = 0
+    """``trainer.seq_len`` (0: the model's context length)."""
+    attention_reset: bool = True
+    """``trainer.attention_reset`` (packed ``clm`` rows)."""
+
+
 @dataclass
 class EvalContext:
     timeline: Timeline
@@ -111,6 +123,8 @@ class EvalContext:
     shared: dict = field(default_factory=dict)
     """What is built once per run and reused by every checkpoint (the open-book evaluator's passage stores):
     the run hands each checkpoint's context the same dict."""
+    training: TrainingFormat = field(default_factory=TrainingFormat)
+    """The run's training-row format (``data.objective``, ``trainer.seq_len``, ``trainer.attention_reset``)."""
     _answers: dict[str, str] = field(default_factory=dict)
     _scores: dict[tuple[str, str], float] = field(default_factory=dict)
     _samples: dict[str, list[str]] = field(default_factory=dict)

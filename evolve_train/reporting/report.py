@@ -1,6 +1,6 @@
 """``write_report(run_dirs, out_dir)``: PNG plots, ``report.md`` and a self-contained ``report.html``.
 
-Contents: the forgetting curves (EM per eval set over time steps, a line per run), a heatmap of each run's
+Contents (the time-slice, within-step and compute parts: ``reporting/timesliced.py``): the forgetting curves (EM per eval set over time steps, a line per run), a heatmap of each run's
 checkpoint x eval-set EM matrix, closed- vs open-book EM per split when the ``retrieval`` evaluator ran
 (``reporting/retrieval.py``, with its table), the training loss, the metrics of other row groups (e.g. ``paired``) per
 step, a per-step EM table per run, the final-checkpoint EM of every run side by side, and for each pair of
@@ -24,7 +24,7 @@ from typing import Iterable, Optional
 
 from evolve_train.evaluation.compare import PairedDiff, check_same_columns, compare_pairs
 from evolve_train.evaluation.rows import Run, column_key
-from evolve_train.reporting import plots, retrieval
+from evolve_train.reporting import plots, retrieval, timesliced
 from evolve_train.reporting.runs import load_runs
 from evolve_train.reporting.seed_sections import (configurations_section, final_mean_section, pooled_section,
                                                   step_mean_section)
@@ -171,7 +171,26 @@ def make_plots(runs: list[Run], out_dir: Path, groups: Optional[list[RunGroup]] 
     if loss:
         series["loss"] = loss
         figures.append(("Training loss", "training_loss.png"))
+    _timesliced_plots(runs, out_dir, figures, series)
     return {"figures": figures, "series": series}
+
+
+def _timesliced_plots(runs: list[Run], out_dir: Path, figures: list, series: dict) -> None:
+    """Slice NLL heatmaps, the within-step curves and retention against FLOPs (``reporting/timesliced.py``)."""
+    for run in runs:
+        name = f"slices_{_slug(run.label)}.png"
+        drawn = timesliced.plot_slice_heatmap(run, out_dir / name)
+        if drawn is not None:
+            series[f"slices/{run.label}"] = drawn
+            figures.append((f"Held-out slice NLL P[i][j] (METRICS.md §9): {run.label}", name))
+    within = timesliced.plot_within_step(runs, out_dir / "within_step.png")
+    if within:
+        series["within_step"] = within
+        figures.append(("Within-step probe: EM per split set during training (stability gap)", "within_step.png"))
+    retention = timesliced.plot_retention_vs_flops(runs, out_dir / "retention_vs_flops.png")
+    if retention:
+        series["retention_vs_flops"] = retention
+        figures.append(("Retention against cumulative training FLOPs", "retention_vs_flops.png"))
 
 
 @dataclass
@@ -232,7 +251,16 @@ def build_sections(findings: Findings, note: Optional[str]):
              "bootstrap intervals (pairs / questions resampled; reliance = true − shuffled, paired).",
              temporal_table(runs)),
             ("Other evaluators", "Each group's row over all its sets at the final checkpoint.", groups_table(runs)),
-            ("Retrieval (open-book)", retrieval.open_book_intro(runs), retrieval.open_book_table(runs))):
+            ("Retrieval (open-book)", retrieval.open_book_intro(runs), retrieval.open_book_table(runs)),
+            ("Time-sliced aggregates", "METRICS.md §9 (after TiC-LM): means of the train-step × eval-slice matrix "
+             "over j < i (backward), j = i (in_dist) and j > i (forward); slice NLL in nats per loss token with "
+             "95 % bootstrap intervals over the slices' examples and the perplexity exp(NLL); EM of the §3 "
+             "matrices; regret = run − oracle over shared cells when `eval.oracle_run` was set.",
+             timesliced.aggregates_table(runs)),
+            ("Compute", "METRICS.md §11 per trained step: real input tokens, loss tokens, optimizer steps, wall "
+             "seconds, the training FLOPs estimate (4·N + 2·N_trainable)·T (= 6·N·T for full fine-tuning) and "
+             "its running sum; the checkpoint's evaluation tokens (input positions) and seconds apart.",
+             timesliced.compute_table(runs))):
         if table:
             head.append((title, intro, table))
     if findings.diffs is not None:

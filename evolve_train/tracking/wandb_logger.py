@@ -133,6 +133,18 @@ def eval_payload(checkpoint: int, rows: list[dict]) -> dict:
     return payload
 
 
+def summary_scalars(summary: dict) -> dict:
+    """Run-summary keys of the TiC-LM aggregates and compute (METRICS.md §9, §11): ``timesliced/nll/<aggregate>``
+    (and ``_perplexity``), ``timesliced/em/<matrix>/<aggregate>``, ``timesliced/regret/...`` and
+    ``compute/<total>``."""
+    timesliced = summary.get("timesliced") or {}
+    nll = {k: v for k, v in (timesliced.get("nll") or {}).items() if k not in ("P", "P_init", "rows", "ci")}
+    em = {kind: {k: v for k, v in entry.items() if k != "rows"} for kind, entry in (timesliced.get("em") or {}).items()}
+    regret = {k: v for k, v in (timesliced.get("regret") or {}).items() if k != "oracle_run"}
+    return {**_flatten("timesliced/nll", nll), **_flatten("timesliced/em", em), **_flatten("timesliced/regret", regret),
+            **_flatten("compute", (summary.get("compute") or {}).get("totals") or {})}
+
+
 def _flatten(prefix: str, value: Any) -> dict:
     """Numbers of a (nested) dict as ``prefix/key/subkey`` entries (an interval ``<name>_ci: [low, high]`` as
     ``<name>_ci_low`` / ``<name>_ci_high``); other values are skipped."""
@@ -231,6 +243,8 @@ class WandbLogger(MetricLogger):
                    "train/time_step": row["time_step"]}
         payload.update({f"train/{k}": v for k, v in row.items()
                         if k in TRAIN_KEYS and _is_number(v)})
+        if row.get("group") == "within_step":  # the within-step probe (evaluation/within_step.py)
+            payload.update(_flatten("within_step/em", row.get("em") or {}))
         self.run.log(payload)
 
     def log_eval(self, checkpoint, rows):
@@ -263,6 +277,7 @@ class WandbLogger(MetricLogger):
                 for column, value in matrix[final].items():
                     self.run.summary[f"{metric}/{column}"] = value
                 self.run.summary["final_checkpoint"] = int(final)
+        self.run.summary.update(summary_scalars(summary))
         self.run.log(tables)
 
     def close(self, ok=True):

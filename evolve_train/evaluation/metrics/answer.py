@@ -66,8 +66,10 @@ def cut_at_stop(text: str, stops: Sequence[str] = DEFAULT_STOPS) -> str:
 
 
 def prediction_of(raw: str, stop_strings: Sequence[str]) -> str:
-    """The answer read off a raw generation: cut at the first stop string, stripped."""
-    return cut_at_stop(raw, list(stop_strings)).strip()
+    """The answer read off a raw generation: leading whitespace and newlines dropped (a pretrained model
+    often opens with a newline, which a ``\n`` stop would cut to an empty answer), cut at the first stop
+    string, stripped."""
+    return cut_at_stop(raw.lstrip(), list(stop_strings)).strip()
 
 
 def contains_answer(texts: Sequence[str], golds: Golds) -> int:
