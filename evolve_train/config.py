@@ -87,6 +87,92 @@ class GreedyDecoder(Choice):
     generate = "generate"
 
 
+class PassageSource(Choice):
+    documents = "documents"
+    sentences = "sentences"
+    files = "files"
+
+
+class RetrievalScope(Choice):
+    all = "all"
+    latest = "latest"
+# --- continual-pretraining recipes (training/schedule.py, methods/lwf.py, methods/averaging.py) -----------
+
+class Schedule(Choice):
+    """``trainer.schedule``: the shape of the learning rate within a time step (training/schedule.py)."""
+
+    linear = "linear"
+    """Linear warmup, then linear decay to ``min_lr_ratio`` (the default)."""
+    cosine = "cosine"
+    """Linear warmup, then a cosine to ``min_lr_ratio``."""
+    constant = "constant"
+    """Linear warmup, then the peak."""
+    wsd = "wsd"
+    """Warmup, stable at the peak, linear decay to ``min_lr_ratio`` over the last ``cooldown_fraction``."""
+    rsqrt = "rsqrt"
+    """Warmup, inverse square root (timescale ``warmup_steps``), linear cooldown over the last ``cooldown_fraction``."""
+    infinite = "infinite"
+    """Ibrahim et al. 2024: warmup once (step 0), constant ``constant_lr_ratio`` between steps, cooldown per step."""
+
+
+class Rewarm(Choice):
+    """``trainer.rewarm``: which time steps after step 0 start with a warmup."""
+
+    all = "all"
+    """Every time step."""
+    first = "first"
+    """Only step 1, the first continual step."""
+    none = "none"
+    """No step after step 0 (the LR starts at the step's peak)."""
+
+
+class PeakSchedule(Choice):
+    """``trainer.peak_schedule``: the peak learning rate of each time step."""
+
+    constant = "constant"
+    """``trainer.lr`` at every step."""
+    cosine_over_steps = "cosine_over_steps"
+    """TiC-LM's AR meta-schedule: step k's peak follows one cosine over the run's time steps."""
+
+
+class OptimizerState(Choice):
+    """``trainer.optimizer_state``: what AdamW starts a time step with."""
+
+    reset = "reset"
+    """Fresh moments at every time step (the default)."""
+    keep = "keep"
+    """The moments (and step counts) at the end of the previous time step, matched by parameter name."""
+
+
+class Average(Choice):
+    """``method.average``: what the checkpoint of step k holds."""
+
+    none = "none"
+    """The trained weights."""
+    uniform = "uniform"
+    """The mean of the trained weights of steps 0..k."""
+    ema = "ema"
+    """An exponential moving average over the steps' trained weights (``method.ema_decay``)."""
+
+
+class AverageContinue(Choice):
+    """``method.average_continue``: which weights step k+1 trains from when averaging."""
+
+    raw = "raw"
+    """The trained (raw) weights of step k, kept in ``train_state/carry/<k>/``."""
+    average = "average"
+    """The averaged checkpoint ``steps/<k>/``."""
+
+
+class LwfTargets(Choice):
+    """``method.lwf.targets``: what the student is distilled toward."""
+
+    kl = "kl"
+    """The teacher's softened distribution (KL divergence, scaled by temperature squared)."""
+    argmax = "argmax"
+    """The teacher's argmax token (cross-entropy), as TiC-LM without ``--lwf-kl``."""
+
+
 POSITIVE = (lambda v: v > 0, "positive")
 NON_NEGATIVE = (lambda v: v >= 0, ">= 0")
 AT_LEAST_ONE = (lambda v: v >= 1, ">= 1")
@@ -244,6 +330,25 @@ class FreezeConfig:
 
 
 @dataclass
+class LwfConfig:
+    weight: float = 1.0
+    """Weight of the distillation term added to the language-model loss (``>= 0``)."""
+    temperature: float = 2.0
+    """Softmax temperature of teacher and student in the KL term (``> 0``); the term is scaled by its square."""
+    targets: LwfTargets = LwfTargets.kl
+    """``kl``: KL(teacher || student) on the softened distributions; ``argmax``: cross-entropy of the student
+    on the teacher's most likely token."""
+    teacher_dtype: WeightDtype = WeightDtype.float32
+    """Dtype of the teacher copy (the previous step's weights): ``float32`` or ``bfloat16`` (half the memory)."""
+
+    def __post_init__(self):
+        self.targets = as_choice("method.lwf.targets", LwfTargets, self.targets)
+        self.teacher_dtype = as_choice("method.lwf.teacher_dtype", WeightDtype, self.teacher_dtype)
+        check_ranges("method.lwf", {"weight": (self.weight, NON_NEGATIVE),
+                                    "temperature": (self.temperature, POSITIVE)})
+
+
+@dataclass
 class MethodConfig:
     name: str = "full"
     """Name of the method, used in run names and reports."""
@@ -259,12 +364,27 @@ class MethodConfig:
     """Elastic weight consolidation: the pull weighted by the previous step's diagonal Fisher (strategy ``ewc``)."""
     freeze: FreezeConfig = field(default_factory=FreezeConfig)
     """Frozen parameter groups (strategy ``freeze``)."""
+    # --- LwF, averaging (docs/methods.md, "Recipes") ---
+    lwf: LwfConfig = field(default_factory=LwfConfig)
+    """Learning without forgetting: distillation toward the previous step's model (strategy ``lwf``)."""
+    average: Average = Average.none
+    """``none``: ``steps/<k>/`` holds the trained weights; ``uniform``: the mean of the trained weights of steps
+    0..k; ``ema``: their exponential moving average (``ema_decay``). Evaluated is ``steps/<k>/``."""
+    ema_decay: float = 0.5
+    """``average=ema``: ``avg_k = ema_decay * avg_(k-1) + (1 - ema_decay) * raw_k`` (``avg_0 = raw_0``), in [0, 1)."""
+    average_continue: AverageContinue = AverageContinue.raw
+    """When averaging: step k+1 trains from the raw weights of step k (``raw``) or from the average (``average``)."""
     at_step0: bool = False
     """Apply the strategies at step 0 too. Off (default): step 0 is the same full training for every method
     (a model built from scratch must first learn the world), so a sweep can share its checkpoint."""
     step0_cache: Optional[str] = "auto"
     """Directory of shared step-0 checkpoints keyed by a hash of data, model, seed and step-0 training:
     ``auto`` = ``<hydra.sweep.dir>/.step0_cache`` in a multirun and off otherwise; a path; or ``null`` (off)."""
+
+    def __post_init__(self):
+        self.average = as_choice("method.average", Average, self.average)
+        self.average_continue = as_choice("method.average_continue", AverageContinue, self.average_continue)
+        check_ranges("method", {"ema_decay": (self.ema_decay, (lambda v: 0 <= v < 1, "in [0, 1)"))})
 
 
 @dataclass
@@ -392,8 +512,15 @@ class DataConfig:
     keep_history: bool = False
     """Every earlier step's corpus is kept in each step's corpus (the positive control of
     ``experiment=time_aware``: each dated snapshot so far, not only the step's diff)."""
+    # --- held-out time slices (METRICS.md §9, data/slices.py) ---
+    heldout_share: float = 0.05
+    """Share of each step's training examples (masked-entity pairs, or ``clm`` documents) held out as the
+    step's slice: never trained on, scored by the ``slices`` evaluator (P[i][j], METRICS.md §9); 0 = none."""
+    heldout_seed: int = 0
+    """Seed of the held-out selection (with the step index)."""
 
     def __post_init__(self):
+        check_ranges("data", {"heldout_share": (self.heldout_share, (lambda v: 0.0 <= v < 1.0, "in [0, 1)"))})
         self.kind = as_choice("data.kind", DataKind, self.kind)
         self.objective = as_choice("data.objective", Objective, self.objective)
         self.default_split = as_choice("data.default_split", Split, self.default_split)
@@ -416,7 +543,7 @@ class TrainerConfig:
     weight_decay: float = 0.0
     """AdamW weight decay."""
     warmup_steps: int = 30
-    """Linear warmup at the start of every time step, then linear decay to ``min_lr_ratio * lr``."""
+    """Linear warmup at the start of a time step (which ones: ``rewarm``), then ``schedule``'s decay."""
     min_lr_ratio: float = 0.1
     """Final learning rate of each time step, as a share of ``lr``."""
     grad_clip: float = 1.0
@@ -452,10 +579,36 @@ class TrainerConfig:
     plain packing, a document attends to the earlier ones of its row."""
     peak_flops: float = 0.0
     """Peak FLOP/s of one device for the ``mfu`` of the training log (0 = look it up by GPU name, bf16/fp16)."""
+    # --- schedules across time steps and optimizer state (training/schedule.py, docs/training.md) ---
+    schedule: Schedule = Schedule.linear
+    """Shape of the LR within each time step: ``linear`` (warmup, linear decay), ``cosine``, ``constant``,
+    ``wsd`` (warmup, stable, decay), ``rsqrt`` (with cooldown) or ``infinite`` (warmup once, constant between
+    steps, cooldown within each); the LR of every update is a pure function of settings, step and update."""
+    rewarm: Rewarm = Rewarm.all
+    """Which time steps after step 0 warm up: ``all``, ``first`` (step 1 only) or ``none`` (step 0 always does;
+    ``schedule=infinite`` warms up at step 0 only, whatever this says)."""
+    peak_schedule: PeakSchedule = PeakSchedule.constant
+    """Peak LR per time step: ``constant`` (``lr``) or ``cosine_over_steps`` (TiC-LM's AR meta-schedule: a global
+    cosine over the run's time steps, from ``lr`` at step 0 toward ``min_lr_ratio * lr``)."""
+    cooldown_fraction: float = 0.2
+    """``wsd``, ``rsqrt``, ``infinite``: share of each time step's optimizer steps spent in the final linear
+    decay to ``min_lr_ratio`` (in [0, 1]; 0 = no cooldown)."""
+    constant_lr_ratio: float = 1.0
+    """``infinite``: the constant LR between steps as a share of the peak (step 0 decays to it by a cosine
+    after its warmup); in (0, 1]."""
+    optimizer_state: OptimizerState = OptimizerState.reset
+    """``reset``: fresh AdamW moments at every time step; ``keep``: carry the moments and step counts of step k-1
+    into step k (kept in ``train_state/carry/<k-1>/`` between steps, so a resume keeps them)."""
 
     def __post_init__(self):
         self.mixed_precision = as_choice("trainer.mixed_precision", Precision, self.mixed_precision)
         self.nonfinite = as_choice("trainer.nonfinite", NonFinite, self.nonfinite)
+        self.schedule = as_choice("trainer.schedule", Schedule, self.schedule)
+        self.rewarm = as_choice("trainer.rewarm", Rewarm, self.rewarm)
+        self.peak_schedule = as_choice("trainer.peak_schedule", PeakSchedule, self.peak_schedule)
+        self.optimizer_state = as_choice("trainer.optimizer_state", OptimizerState, self.optimizer_state)
+        check_ranges("trainer", {"cooldown_fraction": (self.cooldown_fraction, UNIT),
+                                 "constant_lr_ratio": (self.constant_lr_ratio, (lambda v: 0 < v <= 1, "in (0, 1]"))})
         check_ranges("trainer", {
             "epochs_step0": (self.epochs_step0, POSITIVE), "epochs": (self.epochs, POSITIVE),
             "batch_size": (self.batch_size, POSITIVE), "grad_accum": (self.grad_accum, POSITIVE),
@@ -537,6 +690,55 @@ class FlipRateConfig:
 
 
 @dataclass
+class RetrievalConfig:
+    """``retrieval``: the open-book evaluator (METRICS.md §10; docs/evaluation.md "Retrieval (open-book)")."""
+
+    k: int = 3
+    """Passages retrieved (BM25, ``bm25s``) per question and put before it."""
+    passages: PassageSource = PassageSource.documents
+    """What the store of step i holds: ``documents`` (step i's training documents; masked-entity pairs with the
+    mask filled in where a step has no documents), ``sentences`` (the same text split into sentences) or
+    ``files`` (``passage_files``)."""
+    passage_files: list[str] = field(default_factory=list)
+    """``passages=files``: JSONL passage files, one per time step in step order, or one file whose records name
+    their ``step`` (index or step name). A record: ``text`` (required), optional ``step``, ``date`` (default:
+    the step's name) and ``id``."""
+    scope: RetrievalScope = RetrievalScope.all
+    """At checkpoint i: ``all`` = the passages of steps 0..i, each with its step's date; ``latest`` = step i's
+    only (StreamingQA's two settings)."""
+    template: str = "{passages}\n{question}"
+    """The open-book prompt: ``{passages}`` (the retrieved passages, best first) and ``{question}`` (the
+    closed-book prompt of the item, ``data.prompt_template`` applied)."""
+    passage_template: str = "[{date}] {text}"
+    """One retrieved passage in the prompt: ``{text}``, ``{date}`` (its step's date), ``{step}``."""
+    separator: str = "\n"
+    """Between two passages in ``{passages}``."""
+    initial_every_store: bool = True
+    """With ``eval.eval_initial``: the model before training (checkpoint ``initial``) is asked open-book at
+    every step i's store, on the sets of checkpoint i (the retriever-only arm: rows with ``store`` = i)."""
+    paired: bool = True
+    """Also the paired temporal metrics (§4) open-book, on the ``paired`` evaluator's sets."""
+
+    def __post_init__(self):
+        self.passages = as_choice("eval.retrieval.passages", PassageSource, self.passages)
+        self.scope = as_choice("eval.retrieval.scope", RetrievalScope, self.scope)
+        check_ranges("eval.retrieval", {"k": (self.k, AT_LEAST_ONE)})
+        if (self.passages == PassageSource.files) != bool(self.passage_files):
+            raise ConfigError("eval.retrieval.passage_files: give the files with eval.retrieval.passages=files "
+                              f"(got passages={self.passages} and {len(self.passage_files)} file(s))")
+        for key, template, slots in (("template", self.template, ("passages", "question")),
+                                     ("passage_template", self.passage_template, ("text",))):
+            try:
+                template.format(passages="", question="", text="", date="", step="")
+            except (KeyError, IndexError, ValueError) as err:
+                raise ConfigError(f"eval.retrieval.{key}: {template!r} is not a format string over "
+                                  f"{{passages}}, {{question}} / {{text}}, {{date}}, {{step}} ({err})") from None
+            missing = [slot for slot in slots if "{" + slot + "}" not in template]
+            if missing:
+                raise ConfigError(f"eval.retrieval.{key}: {template!r} must contain {{{missing[0]}}}")
+
+
+@dataclass
 class GateConfig:
     flip_rate_max: Optional[float] = 0.10
     """Release gate: flip_rate (all splits, final checkpoint) must be <= this (null = no check)."""
@@ -567,8 +769,10 @@ class EvalConfig:
     """Generation is cut at the first of these (and at the tokenizer's EOS)."""
     forward_transfer: bool = False
     """Also evaluate each checkpoint on the next step's sets (needed for FWT)."""
-    eval_initial: bool = False
-    """Evaluate the model before any training (A_init for FWT; meaningful for pretrained models)."""
+    eval_initial: Optional[bool] = None
+    """Evaluate the model before any training as checkpoint ``initial`` (A_init for FWT; what a pretrained
+    model knew). ``null`` (default): on for a pretrained model (``model.name_or_path`` set), off for one
+    built from config (it knows nothing yet)."""
     max_items_per_set: int = 0
     """Cap on items per eval set (0 = all); a fixed seeded sample keeps it comparable across steps."""
     save_predictions: bool = True
@@ -596,6 +800,17 @@ class EvalConfig:
     ``general`` = the general text shipped with the package (not about the world's organisations)."""
     heldout_window: int = 128
     """``heldout``: tokens per scored window (at most the model's context length)."""
+    # --- time slices, regret, within-step evaluation (METRICS.md §9, §11; docs/evaluation.md) ---
+    slice_max_examples: int = 1000
+    """``slices``: examples scored per held-out slice (a fixed seeded sample; 0 = all)."""
+    oracle_run: Optional[str] = None
+    """A finished oracle run dir (the same model retrained from the initial weights on steps 0..i for each
+    checkpoint i): ``summary.json`` then gets ``regret_*`` = aggregate(run) − aggregate(oracle) (METRICS.md §9)."""
+    within_step_every: int = 0
+    """Evaluate a fixed probe of every split set each N optimizer steps during training (0 = off): the
+    stability gap within a step (``within_step.jsonl``)."""
+    within_step_items: int = 64
+    """Items per split set of the within-step probe (a fixed seeded sample)."""
     qa_adaptation: QAAdaptationConfig = field(default_factory=QAAdaptationConfig)
     """QA adaptation of each checkpoint before evaluation (off by default)."""
     contamination: ContaminationConfig = field(default_factory=ContaminationConfig)
@@ -604,6 +819,12 @@ class EvalConfig:
     """``flip_rate``: K equivalent templates and n repeats (docs/hygiene.md)."""
     gate: GateConfig = field(default_factory=GateConfig)
     """Release-gate thresholds (METRICS.md §8 defaults), read by ``evolve-gate`` (docs/hygiene.md)."""
+    retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
+    """``retrieval``: the open-book evaluator over the snapshots seen so far (METRICS.md §10)."""
+    # --- pretrained models (issue 25) ---
+    few_shot: int = 0
+    """Solved dev items (``split: dev``, drawn once, seeded) shown before every prompt, for question-style
+    sets (``data/few_shot.py``); a private item is never a demonstration (0 = zero-shot)."""
 
     def __post_init__(self):
         self.greedy_decoder = as_choice("eval.greedy_decoder", GreedyDecoder, self.greedy_decoder)
@@ -613,8 +834,11 @@ class EvalConfig:
             "ablation_k": (self.ablation_k, AT_LEAST_ONE),
             "overconfidence_tau": (self.overconfidence_tau, UNIT),
             "position_items": (self.position_items, NON_NEGATIVE), "position_rotations": (self.position_rotations, NON_NEGATIVE),
-            "grad_norm_items": (self.grad_norm_items, NON_NEGATIVE),
-            "heldout_window": (self.heldout_window, (lambda v: v >= 2, ">= 2"))})
+            "grad_norm_items": (self.grad_norm_items, NON_NEGATIVE), "few_shot": (self.few_shot, NON_NEGATIVE),
+            "heldout_window": (self.heldout_window, (lambda v: v >= 2, ">= 2")),
+            "slice_max_examples": (self.slice_max_examples, NON_NEGATIVE),
+            "within_step_every": (self.within_step_every, NON_NEGATIVE),
+            "within_step_items": (self.within_step_items, AT_LEAST_ONE)})
 
 
 @dataclass

@@ -29,20 +29,25 @@ from omegaconf import DictConfig, OmegaConf
 
 from evolve_train.config import Config
 from evolve_train.data.cache import resolve_cache_dir
+from evolve_train.data.few_shot import with_few_shot
 from evolve_train.data.timeline import build_timeline
 from evolve_train.errors import ConfigError
-from evolve_train.evaluation.context import Shards
+from evolve_train.evaluation.context import Shards, TrainingFormat
 from evolve_train.evaluation.evaluator import EvalContext, check_eval_config, evaluate_checkpoint
 from evolve_train.evaluation.evaluators.hygiene import preflight as hygiene_preflight, record_private
 from evolve_train.evaluation.evaluators.matrix import INITIAL
 from evolve_train.evaluation.qa_adaptation import QAAdaptation
+from evolve_train.evaluation.retrieval_index import preflight as retrieval_preflight
+from evolve_train.evaluation.within_step import probe_for
 from evolve_train.methods import Method, TokenizedHistory
+from evolve_train.methods.averaging import WeightAverage, cpu_state
+from evolve_train.models.source import check_model_source
 from evolve_train.models.build import (build_adapter, build_model, load_model, load_tokenizer,
                                        n_parameters, train_tokenizer)
 from evolve_train.reporting.summary import build_summary, format_summary_table
 from evolve_train.tracking import build_logger
 from evolve_train.tracking.disk import DiskLogger
-from evolve_train.training import faults, identity
+from evolve_train.training import carry, faults, identity
 from evolve_train.training.checkpoint import (RunState, ensure_writable, gathered_state_dict, preflight,
                                               remove_stale_tmp, save_checkpoint, step_dir)
 from evolve_train.training.distributed import build_accelerator, train_sharded
@@ -50,6 +55,7 @@ from evolve_train.training.examples import collate
 from evolve_train.training.loop import StepResult, train_time_step
 from evolve_train.training.redact import redact_run
 from evolve_train.training.step0_cache import Step0Cache
+from evolve_train.training.telemetry import CountPositions, eval_flops, parameter_counts
 from evolve_train.training.token_cache import TokenCache
 from evolve_train.training.train_state import StepStates, TrainingInterrupted, prune_states
 
@@ -68,6 +74,25 @@ def validate(cfg: Config) -> None:
                           "(a transformers ACT2FN name such as gelu_pytorch_tanh, gelu_new, relu)")
     check_eval_config(cfg.eval)  # evaluator names, time slices
     Method(cfg.method)  # strategy names and combinations
+    if "oracle" in cfg.method.strategies and cfg.data.keep_history:
+        raise ConfigError("method.strategies: 'oracle' trains on the union of the corpora of steps 0..k itself; "
+                          "with data.keep_history=true every earlier corpus would count twice (set it false)")
+
+
+def evaluates_initial(cfg: Config) -> bool:
+    """``eval.eval_initial``, whose default (``null``) is on for a pretrained model, off for one built from config."""
+    return bool(cfg.model.name_or_path) if cfg.eval.eval_initial is None else bool(cfg.eval.eval_initial)
+
+
+def require_training_data(cfg: Config, timeline) -> None:
+    """Training needs a corpus at every step; an evaluation-only timeline (``data=temporal_qa`` without
+    ``data.train_files``) is for ``evolve-eval``."""
+    empty = [step.name for step in timeline.steps if not len(step.pairs) and not len(step.texts)]
+    if empty and cfg.data.kind == "temporal_qa" and not cfg.data.train_files:
+        raise ConfigError("data.train_files: no training files (give {step name: [files]} per time step, e.g. "
+                          "'+data.train_files.2019=[train_2019.jsonl]'); evaluating a model needs none: evolve-eval")
+    if empty:
+        raise ConfigError(f"time step {empty[0]!r} has no training data (data.kind={cfg.data.kind})")
 
 
 def resolve_run_dir(cfg: Config) -> Path:
@@ -94,6 +119,8 @@ class ContinualRun:
         self.cfg: Config = OmegaConf.to_object(cfg) if isinstance(cfg, DictConfig) else cfg
         self.results: dict[int, StepResult] = {}
         """What training each step took (its metric rows carry it); absent for a step trained earlier."""
+        self.eval_shared: dict = {}
+        """Built once per run, reused by every checkpoint's evaluation (``EvalContext.shared``)."""
 
     # ----------------------------------------------------------------------------------- setup
 
@@ -101,6 +128,8 @@ class ContinualRun:
         """Everything that can fail on bad input fails here, before the run dir is written."""
         cfg = self.cfg
         validate(cfg)
+        check_model_source(cfg.model.name_or_path)  # a missing path, a GGUF file or dir: one clear error, nothing written
+        check_model_source(cfg.model.tokenizer, "model.tokenizer")
         self.run_dir = resolve_run_dir(cfg)
         self.state = RunState.load(self.run_dir)
         check_run_dir(self.run_dir, cfg.resume)
@@ -108,6 +137,7 @@ class ContinualRun:
         identity.check_resume(self.run_dir, cfg, self.state)
         identity.record(self.state, cfg)  # state.json carries the config from the first save on
         self._load_inputs()
+        require_training_data(cfg, self.timeline)
         if cfg.trainer.num_threads > 0:
             torch.set_num_threads(cfg.trainer.num_threads)
         self.accelerator = build_accelerator(cfg.trainer, gradient_accumulation_steps=cfg.trainer.grad_accum)
@@ -120,10 +150,38 @@ class ContinualRun:
         if self.start > 0:
             self.method.load_extra(self.model, step_dir(self.run_dir, self.start - 1))
         self.model.to(self.accelerator.device)
+        self.optimizer_carry = self._optimizer_carry()
+        self.averaging, self._raw = WeightAverage(cfg.method), None
+        if self.averaging.enabled and self.start > 0:
+            self._resume_average()
         if self.main:  # fail now, not at the first checkpoint: run dir writable, disk space for a checkpoint
             preflight(self.run_dir, self.model, len(self.timeline.steps) - self.start,
                       cfg.trainer.save_every_n_steps, cfg.trainer.keep_last_states)
         return self
+
+    def _optimizer_carry(self) -> Optional[carry.OptimizerCarry]:
+        """``trainer.optimizer_state=keep``: the AdamW state the next step starts from (the last complete step's)."""
+        if self.cfg.trainer.optimizer_state != "keep":
+            return None
+        tensors = carry.load(self.run_dir, self.start - 1, carry.OPTIMIZER_FILE) if self.start > 0 else None
+        if self.start > 0 and tensors is None:
+            log.warning("trainer.optimizer_state=keep: no optimizer state of step %d in %s; step %d starts with "
+                        "fresh AdamW moments", self.start - 1, carry.carry_dir(self.run_dir, self.start - 1),
+                        self.start)
+        return carry.OptimizerCarry(tensors)
+
+    def _resume_average(self) -> None:
+        """``method.average``: ``steps/<start-1>`` (loaded) holds the average; continue from the raw weights kept
+        in ``train_state/carry/<start-1>/`` unless ``method.average_continue=average``."""
+        self.averaging.average = cpu_state(self.model)
+        if self.cfg.method.average_continue != "raw":
+            return
+        raw = carry.load(self.run_dir, self.start - 1, carry.RAW_FILE)
+        if raw is None:
+            raise RuntimeError(f"method.average: the raw weights of step {self.start - 1} are missing from "
+                               f"{carry.carry_dir(self.run_dir, self.start - 1)}; the run cannot continue from them "
+                               "(method.average_continue=average continues from the average)")
+        self.model.load_state_dict(raw)
 
     def _agreed_start(self) -> int:
         """The first step to train, as the main process reads ``state.json`` (broadcast: every rank agrees)."""
@@ -136,9 +194,11 @@ class ContinualRun:
 
     def _load_inputs(self) -> None:
         """The timeline and QA adaptation, validated, and the private-leak preflight: before anything is written."""
-        self.timeline = build_timeline(self.cfg.data)
+        self.timeline = with_few_shot(build_timeline(self.cfg.data), self.cfg.eval.few_shot)  # dev demonstrations
         self.qa_adaptation = QAAdaptation.from_config(self.cfg, self.timeline)  # None when off
         hygiene_preflight(self.cfg, self.timeline, self.qa_adaptation)  # no private eval item in training/prompts
+        if "retrieval" in self.cfg.eval.evaluators:  # passage files read now: a bad one fails before training
+            retrieval_preflight(self.cfg.eval.retrieval, self.timeline)
 
     def _start_loggers(self) -> None:
         backends = ["disk"] + [name for name in self.cfg.logger.backends if name != "disk"]  # metrics.jsonl always
@@ -157,6 +217,7 @@ class ContinualRun:
             for stale in remove_stale_tmp(run_dir):
                 log.warning("removed an incomplete checkpoint left by an interrupted run: %s", stale)
             prune_states(run_dir, through_step=self.start - 1)  # states of finished steps (docs/reliability.md)
+            carry.prune(run_dir, before=self.start - 1)  # what the step to train next needs is kept
             redact_run(dataclasses.asdict(cfg))  # secrets out of .hydra/*.yaml and sys.argv before loggers start
         self._start_loggers()
         if self.main:
@@ -180,6 +241,12 @@ class ContinualRun:
         log.info("model: %.2fM parameters", n_parameters(model) / 1e6)
         return model, tokenizer
 
+    def _initial_weights(self):
+        """The model before step 0 again, as :meth:`_initial_model` built it (same seed, same tokenizer; a
+        pretrained model loaded again): where an oracle step starts (methods/oracle.py)."""
+        set_seed(self.cfg.seed)
+        return build_model(self.cfg.model, self.tokenizer).to(self.accelerator.device)
+
     def load_checkpoint(self, step: int):
         """``(model, tokenizer)`` of the saved checkpoint ``steps/<step>/``."""
         path = str(step_dir(self.run_dir, step))
@@ -192,7 +259,7 @@ class ContinualRun:
         self.setup()
         ok = False
         try:
-            if self.cfg.eval.eval_initial and self.start == 0:  # A_init (METRICS.md §3): checkpoint -1
+            if evaluates_initial(self.cfg) and self.start == 0:  # A_init (METRICS.md §3): checkpoint -1
                 self.evaluate(INITIAL)
             for step in range(self.start, len(self.timeline.steps)):
                 self.train_step(step)
@@ -215,11 +282,15 @@ class ContinualRun:
         cfg = self.cfg
         set_seed(cfg.seed + step)
         self.active = self.method.at_step(step)  # step 0: plain full training unless method.at_step0
+        if self.active.from_initial(step):  # the oracle: from the initial weights, not step-1's checkpoint
+            self.model = self._initial_weights()
+            set_seed(cfg.seed + step)
         examples = self._examples(step)
         self.model = self.active.prepare_model(self.model, step)
         cache = (Step0Cache.for_run(cfg, self.tokenizer, self.accelerator.num_processes, self.timeline.steps[0])
                  if step == 0 else None)
-        cached = cache.load(cfg.model, self.accelerator, self.logger.log_train) if cache else None
+        keep = self.optimizer_carry is not None  # the cache holds no optimizer state: step 0 trains here
+        cached = cache.load(cfg.model, self.accelerator, self.logger.log_train) if cache and not keep else None
         if cached:
             self.model, result = cached
         else:
@@ -245,26 +316,52 @@ class ContinualRun:
         with StepStates(self.run_dir, step, cfg.trainer.save_every_n_steps, cfg.trainer.keep_last_states,
                         accelerator, method=self.active, resume=str(cfg.resume).lower() != "false") as states:
             self.model, result = train_sharded(accelerator, self.model, lambda model: train_time_step(
-                model, examples, step=step, epochs=cfg.trainer.epochs_step0 if step == 0 else cfg.trainer.epochs,
+                model, examples, step=step, epochs=self._epochs(step),
                 cfg=cfg.trainer, method=self.active, accelerator=accelerator,
                 collate_fn=lambda rows: collate(rows, pad_id, cfg.trainer.attention_reset),
-                seed=cfg.seed + 1000 * step, log_fn=log_fn, states=states))  # FSDP2: sharded while it trains
+                seed=cfg.seed + 1000 * step, log_fn=log_fn, states=states,
+                n_time_steps=len(self.timeline.steps), optimizer_carry=self.optimizer_carry,
+                schedule_step=0 if self.active.from_initial(step) else step,
+                probe=probe_for(self.timeline, self.adapter, cfg.eval)))  # FSDP2: sharded while it trains
         if cache and self.main:
             cache.store(self.model, self.tokenizer, result, trained_by=str(self.run_dir))
         return result
 
+    def _epochs(self, step: int) -> float:
+        """Passes over step ``step``'s corpus: ``epochs_step0`` for step 0 and for a step trained from the initial
+        weights (the oracle), else ``epochs``."""
+        initial = step == 0 or self.active.from_initial(step)
+        return self.cfg.trainer.epochs_step0 if initial else self.cfg.trainer.epochs
+
     def save(self, step: int) -> None:
         """Checkpoint ``steps/<step>/`` (full weights gathered under FSDP / DeepSpeed) and mark it trained."""
         self.accelerator.wait_for_everyone()
-        weights = self.active.saves_weights(step)  # LoRA without save_merged: the adapter only
+        # LoRA without save_merged: the adapter only; an average is full weights
+        weights = self.active.saves_weights(step) or self.averaging.enabled
+        if self.averaging.enabled:  # steps/<k> (and the evaluation) get the average; the raw weights are carried
+            raw = cpu_state(self.accelerator.unwrap_model(self.model))
+            self.model.load_state_dict(self.averaging.update(raw, step))
+            self._raw = raw if self.cfg.method.average_continue == "raw" else None
         gathered = gathered_state_dict(self.accelerator, self.model) if weights else None  # a collective
         if self.main:
+            carried = self._carried()
+            if carried:  # before state.json marks the step trained (training/carry.py)
+                carry.save(self.run_dir, step, carried)
             save_checkpoint(self.run_dir, step, self.model, self.tokenizer,
                             extra_files=lambda d: self.active.save_extra(self.model, d), state_dict=gathered,
                             weights=weights)
             self.state.trained = sorted(set(self.state.trained) | {step})
             self.state.method_state = self.method.state_dict()
             self.state.save(self.run_dir)
+
+    def _carried(self) -> dict:
+        """What step k hands to step k+1 besides its checkpoint: ``{file name: tensors}`` (training/carry.py)."""
+        files = {}
+        if self.optimizer_carry is not None and self.optimizer_carry.tensors:
+            files[carry.OPTIMIZER_FILE] = self.optimizer_carry.tensors
+        if self._raw is not None:
+            files[carry.RAW_FILE] = self._raw
+        return files
 
     def evaluate(self, checkpoint: int, model=None) -> list[dict]:
         """Score ``checkpoint`` (the model on the object, or ``model``) on every set introduced so far;
@@ -282,7 +379,12 @@ class ContinualRun:
                 self.state.evaluated = sorted(set(self.state.evaluated) | {checkpoint})
                 self.state.save(self.run_dir)
                 prune_states(self.run_dir, through_step=checkpoint)
+                carry.prune(self.run_dir, before=checkpoint)  # a rerun of step checkpoint+1 needs this one's
         model.train()
+        raw = getattr(self, "_raw", None)  # None also for saved checkpoints evaluated without training (saved_eval.py)
+        if model is self.model and raw is not None and checkpoint >= 0:  # the average was evaluated:
+            self.model.load_state_dict(raw)  # the next step trains from the raw weights
+            self._raw = None
         self.accelerator.wait_for_everyone()
         return rows
 
@@ -295,25 +397,34 @@ class ContinualRun:
         plain = self.accelerator.unwrap_model(model, keep_fp32_wrapper=False)
         ctx = EvalContext(model=plain, adapter=self.adapter, timeline=self.timeline, checkpoint=checkpoint,
                           cfg=self.cfg.eval, run_dir=self.run_dir, shards=Shards.of(self.accelerator),
-                          writes=self.main)
+                          writes=self.main, shared=self.eval_shared, training=self._training_format())
         start = time.perf_counter()
-        with self.accelerator.autocast():
+        with self.accelerator.autocast(), CountPositions(plain) as counted:  # evaluation's tokens (§11)
             scored = evaluate_checkpoint(ctx)
         rows = record_private(self.run_dir if self.main else None, self.timeline, self.cfg.eval, checkpoint,
                               scored)  # private_evaluations.jsonl
         faults.point("evaluate")
-        return self._decorate(rows, checkpoint, round(time.perf_counter() - start, 2))
+        evaluated = {"eval_tokens": counted.positions, "eval_flops": eval_flops(parameter_counts(plain)[0],
+                                                                                counted.positions)}
+        return self._decorate(rows, checkpoint, round(time.perf_counter() - start, 2), evaluated)
 
-    def _decorate(self, rows: list[dict], checkpoint: int, eval_seconds: float) -> list[dict]:
+    def _training_format(self) -> TrainingFormat:
+        cfg = self.cfg
+        return TrainingFormat(str(cfg.data.objective), cfg.trainer.seq_len, cfg.trainer.attention_reset)
+
+    def _decorate(self, rows: list[dict], checkpoint: int, eval_seconds: float,
+                  evaluated: Optional[dict] = None) -> list[dict]:
         """Run metadata on every row: method, seed, the training that made the checkpoint, evaluation time."""
         result = self.results.get(checkpoint)
         if checkpoint == INITIAL:
             result = StepResult(optimizer_steps=0, tokens=0, final_loss=float("nan"), seconds=0.0)
-        meta = {"method": self.cfg.method.name, "seed": self.cfg.seed}
+        meta = {"method": self.cfg.method.name, "seed": self.cfg.seed, **(evaluated or {})}
         if result is not None:
             meta.update(train_seconds=round(result.seconds, 2), eval_seconds=eval_seconds,
-                        train_tokens=result.tokens, train_tokens_per_s=result.tokens_per_s,
-                        num_processes=self.accelerator.num_processes)
+                        train_tokens=result.tokens, train_optimizer_steps=result.optimizer_steps,
+                        train_tokens_per_s=result.tokens_per_s,
+                        num_processes=self.accelerator.num_processes, optimizer_steps=result.optimizer_steps,
+                        loss_tokens=result.loss_tokens, train_flops=result.flops)
             if self.cfg.trainer.nonfinite == "skip":  # batches dropped for a non-finite loss/gradient
                 meta["skipped_batches"] = result.skipped_batches
         else:

@@ -27,6 +27,7 @@ from evolve_train.errors import ConfigError
 from evolve_train.models.build import build_adapter, load_model, load_tokenizer
 from evolve_train.run import ContinualRun, validate
 from evolve_train.evaluation.rows import read_metrics
+from evolve_train.models.source import check_model_source
 from evolve_train.training.checkpoint import RunState, ensure_writable, step_dir
 from evolve_train.utils.io import atomic_write_text, write_jsonl
 
@@ -47,6 +48,8 @@ class SavedCheckpoints(ContinualRun):
 
         cfg = self.cfg
         validate(cfg)
+        if self.source is None:  # a model no run produced: the same clear error as train.py's
+            check_model_source(cfg.model.name_or_path)
         self._load_inputs()
         self.steps = self._steps()
         self.run_dir = self.out

@@ -37,6 +37,9 @@ def test_bench_quick_runs_on_a_tiny_config_and_prints_every_figure():
                                                                            for k in range(3)]
     # checkpoint 1 is asked every set of checkpoint 0 and step 2's (forward transfer); the last has no next step
     assert growth[0]["items"] < growth[1]["items"] == growth[2]["items"]
+    share = figures["retrieval_share"]
+    assert share["share_reused"] > 0 and share["retrieval_reused_s"] <= share["retrieval_built_s"] * 1.5
+    assert share["evaluators"][-1] == "retrieval" and 0 <= share["recall_at_k"] <= 1
     assert "loop_vs_torch" in result.stdout and "evaluation time by checkpoint" in result.stdout
 
 
@@ -44,3 +47,15 @@ def test_bench_rejects_a_malformed_size():
     result = subprocess.run([sys.executable, "scripts/bench.py", "--sizes", "4x128"], cwd=ROOT,
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and "LAYERSxWIDTHxHEADS" in result.stderr
+
+
+def test_bench_pretrained_part_prints_both_precisions():
+    result = subprocess.run([sys.executable, "scripts/bench.py", "--part", "pretrained", "--pretrained-size", "tiny"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    figures = json.loads(result.stdout.strip().splitlines()[-1])["pretrained"]
+    for precision in ("fp32", "bf16"):
+        row = figures[precision]
+        assert row["train_tokens_per_s"] > 0 and row["eval_tokens_per_s"] > 0 and row["matmul_peak_gflops"] > 0
+        assert 0 < row["train_peak_fraction"] and row["train_steps"] == 3  # 4 optimizer steps, the first a warm-up
+    assert "bf16 / fp32" in result.stdout

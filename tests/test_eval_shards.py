@@ -8,8 +8,9 @@ Every process gets whole batches of the plan one process would form (``ModelAdap
   batches, planned on its own, forms the same batches again;
 * the processes' loads stay within one batch of each other over a checkpoint's calls;
 * answers and option scores computed by 2 and 3 simulated processes (threads whose ``gather`` exchanges
-  values) equal the one-process results bit for bit (``==``), while a split that ignores the batches does
-  not (the premise: padding moves the last float digits);
+  values) equal the one-process results bit for bit (``==``); a split that ignores the batches agrees
+  only to rounding (whether padding to another length moves the last float digits depends on the CPU's
+  kernels, so no test asserts that it does);
 * a prompt cut to fit the model scores the same whatever else its call scores.
 
 The 2-process runs with real gloo process groups are in tests/test_fsdp.py.
@@ -225,14 +226,17 @@ def test_one_process_generates_and_scores_everything_in_one_call_without_a_plan(
     assert calls == ["generate", "score_options"] and Shards().gather(5) == [5]
 
 
-def test_a_split_that_ignores_the_batches_moves_the_last_digits(setup):
+def test_a_split_that_ignores_the_batches_agrees_to_rounding(setup):
+    """Contiguous halves form other batches than the whole call: on some CPUs (kernel choices) that moves
+    the last float digits, on others it does not. Only agreement to rounding can be asserted here; exact
+    equality is what whole-batch sharding guarantees (the tests above)."""
     adapter, model = setup
     requests = requests_of(QUESTIONS)
     whole = adapter.score_options(model, requests, batch_size=BATCH)
     cut = len(requests) // 2 + 1  # contiguous halves of the requests, as before whole batches
     halves = (adapter.score_options(model, requests[:cut], batch_size=BATCH)
               + adapter.score_options(model, requests[cut:], batch_size=BATCH))
-    assert halves == pytest.approx(whole, rel=1e-5) and halves != whole
+    assert halves == pytest.approx(whole, rel=1e-5)
 
 
 def test_a_cut_prompt_scores_the_same_whatever_else_the_call_scores():

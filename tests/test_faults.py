@@ -13,8 +13,9 @@ training either), bitwise on CPU:
 - no file is truncated or left half-written: every .json/.jsonl parses, every .safetensors loads, no
   temporary (``.tmp-``) file or dir remains.
 
-Sizes (tiny config): step 0 trains 24 optimizer steps, steps 1 and 2 train 12 each; the loop counts
-``optimizer_step`` arrivals across the whole process, so count 30 is step 1's 6th update.
+Sizes (tiny config, each step's held-out slice out of training): step 0 trains 21 optimizer steps, steps 1 and
+2 train 12 each; the loop counts ``optimizer_step`` arrivals across the whole process, so count 27 is step 1's
+6th update.
 """
 
 from __future__ import annotations
@@ -113,13 +114,13 @@ def references(tmp_path_factory):
 
 CASES = [
     # (method, fault, what the rerun must say in its log)
-    ("full", "optimizer_step:30", "resuming time step 1 from the training state"),       # mid-step 1, from opt 4
+    ("full", "optimizer_step:27", "resuming time step 1 from the training state"),       # mid-step 1, from opt 4
     ("full", "checkpoint_write:2", "resuming time step 1 from the training state"),      # writing steps/1
-    ("full", "optimizer_step:30:SIGINT", "resuming time step 1 from the training state"),  # Ctrl-C mid-step 1
-    ("lora", "optimizer_step:43", "resuming time step 2 from the training state"),       # mid-step 2 (adapter)
+    ("full", "optimizer_step:27:SIGINT", "resuming time step 1 from the training state"),  # Ctrl-C mid-step 1
+    ("lora", "optimizer_step:40", "resuming time step 2 from the training state"),       # mid-step 2 (adapter)
     ("lora", "checkpoint_saved:2", "resuming time step 1 from the training state"),      # steps/1 not recorded
     ("lora", "evaluate:3", "resuming time step 2 from the training state"),              # evaluating ckpt 2
-    ("full", "optimizer_step:42:SIGTERM", "resuming time step 2 from the training state"),  # preempted in step 2
+    ("full", "optimizer_step:39:SIGTERM", "resuming time step 2 from the training state"),  # preempted in step 2
 ]
 
 

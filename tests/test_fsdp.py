@@ -210,3 +210,21 @@ def test_fsdp2_step0_cache_is_stored_and_loaded(tmp_path):
     a, b = load_file(first / "steps/0/model.safetensors"), load_file(second / "steps/0/model.safetensors")
     assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
     check_loads(second, "lora")
+
+
+@pytest.mark.slow
+def test_fsdp2_keeps_the_optimizer_state_across_steps_like_ddp(tmp_path):
+    """``trainer.optimizer_state=keep`` under FSDP2: the sharded AdamW state is gathered by parameter name at the
+    end of each step (train_state/carry/<k>/) and sharded again into the next step's optimizer, so FSDP2 trains
+    the weights DDP trains with the same setting."""
+    sharded, ddp = tmp_path / "fsdp", tmp_path / "ddp"
+    overrides = [*SMALL, "method=full", "trainer.batch_size=8", "trainer.optimizer_state=keep"]
+    run([*launch(), "train.py", *overrides, f"hydra.run.dir={sharded}"], ENV)
+    run([*launch(config=""), "train.py", *overrides, f"hydra.run.dir={ddp}"], ENV)
+    carried = load_file(sharded / "train_state/carry/2/optimizer.safetensors")
+    assert carried.keys() == load_file(ddp / "train_state/carry/2/optimizer.safetensors").keys()
+    assert carried["transformer.wte.weight/step"].item() > 12  # counts every step's updates since step 0
+    for k in (1, 2):
+        difference = relative_difference(load_file(ddp / f"steps/{k}/model.safetensors"),
+                                         load_file(sharded / f"steps/{k}/model.safetensors"))
+        assert difference < SAME_AS_DDP, (k, difference)

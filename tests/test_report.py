@@ -82,7 +82,9 @@ def test_cli_on_two_tiny_runs_writes_plots_and_reports(tiny_runs, tmp_path, caps
     groups = {r["group"] for r in read_jsonl(tiny_runs[0] / "metrics.jsonl")}
     assert pngs == sorted(["forgetting_curves.png", "matrix_full_seed0.png", "matrix_full_seed1.png",
                            "training_loss.png"] + ["paired_metrics.png"] * ("paired" in groups)
-                          + ["heldout_metrics.png"] * ("heldout" in groups))
+                          + ["heldout_metrics.png"] * ("heldout" in groups)
+                          + ["slices_full_seed0.png", "slices_full_seed1.png"] * ("slices" in groups)
+                          + ["retention_vs_flops.png"])
     assert all((out / p).stat().st_size > 5000 for p in pngs)
     html = (out / "report.html").read_text()
     assert html.count("data:image/png;base64,") == len(pngs) == html.count("<img")

@@ -116,7 +116,8 @@ def test_a_completed_run_resumes_to_the_same_summary_without_training(tiny_run):
 # Losses of the tiny recipe as recorded on the reference machine (torch 2.13.0+cpu, one thread): the first
 # logged losses of each time step (steps 1 and 2 continue from the previous checkpoint). A change to the
 # loop, the data pipeline, the schedule or the model that moves training shows here first.
-RECORDED_LOSSES = {0: [5.679746, 5.53277, 5.428414, 5.303918], 1: [4.622781, 4.541384], 2: [4.126782, 4.034124]}
+# Recorded again when each step's held-out slice (data.heldout_share=0.05, issue #29) left the training data.
+RECORDED_LOSSES = {0: [5.685143, 5.549697, 5.415015, 5.25491], 1: [4.757658, 4.594915], 2: [4.197185, 4.152647]}
 
 
 def test_the_tiny_recipe_reproduces_its_recorded_losses(tiny_run):
@@ -124,7 +125,7 @@ def test_the_tiny_recipe_reproduces_its_recorded_losses(tiny_run):
     for step, expected in RECORDED_LOSSES.items():
         losses = [r["loss"] for r in log if r["time_step"] == step][:len(expected)]
         assert losses == pytest.approx(expected, rel=1e-3), (step, losses)
-    assert [r["tokens"] for r in log if r["time_step"] == 0][:2] == [719, 1765]  # the same batches, in order
+    assert [r["tokens"] for r in log if r["time_step"] == 0][:2] == [1155, 2266]  # the same batches, in order
 
 
 @pytest.mark.parametrize("override, needle", [

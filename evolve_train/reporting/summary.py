@@ -5,7 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from evolve_train.evaluation.evaluators.report import evaluation_summary, format_evaluation
+from evolve_train.evaluation.evaluators.slices_summary import format_timesliced, timesliced_summary
 from evolve_train.evaluation.rows import METRICS_FILE, SPLITS, column_key, column_name, read_metrics
+from evolve_train.training.telemetry import compute_summary
 
 
 def split_rows(rows: list[dict]) -> list[dict]:
@@ -32,6 +34,8 @@ def build_summary(run_dir: Path, timeline, cfg) -> dict:
         "f1": _metric_table(rows, "f1"),
         "train_seconds": {str(r["checkpoint"]): r.get("train_seconds") for r in split_rows(rows)},
         **evaluation_summary(rows),  # "matrix" (METRICS.md §3) and "groups" (the other evaluators)
+        "timesliced": timesliced_summary(rows, Path(run_dir), cfg.eval.oracle_run),  # METRICS.md §9
+        "compute": compute_summary(rows),  # METRICS.md §11
     }
 
 
@@ -46,5 +50,17 @@ def format_summary_table(summary: dict) -> str:
         cells = table[checkpoint]
         lines.append(checkpoint.ljust(6) + "".join(
             ("-" if cells.get(c) is None else f"{cells[c]:.3f}").rjust(width) for c in columns))
-    evaluation = format_evaluation(summary)
-    return "\n".join(lines + ([evaluation] if evaluation else []))
+    extra = [text for text in (format_evaluation(summary), format_timesliced(summary), format_compute(summary))
+             if text]
+    return "\n".join(lines + extra)
+
+
+def format_compute(summary: dict) -> str:
+    """One line of training and evaluation compute totals (METRICS.md §11)."""
+    totals = (summary.get("compute") or {}).get("totals") or {}
+    if totals.get("train_flops") is None:
+        return ""
+    return (f"compute: training {totals['train_flops']:.3g} FLOPs, {int(totals['train_tokens'] or 0)} tokens "
+            f"({int(totals['loss_tokens'] or 0)} loss tokens), {int(totals['optimizer_steps'] or 0)} optimizer steps, "
+            f"{totals['train_seconds'] or 0:.1f} s; evaluation {totals.get('eval_tokens') or 0} tokens, "
+            f"{totals.get('eval_seconds') or 0:.1f} s")

@@ -5,7 +5,8 @@ to ``<run_dir>/wandb/offline-run-*`` and uploaded later with ``wandb sync``. Wha
 
 - ``em/<set_name>``, ``f1/<set_name>``, ``n/<set_name>`` per checkpoint against the ``time_step`` step
   metric, so W&B draws one forgetting curve per split; other evaluator groups land under
-  ``<group>/<set_name>/<metric>`` against ``time_step`` too;
+  ``<group>/<set_name>/<metric>`` against ``time_step`` too (open-book rows: ``retrieval/<set_name>/em_open``...;
+  those of the model before training at step i's store: ``retrieval/store_<i>/<set_name>/...`` at time step -1);
 - ``train/loss``, ``train/lr``, ``train/tokens``, ``train/tokens_per_s`` (and on GPU ``train/peak_mem_gb``,
   ``train/mfu``) against ``train/global_step`` (optimizer steps counted across time steps, continued from
   ``train_log.jsonl`` after a resume), and each checkpoint's ``time/train_tokens_per_s``;
@@ -126,8 +127,22 @@ def eval_payload(checkpoint: int, rows: list[dict]) -> dict:
                     payload[f"time/{metric}"] = row[metric]
         elif group:
             prefix = f"{group}/{row['set_name']}" if row.get("set_name") else str(group)
+            if row.get("store") is not None and row["store"] != checkpoint:  # the initial model at step i's store
+                prefix = f"{group}/store_{row['store']}/{row['set_name']}"
             payload.update(_flatten(prefix, {k: v for k, v in row.items() if k not in ROW_META}))
     return payload
+
+
+def summary_scalars(summary: dict) -> dict:
+    """Run-summary keys of the TiC-LM aggregates and compute (METRICS.md §9, §11): ``timesliced/nll/<aggregate>``
+    (and ``_perplexity``), ``timesliced/em/<matrix>/<aggregate>``, ``timesliced/regret/...`` and
+    ``compute/<total>``."""
+    timesliced = summary.get("timesliced") or {}
+    nll = {k: v for k, v in (timesliced.get("nll") or {}).items() if k not in ("P", "P_init", "rows", "ci")}
+    em = {kind: {k: v for k, v in entry.items() if k != "rows"} for kind, entry in (timesliced.get("em") or {}).items()}
+    regret = {k: v for k, v in (timesliced.get("regret") or {}).items() if k != "oracle_run"}
+    return {**_flatten("timesliced/nll", nll), **_flatten("timesliced/em", em), **_flatten("timesliced/regret", regret),
+            **_flatten("compute", (summary.get("compute") or {}).get("totals") or {})}
 
 
 def _flatten(prefix: str, value: Any) -> dict:
@@ -228,6 +243,8 @@ class WandbLogger(MetricLogger):
                    "train/time_step": row["time_step"]}
         payload.update({f"train/{k}": v for k, v in row.items()
                         if k in TRAIN_KEYS and _is_number(v)})
+        if row.get("group") == "within_step":  # the within-step probe (evaluation/within_step.py)
+            payload.update(_flatten("within_step/em", row.get("em") or {}))
         self.run.log(payload)
 
     def log_eval(self, checkpoint, rows):
@@ -260,6 +277,7 @@ class WandbLogger(MetricLogger):
                 for column, value in matrix[final].items():
                     self.run.summary[f"{metric}/{column}"] = value
                 self.run.summary["final_checkpoint"] = int(final)
+        self.run.summary.update(summary_scalars(summary))
         self.run.log(tables)
 
     def close(self, ok=True):

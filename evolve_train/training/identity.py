@@ -6,7 +6,9 @@
   ``state.json`` (``"identity": {"fingerprint", "config"}``) when it starts.
 - :func:`check_resume`: before anything is written, a :class:`ConfigError` listing every key whose recorded
   value differs from this run's (old -> new). A run dir from before fingerprints (no ``identity``) resumes
-  with a warning and records the current config.
+  with a warning and records the current config. A run dir that holds nothing trained or evaluated (no
+  checkpoint, metrics or training state: a run that failed before training) pins nothing; the new config
+  replaces its record.
 - :func:`run_tag`: the run-dir segment that names a run's command-line overrides (resolver
   ``evolve_run_tag`` in ``configs/config.yaml``): ``""`` when none count, else ``<overrides>_<hash>/``.
 - :func:`hydra_output_subdir`: resolver ``evolve_hydra_subdir`` for ``hydra.output_subdir``: ``null`` (Hydra
@@ -23,6 +25,7 @@ import json
 import logging
 import re
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Optional
 
 from evolve_train.errors import ConfigError
@@ -44,6 +47,7 @@ MAY_DIFFER_ON_RESUME = (
     "trainer.peak_flops",          # the denominator of the logged MFU
     "eval.batch_size",             # prompts per generation batch (speed, memory)
     "eval.gate",                   # thresholds read by evolve-gate after the run
+    "eval.oracle_run",             # the oracle run the summary's regret is computed against
 )
 """Keys (and everything below them) that may differ between a run and its resume; every other key of the
 config is result-affecting."""
@@ -132,6 +136,8 @@ def check_resume(run_dir: Path, cfg, state) -> None:
     result-affecting config differs from ``cfg``'s; call before anything is written. ``resume=false`` is not
     checked (``check_run_dir`` refuses a dir holding a run; an empty one starts afresh)."""
     if str(cfg.resume).lower() == "false":
+        return
+    if not _holds_run(run_dir, state):  # nothing trained or evaluated yet: the recorded config pins nothing
         return
     recorded = getattr(state, "identity", None)
     if recorded is None:
@@ -224,7 +230,10 @@ def refuses(run_dir: Path, cfg) -> bool:
     path = Path(run_dir) / "state.json"
     if str(cfg.resume).lower() == "false" or not path.exists():
         return False
-    recorded = json.loads(path.read_text(encoding="utf-8")).get("identity")
+    state = json.loads(path.read_text(encoding="utf-8"))
+    recorded = state.get("identity")
+    if not _holds_run(Path(run_dir), SimpleNamespace(trained=state.get("trained"), evaluated=state.get("evaluated"))):
+        return False  # a run that trained nothing: its record is replaced, not kept
     return recorded is not None and bool(config_diff(recorded.get("config", {}), result_config(cfg))[0])
 
 

@@ -24,12 +24,16 @@ from tqdm.auto import tqdm
 from evolve_train.config import TrainerConfig
 from evolve_train.methods import Method
 from evolve_train.training import faults
+from evolve_train.training.carry import OptimizerCarry
 from evolve_train.training.distributed import clip_gradients, configure_deepspeed, update_steppers
 from evolve_train.training.examples import LengthGroupedBatches, row_lengths
+from evolve_train.training.loss import batch_loss
 from evolve_train.training.nonfinite import NonFiniteGuard, NonFiniteLossError  # noqa: F401  (re-exported)
 from evolve_train.training.packing import TokenBudgetBatches
 from evolve_train.training.rows import TokenRows
-from evolve_train.training.telemetry import Throughput, device_peak_flops, flops_per_token
+from evolve_train.training.schedule import lr_factor, lr_lambda  # noqa: F401  (lr_lambda re-exported)
+from evolve_train.training.telemetry import (Throughput, device_peak_flops, flops_per_token, parameter_counts,
+                                             training_flops)
 from evolve_train.training.train_state import Progress, StepStates
 
 
@@ -42,16 +46,10 @@ class StepResult:
     skipped_batches: int = 0
     tokens_per_s: float = 0.0
     """Real (non-padding) tokens of all processes trained by this attempt at the step, per second of it."""
-
-
-def lr_lambda(warmup: int, total: int, min_ratio: float):
-    """Linear warmup, then linear decay to ``min_ratio`` of the peak."""
-    def factor(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / warmup
-        progress = (step - warmup) / max(1, total - warmup)
-        return max(min_ratio, 1.0 - (1.0 - min_ratio) * progress)
-    return factor
+    loss_tokens: int = 0
+    """Of ``tokens``, the positions with a label (METRICS.md §11)."""
+    flops: float = 0.0
+    """Training FLOPs estimate of the step (``telemetry.training_flops``)."""
 
 
 def planned_optimizer_steps(n_batches: int, epochs: float, grad_accum: int) -> int:
@@ -93,18 +91,28 @@ def planned_steps_for_method(batches: Batches, epochs: float, grad_accum: int, m
 
 def train_time_step(model: torch.nn.Module, examples, *, step: int, epochs: float, cfg: TrainerConfig,
                     method: Method, accelerator: Accelerator, collate_fn: Callable[[list], dict], seed: int,
-                    log_fn=None, states: StepStates | None = None) -> StepResult:
+                    log_fn=None, states: StepStates | None = None, n_time_steps: int = 1,
+                    optimizer_carry: OptimizerCarry | None = None, schedule_step: int | None = None,
+                    probe=None) -> StepResult:
     """Train ``model`` in place on one time step's tokenized ``examples``.
 
     ``collate_fn`` pads a list of rows into a batch (the model adapter's); ``states``
     (training/train_state.py) saves resumable mid-step states and restores the newest one;
-    ``trainer.nonfinite`` guards every loss and gradient (training/nonfinite.py).
+    ``trainer.nonfinite`` guards every loss and gradient (training/nonfinite.py); the LR of every update is
+    ``training/schedule.py``'s for (``schedule_step``, default ``step``, of ``n_time_steps``, update); ``optimizer_carry``
+    (``trainer.optimizer_state=keep``, training/carry.py) starts AdamW from the previous step's state and
+    receives this step's final one; ``probe`` (optional, ``evaluation/within_step.py``) is asked for a row every
+    ``probe.every`` optimizer steps (and before the first).
     """
     start = time.perf_counter()
     trainer = StepTrainer(model, TokenRows(examples), step=step, epochs=epochs, cfg=cfg, method=method,
-                          accelerator=accelerator, collate_fn=collate_fn, seed=seed)
+                          accelerator=accelerator, collate_fn=collate_fn, seed=seed, n_time_steps=n_time_steps,
+                          optimizer_carry=optimizer_carry, schedule_step=schedule_step)
+    trainer.probe = probe
     trainer.begin(log_fn, states)
     trainer.run()
+    if optimizer_carry is not None:
+        optimizer_carry.capture(trainer.unwrapped, trainer.optimizer, sharded=accelerator.is_fsdp2)
     seconds = time.perf_counter() - start
     accelerator.free_memory()  # drops accelerate's references between time steps (a gc pass: not training time)
     return trainer.result(seconds)
@@ -115,7 +123,10 @@ class StepTrainer:
     deterministic length-grouped batches), and where it stands (:class:`Progress`, restorable)."""
 
     def __init__(self, model, rows, *, step: int, epochs: float, cfg: TrainerConfig, method: Method,
-                 accelerator: Accelerator, collate_fn, seed: int):
+                 accelerator: Accelerator, collate_fn, seed: int, n_time_steps: int = 1,
+                 optimizer_carry: OptimizerCarry | None = None, schedule_step: int | None = None):
+        self.n_time_steps, self.optimizer_carry = n_time_steps, optimizer_carry
+        self.schedule_step = step if schedule_step is None else schedule_step  # whose LR curve this step runs
         self.step, self.cfg, self.method, self.accelerator = step, cfg, method, accelerator
         self.rows, self.collate_fn, self.epochs, self.seed = rows, collate_fn, epochs, seed
         self.lengths = row_lengths(rows)
@@ -124,6 +135,8 @@ class StepTrainer:
         self.trainable = [p for p in model.parameters() if p.requires_grad]
         check_attention_reset(cfg, model, rows)
         self.flops_per_token = flops_per_token(model, cfg.seq_len)
+        self.n_params = parameter_counts(model)  # (N, N_trainable) for the step's FLOPs estimate (§11)
+        self.probe = None
         self._prepare(model)
 
     def _prepare(self, model) -> None:
@@ -131,7 +144,7 @@ class StepTrainer:
         fused = accelerator.device.type == "cuda"
         optimizer = torch.optim.AdamW(self.trainable, lr=cfg.lr, weight_decay=cfg.weight_decay, fused=fused)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer,
-                                                      lr_lambda(cfg.warmup_steps, self.total, cfg.min_lr_ratio))
+                                                      lr_factor(cfg, self.schedule_step, self.total, self.n_time_steps))
         if cfg.compile:  # trains the same parameters in place through a compiled graph
             model = torch.compile(model)
         configure_deepspeed(accelerator, cfg.batch_size)  # no-op unless launched with a DeepSpeed config
@@ -144,6 +157,8 @@ class StepTrainer:
         self.model.train()
         self.unwrapped = accelerator.unwrap_model(self.model)  # what extra losses read (~1 ms per unwrap)
         self.step_optimizer, self.step_schedule = update_steppers(accelerator, self.optimizer, self.scheduler)
+        if self.optimizer_carry is not None:  # before a mid-step state (if any) is restored over it
+            self.optimizer_carry.restore(self.unwrapped, self.optimizer, sharded=accelerator.is_fsdp2)
 
     def begin(self, log_fn, states: Optional[StepStates]) -> None:
         """Restore the newest mid-step state of this step, if any (model, optimizer, schedule, RNG, data
@@ -166,6 +181,9 @@ class StepTrainer:
                                      device_peak_flops(self.accelerator.device, self.cfg.mixed_precision,
                                                        self.cfg.peak_flops), self.accelerator.num_processes)
         self.begin_tokens = self.all_tokens
+        self.loss_tokens = self.progress.loss_tokens
+        if self.probe is not None and self.progress.optimizer_steps == 0:
+            self._probe()  # before the first update: the start of the within-step curve
 
     def run(self) -> None:
         """Epochs of batches until the planned number of optimizer steps."""
@@ -190,10 +208,17 @@ class StepTrainer:
         """Forward, backward and (on a synced window) the update; True once the step's plan is done."""
         progress, accelerator = self.progress, self.accelerator
         batch = self.collate_fn([self.rows[i] for i in shard])
+        self.loss_tokens += int((batch["labels"] != -100).sum())  # host tensor: no device sync
         batch = {k: v.to(accelerator.device, non_blocking=True) for k, v in batch.items()}
         with accelerator.accumulate(self.model):
-            loss = self.model(**batch, use_cache=False).loss  # no KV cache in training (and packed ids need none)
-            extra = self.method.extra_loss(self.unwrapped, progress.optimizer_steps)
+            if self.method.reads_outputs:  # a strategy reads the logits (LwF): the full head
+                outputs = self.model(**batch, use_cache=False)  # no KV cache in training (packed ids need none)
+                loss = outputs.loss
+                extra = self.method.extra_loss(self.unwrapped, progress.optimizer_steps, batch=batch, outputs=outputs)
+                del outputs  # the logits are not held through the backward
+            else:
+                loss = batch_loss(self.model, self.unwrapped, batch)  # the head only where labels need it (loss.py)
+                extra = self.method.extra_loss(self.unwrapped, progress.optimizer_steps)
             if extra is not None:
                 loss = loss + extra
             self.guard.observe_loss(loss, progress.epoch, index, progress.micro)
@@ -227,10 +252,13 @@ class StepTrainer:
         self.bar.update(1)
         if progress.optimizer_steps % self.cfg.log_every == 0 or progress.optimizer_steps == self.total:
             self._log(loss)
+        if self.probe is not None and progress.optimizer_steps % self.probe.every == 0:
+            self._probe()  # before a due state is saved, so the state carries the row
         if self.states is not None:  # a due mid-step state (or Ctrl-C: save, then TrainingInterrupted)
             self.states.after_optimizer_step(
                 progress.optimizer_steps, self.total,
-                lambda: dataclasses.replace(progress, next_batch=index + 1, tokens=self.tokens, rows=[]),
+                lambda: dataclasses.replace(progress, next_batch=index + 1, tokens=self.tokens,
+                                            loss_tokens=self.loss_tokens, rows=[]),
                 self.model, self.optimizer, self.scheduler,
                 check=lambda: self.guard.check(progress.optimizer_steps))
         faults.point("optimizer_step")
@@ -248,12 +276,21 @@ class StepTrainer:
                          **self.throughput.window(self.all_tokens),
                          **({"skipped": progress.skipped} if progress.skipped else {})})
 
+    def _probe(self) -> None:
+        """The within-step probe's row (logged with the training rows, so a resumed step keeps it)."""
+        row = self.probe(self.unwrapped, self.step, self.progress.optimizer_steps)
+        self.model.train()
+        if self.log_fn is not None:
+            self.log_fn(row)
+
     def result(self, seconds: float) -> StepResult:
         world = self.accelerator.num_processes
         return StepResult(optimizer_steps=self.progress.optimizer_steps, tokens=self.tokens * world,
                           final_loss=self.progress.last_loss, seconds=seconds,
                           skipped_batches=self.progress.skipped,
-                          tokens_per_s=round((self.all_tokens - self.begin_tokens) / max(seconds, 1e-9), 1))
+                          tokens_per_s=round((self.all_tokens - self.begin_tokens) / max(seconds, 1e-9), 1),
+                          loss_tokens=self.loss_tokens * world,
+                          flops=training_flops(*self.n_params, self.tokens * world))
 
 
 def plan_extras(cfg: TrainerConfig, packed: bool) -> dict:

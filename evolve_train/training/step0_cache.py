@@ -28,7 +28,8 @@ from typing import Callable, Optional
 log = logging.getLogger(__name__)
 
 TRAINER_FIELDS_NOT_IN_KEY = ("epochs", "log_every", "num_threads", "save_every_n_steps", "keep_last_states",
-                            "dist_timeout_s", "peak_flops")
+                            "dist_timeout_s", "peak_flops",
+                            "rewarm", "peak_schedule", "optimizer_state")  # step 0: always warmed, peak 1, fresh AdamW
 META = "step0_meta.json"
 
 

@@ -14,6 +14,15 @@ read back, so no extra host sync) carries, over the window since the previous ro
   bound). The peak is ``trainer.peak_flops`` when set (any device), else the dense bf16/fp16 tensor-core
   peak of the CUDA device looked up by its name (:data:`PEAK_FLOPS`: H100 / H200 / A100) under
   ``trainer.mixed_precision=bf16|fp16``; otherwise the key is absent.
+
+Compute per time step (METRICS.md §11, ``summary.json`` ``compute``): :func:`training_flops` estimates the
+training FLOPs as ``(4 · N + 2 · N_trainable) · T`` — the forward pass ``2 · N · T``, the backward pass
+``2 · N · T`` for the activation gradients and ``2 · N_trainable · T`` for the weight gradients (Kaplan et al.
+2020's ``6 · N · T`` split into its parts), with ``N`` every parameter (embeddings included), ``N_trainable``
+the ones that get gradients and ``T`` every real (non-padding) input token trained on. Full fine-tuning is
+exactly ``6 · N · T``; LoRA and frozen layers save the weight-gradient part of the frozen weights (an upper
+bound for frozen *lower* blocks, whose activation gradients are not needed either); a method's extra loss
+(L2/EWC penalties) is not counted. Evaluation is forward only: ``2 · N`` per processed input position.
 """
 
 from __future__ import annotations
@@ -51,6 +60,22 @@ def flops_per_token(model: torch.nn.Module, seq_len: int) -> Optional[float]:
     return 6.0 * sum(params.values()) + 12.0 * n_layer * d_model * seq_len
 
 
+def parameter_counts(model: torch.nn.Module) -> tuple[int, int]:
+    """``(N, N_trainable)``: every distinct parameter's elements, and those with ``requires_grad``."""
+    unique = {id(p): p for p in model.parameters()}.values()
+    return sum(p.numel() for p in unique), sum(p.numel() for p in unique if p.requires_grad)
+
+
+def training_flops(n_params: int, n_trainable: int, tokens: int) -> float:
+    """``(4 · N + 2 · N_trainable) · T`` (= ``6 · N · T`` for full fine-tuning; see the module docstring)."""
+    return float(4 * n_params + 2 * n_trainable) * float(tokens)
+
+
+def eval_flops(n_params: int, positions: int) -> float:
+    """Forward-only evaluation: ``2 · N`` per processed input position."""
+    return 2.0 * n_params * positions
+
+
 def _first(config, *names: str) -> Optional[int]:
     for name in names:
         value = getattr(config, name, None)
@@ -80,3 +105,57 @@ class Throughput:
         if self.flops:
             row["mfu"] = float(f"{rate * self.flops / self.peak:.4g}")
         return row
+
+
+class CountPositions:
+    """Context manager: input positions (``input_ids`` and ``decoder_input_ids`` elements, padding included)
+    of every forward call of ``model`` while it is active (a forward pre-hook): evaluation's tokens (§11)."""
+
+    def __init__(self, model: torch.nn.Module):
+        self.model, self.positions, self._handle = model, 0, None
+
+    def _hook(self, module, args, kwargs) -> None:
+        for name in ("input_ids", "decoder_input_ids"):
+            ids = kwargs.get(name)
+            if ids is None and name == "input_ids" and args:
+                ids = args[0]
+            if isinstance(ids, torch.Tensor):
+                self.positions += ids.numel()
+
+    def __enter__(self) -> "CountPositions":
+        self._handle = self.model.register_forward_pre_hook(self._hook, with_kwargs=True)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._handle.remove()
+
+
+TRAIN_KEYS = ("train_tokens", "loss_tokens", "optimizer_steps", "train_seconds", "train_flops")
+EVAL_KEYS = ("eval_tokens", "eval_seconds", "eval_flops")
+
+
+def compute_summary(rows: list[dict]) -> dict:
+    """``summary.json``'s ``compute`` (METRICS.md §11) from the metric rows' run metadata (the ``timing`` row of
+    each checkpoint): ``steps`` ``{"<i>": {train_tokens, loss_tokens, optimizer_steps, train_seconds,
+    train_flops, cumulative_<each>}}`` over the trained checkpoints in order; ``eval`` ``{"<i>": {eval_tokens,
+    eval_seconds, eval_flops}}`` (checkpoint -1 included); ``totals`` of both (None where a value is missing)."""
+    per_checkpoint = {}
+    for row in rows:
+        if row.get("group") == "timing":
+            per_checkpoint[int(row["checkpoint"])] = row
+    steps, evals, running = {}, {}, {key: 0.0 for key in TRAIN_KEYS}
+    for i in sorted(per_checkpoint):
+        row = per_checkpoint[i]
+        evals[str(i)] = {key: row.get(key) for key in EVAL_KEYS}
+        if i < 0:
+            continue
+        entry = {key: row.get(key) for key in TRAIN_KEYS}
+        for key in TRAIN_KEYS:
+            running[key] = None if running[key] is None or entry[key] is None else running[key] + entry[key]
+            entry[f"cumulative_{key}"] = running[key]
+        steps[str(i)] = entry
+    totals = {key: running[key] for key in TRAIN_KEYS}
+    for key in EVAL_KEYS:
+        values = [e[key] for e in evals.values()]
+        totals[key] = None if any(v is None for v in values) else sum(values)
+    return {"steps": steps, "eval": evals, "totals": totals}

@@ -4,6 +4,8 @@
   text documents (JSONL ``text``). Step order: ``data.steps``, else the names sorted as timestamps (so
   they must all parse: ``2019``, ``2019-05``, ``2019-05-03``, ``May 3, 2019``). When every name is a
   timestamp, the order must follow time.
+  Without ``data.train_files`` the timeline is for evaluation only (``evolve-eval`` of a model on QA files):
+  its steps are ``data.steps`` (else one step, ``eval``) with empty corpora, and training refuses it.
 * ``data.eval_files``: QA items (JSONL/CSV, the contract of ``data/qa_items.py``, read through
   ``data.fields``), or EvolveBench-style event files (``loaders/evolvebench.py``).
 
@@ -37,6 +39,8 @@ from evolve_train.errors import ConfigError, DataError
 from evolve_train.evaluation.metrics.temporal import resolve_pairs
 
 log = logging.getLogger(__name__)
+EVAL_ONLY_STEP = "eval"
+"""The one step of a timeline without training files (evaluation only; training refuses it)."""
 PAIRED_KIND = "paired"
 """Kind of the sets holding both members of each pair (as the embedded world's ``paired_<k>`` probes)."""
 
@@ -49,9 +53,10 @@ def _timestamp(name: str) -> Optional[date]:
 
 
 def step_order(cfg: DataConfig) -> list[str]:
-    """Step names in training order (see the module docstring)."""
+    """Step names in training order (see the module docstring). Without ``data.train_files`` (evaluation
+    only: ``evolve-eval`` of a model on QA files), ``data.steps``, else one step :data:`EVAL_ONLY_STEP`."""
     if not cfg.train_files:
-        raise ConfigError("data.train_files: no training files (give {step name: [files]} per time step)")
+        return [str(name) for name in cfg.steps] if cfg.steps else [EVAL_ONLY_STEP]
     names = [str(name) for name in cfg.train_files]
     if cfg.steps:
         order = [str(name) for name in cfg.steps]
@@ -187,10 +192,10 @@ def temporal_qa_timeline(cfg: DataConfig) -> Timeline:
     cache_dir = resolve_cache_dir(cfg.cache_dir)
     steps = []
     for index, name in enumerate(names):
-        read = [read_training_file(resolve_path(file, cfg.root), cache_dir) for file in cfg.train_files[name]]
+        read = [read_training_file(resolve_path(file, cfg.root), cache_dir) for file in cfg.train_files.get(name, [])]
         pairs = concat_records([file_pairs for file_pairs, _ in read])
         texts = concat_records([file_texts for _, file_texts in read])
-        if not pairs and not texts:
+        if cfg.train_files and not pairs and not texts:
             raise ConfigError(f"data.train_files.{name}: no training files listed for step {name}")
         steps.append(TimeStep(index=index, name=name, pairs=pairs, texts=texts))
     if not cfg.eval_files:

@@ -22,6 +22,7 @@ from evolve_train.errors import ConfigError
 from evolve_train.evaluation.context import EvalContext
 from evolve_train.evaluation.registry import register_evaluator
 from evolve_train.models.adapter import CausalLMAdapter, ModelAdapter
+from evolve_train.models.scoring import batch_token_nll
 
 log = logging.getLogger(__name__)
 GENERAL = "general"
@@ -49,8 +50,8 @@ def token_windows(adapter: ModelAdapter, text: str, window: int) -> list[list[in
 
 @torch.no_grad()
 def text_loss(model, windows: list[list[int]], batch_size: int) -> tuple[float, int]:
-    """(summed negative log-likelihood, predicted tokens) of ``windows`` under the causal ``model``."""
-    device = next(model.parameters()).device
+    """(summed negative log-likelihood, predicted tokens) of ``windows`` under the causal ``model`` (the
+    training loss: ``models/scoring.py: batch_token_nll``)."""
     total, count = 0.0, 0
     model.eval()
     for start in range(0, len(windows), batch_size):
@@ -61,12 +62,10 @@ def text_loss(model, windows: list[list[int]], batch_size: int) -> tuple[float, 
         for row, tokens in enumerate(chunk):
             ids[row, :len(tokens)] = torch.tensor(tokens)
             labels[row, :len(tokens)] = torch.tensor(tokens)
-        logits = model(input_ids=ids.to(device), attention_mask=(labels != IGNORE).long().to(device)).logits
-        shifted = labels[:, 1:].to(device)
-        nll = torch.nn.functional.cross_entropy(logits[:, :-1].float().transpose(1, 2), shifted,
-                                                ignore_index=IGNORE, reduction="sum")
-        total += float(nll)
-        count += int((shifted != IGNORE).sum())
+        sums, counts = batch_token_nll(model, {"input_ids": ids, "labels": labels,
+                                               "attention_mask": (labels != IGNORE).long()}, shift=True)
+        total += sum(sums)
+        count += sum(counts)
     return total, count
 
 

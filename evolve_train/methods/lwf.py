@@ -1,0 +1,86 @@
+"""Learning without forgetting (``lwf``): distil toward the previous time step's model on the current batch.
+
+At time step k (k >= 1), ``prepare_model`` keeps a frozen copy of the model entering the step (it holds step
+k-1's weights, in a continuing and in a resumed run alike, so nothing needs saving), in eval mode, in
+``method.lwf.teacher_dtype``. Every micro-batch adds
+
+    weight * T^2 * KL(softmax(teacher / T) || softmax(student / T))     (``targets=kl``, the default)
+    weight * CE(student, argmax(teacher))                              (``targets=argmax``, TiC-LM's other option)
+
+averaged over the batch's loss tokens (the tokens whose label is not -100: the masked entity of a masked-entity
+pair, every token of packed ``clm`` text; for causal models the logits at position i predict label i+1, as in
+the language-model loss). The student's logits are the ones the loop's forward already computed; the teacher
+runs one extra forward under ``torch.no_grad`` (no gradient and no optimizer state for it). Listed with other
+strategies (``method.strategies=[lora, lwf]``, ``[full, replay, lwf]``) it distils the model they train; a
+fresh LoRA adapter (B = 0) leaves the teacher's function that of step k-1.
+
+Memory: a full copy of the model per process (half with ``teacher_dtype=bfloat16``); under FSDP2 the teacher
+is not sharded. Step 0 has no previous step: no term (unless ``method.at_step0``, when it is skipped too).
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+
+from evolve_train.methods.base import Strategy, register_strategy
+
+log = logging.getLogger(__name__)
+
+IGNORE = -100
+
+
+def distillation(student_logits: torch.Tensor, teacher_logits: torch.Tensor, labels: torch.Tensor,
+                 temperature: float = 1.0, targets: str = "kl", causal: bool = True) -> torch.Tensor:
+    """The mean distillation term over the loss tokens (``labels != -100``), in float32."""
+    if causal:  # logits at i predict token i+1
+        student_logits, teacher_logits, labels = student_logits[:, :-1], teacher_logits[:, :-1], labels[:, 1:]
+    mask = labels != IGNORE
+    student, teacher = student_logits[mask].float(), teacher_logits[mask].float()
+    if student.shape[0] == 0:
+        return student.sum() * 0.0
+    if str(targets) == "argmax":
+        return F.cross_entropy(student, teacher.argmax(dim=-1))
+    t = float(temperature)
+    log_student = F.log_softmax(student / t, dim=-1)
+    log_teacher = F.log_softmax(teacher / t, dim=-1)
+    return F.kl_div(log_student, log_teacher, log_target=True, reduction="batchmean") * (t * t)
+
+
+@register_strategy("lwf")
+class LwF(Strategy):
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.c = cfg.lwf  # ranges and choices: checked by the schema (config.py: LwfConfig)
+        self.teacher: Optional[torch.nn.Module] = None
+
+    def prepare_model(self, model, step):
+        self.teacher = None
+        if step == 0 or self.c.weight == 0:
+            return model
+        dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[str(self.c.teacher_dtype)]
+        teacher = copy.deepcopy(model).to(dtype)
+        teacher.eval()
+        teacher.requires_grad_(False)
+        self.teacher = teacher
+        self.causal = not bool(getattr(getattr(model, "config", None), "is_encoder_decoder", False))
+        log.info("lwf (step %d): teacher = the model entering the step (%s, eval mode), weight %g, temperature %g, "
+                 "targets %s", step, dtype, self.c.weight, self.c.temperature, self.c.targets)
+        return model
+
+    def batch_loss(self, model, batch, outputs, optimizer_step):
+        if self.teacher is None or outputs is None or getattr(outputs, "logits", None) is None:
+            return None
+        inputs = batch if not self.causal else {k: v for k, v in batch.items() if k != "labels"}
+        with torch.no_grad():
+            teacher_logits = self.teacher(**inputs, use_cache=False).logits
+        return self.c.weight * distillation(outputs.logits, teacher_logits, batch["labels"], self.c.temperature,
+                                            self.c.targets, causal=self.causal)
+
+    def after_step(self, model, step, examples):
+        self.teacher = None  # a full copy of the weights: free it
+        return model

@@ -1,0 +1,140 @@
+"""What one time step hands to the next besides its checkpoint: ``<run_dir>/train_state/carry/<k>/``.
+
+- ``optimizer.safetensors``: the AdamW state at the end of step k by parameter name
+  (``<name>/exp_avg``, ``<name>/exp_avg_sq``, ``<name>/step``), for ``trainer.optimizer_state=keep``;
+- ``raw.safetensors``: step k's trained (raw) weights when ``steps/<k>/`` holds an average
+  (``method.average``, ``method.average_continue=raw``): what step k+1 trains from.
+
+Written into a temporary dir and renamed (complete or absent) *before* ``state.json`` marks step k trained, so
+a resumed run finds the carry of its last complete step; :func:`prune` deletes the older ones once a step is
+recorded. Tensors only (safetensors), no pickle. The mid-step training states (``training/train_state.py``)
+are separate: inside a step they hold the optimizer as before.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+from evolve_train.training.train_state import fsync_dir, fsync_tree, state_root
+
+CARRY_DIR = "carry"
+OPTIMIZER_FILE = "optimizer.safetensors"
+RAW_FILE = "raw.safetensors"
+
+
+def carry_dir(run_dir: Path, step: int) -> Path:
+    return state_root(run_dir) / CARRY_DIR / str(step)
+
+
+def save(run_dir: Path, step: int, files: dict[str, dict[str, torch.Tensor]]) -> Path:
+    """Write ``{file name: tensors}`` as ``carry/<step>/`` atomically (replacing an earlier attempt's)."""
+    from safetensors.torch import save_file
+
+    final = carry_dir(run_dir, step)
+    tmp = final.parent / f".{step}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        for name, tensors in files.items():
+            save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, str(tmp / name))
+        fsync_tree(tmp)
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        fsync_dir(final.parent)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final
+
+
+def load(run_dir: Path, step: int, name: str) -> Optional[dict[str, torch.Tensor]]:
+    """The tensors of ``carry/<step>/<name>``, or ``None`` when absent."""
+    from safetensors.torch import load_file
+
+    path = carry_dir(run_dir, step) / name
+    return load_file(str(path)) if path.is_file() else None
+
+
+def prune(run_dir: Path, before: int) -> None:
+    """Delete the carries of steps ``< before`` and leftovers of interrupted writes."""
+    root = state_root(run_dir) / CARRY_DIR
+    for path in root.iterdir() if root.is_dir() else []:
+        if path.name.startswith(".") or (path.name.isdigit() and int(path.name) < before):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+# -- AdamW state by parameter name -------------------------------------------------------------------------
+
+
+def _torch_optimizer(optimizer):
+    return getattr(optimizer, "optimizer", optimizer)  # accelerate's wrapper holds the torch optimizer
+
+
+def optimizer_state(model, optimizer, sharded: bool = False) -> dict[str, torch.Tensor]:
+    """``{"<param name>/<key>": tensor}`` of every parameter with a state (full tensors, on the CPU).
+
+    ``sharded`` (FSDP2): gathered through ``torch.distributed.checkpoint.state_dict`` (a collective: every
+    process calls it); otherwise read from the optimizer by the model's parameter names."""
+    if sharded:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+        full = get_optimizer_state_dict(model, _torch_optimizer(optimizer),  # every process gets the full state
+                                        options=StateDictOptions(full_state_dict=True, cpu_offload=False))
+        states = full["state"]
+    else:
+        torch_optimizer = _torch_optimizer(optimizer)
+        states = {name: torch_optimizer.state[p] for name, p in model.named_parameters()
+                  if p in torch_optimizer.state and torch_optimizer.state[p]}
+    return {f"{name}/{key}": (value if isinstance(value, torch.Tensor) else torch.tensor(value)).detach().cpu()
+            .clone() for name, state in states.items() for key, value in state.items()}
+
+
+def _by_name(tensors: dict[str, torch.Tensor]) -> dict[str, dict[str, torch.Tensor]]:
+    grouped: dict[str, dict[str, torch.Tensor]] = {}
+    for key, value in tensors.items():
+        name, _, field = key.rpartition("/")
+        grouped.setdefault(name, {})[field] = value
+    return grouped
+
+
+def load_optimizer_state(model, optimizer, tensors: dict[str, torch.Tensor], sharded: bool = False) -> int:
+    """Start ``optimizer`` from :func:`optimizer_state`'s ``tensors`` (parameters matched by name; the others
+    start fresh); returns how many parameters got a state."""
+    grouped = _by_name(tensors)
+    torch_optimizer = _torch_optimizer(optimizer)
+    if sharded:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+        names = {name for name, p in model.named_parameters() if p.requires_grad}
+        state = {name: value for name, value in grouped.items() if name in names}
+        groups = [{**{k: v for k, v in group.items() if k != "params"}, "params": sorted(state)}
+                  for group in torch_optimizer.param_groups]
+        set_optimizer_state_dict(model, torch_optimizer, {"state": state, "param_groups": groups},
+                                 options=StateDictOptions(full_state_dict=True))
+        return len(state)
+    index = {p: i for i, p in enumerate(p for group in torch_optimizer.param_groups for p in group["params"])}
+    state = {index[p]: grouped[name] for name, p in model.named_parameters() if p in index and name in grouped}
+    current = torch_optimizer.state_dict()
+    torch_optimizer.load_state_dict({"state": state, "param_groups": current["param_groups"]})
+    return len(state)
+
+
+class OptimizerCarry:
+    """The AdamW state handed from one time step to the next (``trainer.optimizer_state=keep``): the loop
+    starts its optimizer from ``tensors`` (when set) and leaves the step's final state in it."""
+
+    def __init__(self, tensors: Optional[dict[str, torch.Tensor]] = None):
+        self.tensors = tensors
+
+    def restore(self, model, optimizer, sharded: bool) -> None:
+        if self.tensors:
+            load_optimizer_state(model, optimizer, self.tensors, sharded=sharded)
+
+    def capture(self, model, optimizer, sharded: bool) -> None:
+        self.tensors = optimizer_state(model, optimizer, sharded=sharded)

@@ -1,0 +1,133 @@
+"""Compute figures (METRICS.md §11), the within-step probe and the report's time-slice parts (issue #29)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from method_fixtures import VOCAB, method, one_thread, tiny_gpt2, train
+
+from evolve_train.training.telemetry import compute_summary, parameter_counts, training_flops
+from helpers import TINY, tiny_cfg
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def gpt2_parameters(vocab: int, positions: int, d: int, layers: int) -> int:
+    """GPT-2's parameter count by hand: embeddings (the head is tied), per block 2 layer norms, attention
+    (qkv d×3d + 3d, projection d×d + d) and MLP (d×4d + 4d, 4d×d + d), and the final layer norm."""
+    block = 2 * 2 * d + (3 * d * d + 3 * d) + (d * d + d) + (4 * d * d + 4 * d) + (4 * d * d + d)
+    return vocab * d + positions * d + layers * block + 2 * d
+
+
+def fixed_rows(n: int, length: int):
+    from datasets import Dataset
+
+    rows = [[2 + (k + t) % (VOCAB - 2) for t in range(length)] for k in range(n)]
+    labels = [[-100] + row[1:] for row in rows]  # as every row the adapter forms: position 0 is context
+    return Dataset.from_dict({"input_ids": rows, "labels": labels})
+
+
+def test_the_flops_estimate_is_6NT_for_full_fine_tuning():
+    model = tiny_gpt2()
+    N = gpt2_parameters(VOCAB, 32, 32, 2)
+    assert parameter_counts(model) == (N, N)
+    with one_thread():
+        result = train(model, fixed_rows(32, 10), method("full"), epochs=2, batch_size=8)
+    T = 32 * 10 * 2  # every row, every epoch: all tokens processed
+    assert result.tokens == T and result.optimizer_steps == 8
+    assert result.flops == 6 * N * T
+    assert result.loss_tokens == 32 * 9 * 2  # every position with a label
+
+
+def test_the_flops_estimate_of_lora_counts_the_weight_gradients_of_trained_parameters_only():
+    from peft import LoraConfig as PeftLora, get_peft_model
+
+    model = get_peft_model(tiny_gpt2(), PeftLora(r=2, target_modules=["c_attn"], fan_in_fan_out=True))
+    N, trainable = parameter_counts(model)
+    assert N == gpt2_parameters(VOCAB, 32, 32, 2) + trainable and 0 < trainable < N / 10
+    assert training_flops(N, trainable, 100) == (4 * N + 2 * trainable) * 100 < 6 * N * 100
+
+
+def test_compute_summary_sums_the_timing_rows():
+    rows = [{"group": "timing", "checkpoint": -1, "eval_tokens": 5, "eval_seconds": 1.0, "eval_flops": 10.0},
+            {"group": "timing", "checkpoint": 0, "train_tokens": 100, "loss_tokens": 40, "optimizer_steps": 4,
+             "train_seconds": 2.0, "train_flops": 600.0, "eval_tokens": 7, "eval_seconds": 1.5, "eval_flops": 14.0},
+            {"group": "splits", "checkpoint": 0, "train_tokens": 999},
+            {"group": "timing", "checkpoint": 1, "train_tokens": 50, "loss_tokens": 20, "optimizer_steps": 2,
+             "train_seconds": 1.0, "train_flops": 300.0, "eval_tokens": 7, "eval_seconds": 1.5, "eval_flops": 14.0}]
+    out = compute_summary(rows)
+    assert out["steps"]["1"]["cumulative_train_flops"] == 900.0 and out["steps"]["1"]["cumulative_train_tokens"] == 150
+    assert out["totals"]["eval_tokens"] == 19 and out["totals"]["optimizer_steps"] == 6
+    assert "-1" not in out["steps"] and out["eval"]["-1"]["eval_seconds"] == 1.0
+
+
+def test_a_run_records_compute_within_step_rows_and_reports_them(tmp_path):
+    from evolve_train.reporting.report import build_report
+    from evolve_train.run import train as train_run
+
+    run_dir = tmp_path / "run"
+    summary = train_run(tiny_cfg(run_dir, "eval.evaluators=[splits,matrix,slices]", "eval.within_step_every=5",
+                                 "eval.within_step_items=8"))
+    compute = summary["compute"]
+    n_params = None
+    for i in ("0", "1", "2"):
+        step = compute["steps"][i]
+        assert step["train_tokens"] > step["loss_tokens"] > 0 and step["optimizer_steps"] > 0
+        n = step["train_flops"] / (6 * step["train_tokens"])
+        assert n_params is None or n == pytest.approx(n_params)  # one N for every step: 6·N·T
+        n_params = n
+        assert compute["eval"][i]["eval_tokens"] > 0
+    assert compute["steps"]["2"]["cumulative_train_flops"] == pytest.approx(
+        sum(compute["steps"][i]["train_flops"] for i in ("0", "1", "2")))
+    log = [json.loads(line) for line in (run_dir / "train_log.jsonl").read_text().splitlines()]
+    probes = [r for r in log if r.get("group") == "within_step"]
+    for k in range(3):
+        steps = [r["optimizer_step"] for r in probes if r["time_step"] == k]
+        last = max(r["optimizer_step"] for r in log if r["time_step"] == k and "loss" in r)
+        assert steps == list(range(0, last + 1, 5))
+    assert all(set(r["em"]) >= {"unchanged"} and all(n <= 8 for n in r["n"].values()) for r in probes)
+    report = build_report([run_dir], tmp_path / "report", B=50)
+    names = {Path(f).name for f in report["figures"]}
+    assert {"within_step.png", "retention_vs_flops.png"} <= names and any(n.startswith("slices_") for n in names)
+    markdown = report["markdown"].read_text()
+    assert "Time-sliced aggregates" in markdown and "Compute" in markdown
+    drawn = report["series"]["within_step"]
+    label = next(iter(drawn))
+    assert len(drawn[label]["unchanged"][0]) == len(probes)
+
+
+def _train(run_dir: Path, *extra: str, fault: str | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "WANDB_MODE": "disabled", "PYTHONUNBUFFERED": "1"}
+    env.pop("EVOLVE_TRAIN_FAULT", None)
+    if fault:
+        env["EVOLVE_TRAIN_FAULT"] = fault
+    command = [sys.executable, "train.py", *TINY, "eval.evaluators=[splits]", "eval.within_step_every=3",
+               "eval.within_step_items=8", *extra, f"hydra.run.dir={run_dir}"]
+    return subprocess.run(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          timeout=600)
+
+
+def _probe_rows(run_dir: Path) -> list[dict]:
+    return [r for r in map(json.loads, (run_dir / "train_log.jsonl").read_text().splitlines())
+            if r.get("group") == "within_step"]
+
+
+@pytest.mark.slow
+def test_within_step_rows_survive_a_kill_and_resume_exactly(tmp_path):
+    """Killed inside time step 1 (between two saved states), rerun with the same command: the probe rows equal
+    the uninterrupted run's, with no duplicate and none missing."""
+    reference = tmp_path / "reference"
+    assert _train(reference).returncode == 0
+    expected = _probe_rows(reference)
+    killed = tmp_path / "killed"
+    first = _train(killed, "trainer.save_every_n_steps=4", fault="optimizer_step:30")
+    assert first.returncode != 0
+    partial = _probe_rows(killed)
+    assert 0 < len(partial) < len(expected)
+    assert _train(killed, "trainer.save_every_n_steps=4").returncode == 0
+    assert _probe_rows(killed) == expected

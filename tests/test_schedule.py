@@ -1,0 +1,174 @@
+"""LR schedules across time steps (training/schedule.py): closed forms at chosen updates, the loop's use of them,
+and kill-and-resume mid-step for ``wsd`` and ``infinite``."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import tiny_cfg
+from safetensors.torch import load_file
+
+from evolve_train.config import TrainerConfig
+from evolve_train.errors import ConfigError
+from evolve_train.run import train
+from evolve_train.training import faults
+from evolve_train.training.schedule import lr_at, lr_factor, peak
+from evolve_train.training.train_state import list_states
+
+TOTAL, WARMUP, MIN = 20, 4, 0.1
+
+
+def factor(time_step: int, t: int, n_time_steps: int = 3, **settings) -> float:
+    cfg = TrainerConfig(warmup_steps=WARMUP, min_lr_ratio=MIN, **settings)
+    return lr_factor(cfg, time_step, TOTAL, n_time_steps)(t)
+
+
+def previous_lr_lambda(warmup: int, total: int, min_ratio: float):
+    """The loop's schedule before training/schedule.py, verbatim (git history of training/loop.py)."""
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        progress = (step - warmup) / max(1, total - warmup)
+        return max(min_ratio, 1.0 - (1.0 - min_ratio) * progress)
+    return factor
+
+
+@pytest.mark.parametrize("warmup,total,min_ratio", [(30, 100, 0.1), (2, 12, 0.1), (0, 7, 0.0), (50, 10, 0.3)])
+def test_the_default_linear_schedule_is_the_previous_one_bit_for_bit(warmup, total, min_ratio):
+    cfg = TrainerConfig(warmup_steps=warmup, min_lr_ratio=min_ratio)
+    old = previous_lr_lambda(warmup, total, min_ratio)
+    for step in (0, 1, 2, 5):  # every step warms up by default (rewarm=all), peaks constant
+        new = lr_factor(cfg, step, total, n_time_steps=6)
+        assert [new(t) for t in range(total + 2)] == [old(t) for t in range(total + 2)]
+
+
+@pytest.mark.parametrize("settings,t,expected", [
+    ({}, 1, 2 / 4), ({}, 4, 1.0), ({}, 12, 1 - 0.9 * 8 / 16),
+    ({"schedule": "cosine"}, 2, 3 / 4), ({"schedule": "cosine"}, 12, 0.1 + 0.9 * 0.5),
+    ({"schedule": "cosine"}, 19, 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 15 / 16))),
+    ({"schedule": "constant"}, 0, 1 / 4), ({"schedule": "constant"}, 17, 1.0),
+    # wsd, cooldown_fraction 0.25: 5 cooldown updates from update 15
+    ({"schedule": "wsd", "cooldown_fraction": 0.25}, 3, 1.0), ({"schedule": "wsd", "cooldown_fraction": 0.25}, 14, 1.0),
+    ({"schedule": "wsd", "cooldown_fraction": 0.25}, 15, 1 - 0.9 / 5),
+    ({"schedule": "wsd", "cooldown_fraction": 0.25}, 19, 0.1),
+    # rsqrt (timescale 4): sqrt(4 / (t + 1)); cooldown from its value at 15, sqrt(4 / 16) = 0.5
+    ({"schedule": "rsqrt", "cooldown_fraction": 0.25}, 8, 2 / 3),
+    ({"schedule": "rsqrt", "cooldown_fraction": 0.25}, 17, 0.5 - 0.4 * 3 / 5),
+    ({"schedule": "rsqrt", "cooldown_fraction": 0.25}, 19, 0.1),
+])
+def test_each_schedule_equals_its_closed_form_at_step_one(settings, t, expected):
+    assert factor(1, t, **settings) == pytest.approx(expected, rel=1e-12)
+
+
+def test_infinite_warms_up_once_then_holds_the_constant_and_cools_down_every_step():
+    settings = {"schedule": "infinite", "cooldown_fraction": 0.25, "constant_lr_ratio": 0.5}
+    # step 0: warmup to the peak, cosine to the constant over [4, 15), cooldown 0.5 -> 0.1 over [15, 20)
+    assert factor(0, 2, **settings) == pytest.approx(3 / 4)
+    assert factor(0, 4, **settings) == pytest.approx(1.0)
+    assert factor(0, 9, **settings) == pytest.approx(0.5 + 0.5 * 0.5 * (1 + math.cos(math.pi * 5 / 11)))
+    assert factor(0, 15, **settings) == pytest.approx(0.5 - 0.4 / 5)
+    assert factor(0, 19, **settings) == pytest.approx(0.1)
+    for step in (1, 2):  # no warmup, although rewarm=all (the default)
+        assert factor(step, 0, **settings) == pytest.approx(0.5)
+        assert factor(step, 14, **settings) == pytest.approx(0.5)
+        assert factor(step, 19, **settings) == pytest.approx(0.1)
+
+
+def test_rewarm_first_and_none():
+    assert factor(0, 0, rewarm="none") == pytest.approx(1 / 4)  # step 0 always warms up
+    assert factor(1, 0, rewarm="none") == pytest.approx(1.0)
+    assert factor(1, 10, rewarm="none") == pytest.approx(1 - 0.9 * 10 / 20)
+    assert factor(1, 0, rewarm="first") == pytest.approx(1 / 4)
+    assert factor(2, 0, rewarm="first") == pytest.approx(1.0)
+    assert factor(2, 0, rewarm="first", schedule="cosine") == pytest.approx(1.0)
+    assert factor(2, 10, rewarm="first", schedule="cosine") == pytest.approx(0.1 + 0.9 * 0.5)
+
+
+def test_the_ar_meta_schedule_scales_each_steps_curve_by_a_global_cosine_peak():
+    cfg = TrainerConfig(warmup_steps=WARMUP, min_lr_ratio=MIN, lr=1e-3, peak_schedule="cosine_over_steps")
+    assert peak(cfg, 0, 4) == 1.0
+    assert peak(cfg, 2, 4) == pytest.approx(0.55)  # 0.1 + 0.9 * (1 + cos(pi / 2)) / 2
+    assert peak(cfg, 3, 4) == pytest.approx(0.1 + 0.9 * 0.5 * (1 + math.cos(3 * math.pi / 4)))
+    assert lr_at(cfg, 2, 4, TOTAL, 4) == pytest.approx(1e-3 * 0.55)  # the step's peak, after its warmup
+    assert lr_at(cfg, 2, 12, TOTAL, 4) == pytest.approx(1e-3 * 0.55 * (1 - 0.9 * 8 / 16))
+
+
+@pytest.mark.parametrize("override,needle", [("trainer.schedule=warm", "trainer.schedule"),
+                                             ("trainer.cooldown_fraction=1.5", "trainer.cooldown_fraction"),
+                                             ("trainer.constant_lr_ratio=0", "trainer.constant_lr_ratio"),
+                                             ("trainer.rewarm=some", "trainer.rewarm")])
+def test_bad_schedule_settings_are_refused_naming_the_key(tmp_path, override, needle):
+    from omegaconf import OmegaConf
+
+    with pytest.raises(Exception, match=needle.split(".")[1]):
+        OmegaConf.to_object(tiny_cfg(tmp_path, override))
+
+
+def test_config_error_for_python_built_settings():
+    with pytest.raises(ConfigError, match="trainer.schedule"):
+        TrainerConfig(schedule="warm")
+
+
+# -- the loop asks the schedule; kill and resume mid-step ------------------------------------------------------
+
+FAST = ["eval.evaluators=[splits]", "trainer.num_threads=1"]
+STEP0_UPDATES = 24  # tiny config: step 0 trains 24 optimizer steps, steps 1 and 2 train 12 each
+
+
+class Boom(Exception):
+    pass
+
+
+def crash_at(monkeypatch, name: str, count: int) -> None:
+    seen = {"n": 0}
+
+    def point(where):
+        if where == name:
+            seen["n"] += 1
+            if seen["n"] == count:
+                raise Boom(f"{name}:{count}")
+    monkeypatch.setattr(faults, "point", point)
+
+
+def rows(path: Path) -> list[dict]:
+    drop = {"train_seconds", "eval_seconds", "seconds", "train_tokens_per_s", "tokens_per_s", "peak_mem_gb", "mfu"}
+    return [{k: v for k, v in json.loads(line).items() if k not in drop} for line in path.read_text().splitlines()]
+
+
+@pytest.mark.parametrize("schedule", ["wsd", "infinite"])
+def test_kill_and_resume_mid_step_is_bitwise_identical(tmp_path, monkeypatch, schedule):
+    threads = torch.get_num_threads()
+    monkeypatch.setattr(faults, "_arrivals", {})
+    settings = [*FAST, f"trainer.schedule={schedule}", "trainer.cooldown_fraction=0.5", "trainer.warmup_steps=4",
+                "trainer.constant_lr_ratio=0.5", "trainer.log_every=1"]
+    reference = tmp_path / "reference"
+    train(tiny_cfg(reference, *settings))
+    run_dir = tmp_path / "run"
+    crash_at(monkeypatch, "optimizer_step", STEP0_UPDATES + 7)  # step 1, update 7: inside the cooldown
+    with pytest.raises(Boom):
+        train(tiny_cfg(run_dir, *settings, "trainer.save_every_n_steps=3"))
+    assert [(s, o) for s, o, _ in list_states(run_dir)] == [(1, 3), (1, 6)]  # it resumes from update 6 of step 1
+    monkeypatch.undo()
+    monkeypatch.setattr(faults, "_arrivals", {})
+    train(tiny_cfg(run_dir, *settings, "trainer.save_every_n_steps=3"))
+    torch.set_num_threads(threads)
+    assert rows(run_dir / "train_log.jsonl") == rows(reference / "train_log.jsonl")
+    assert [r for r in rows(run_dir / "metrics.jsonl") if r.get("group") != "timing"] == \
+        [r for r in rows(reference / "metrics.jsonl") if r.get("group") != "timing"]
+    for step in range(3):
+        a = load_file(str(reference / "steps" / str(step) / "model.safetensors"))
+        b = load_file(str(run_dir / "steps" / str(step) / "model.safetensors"))
+        assert all(torch.equal(a[k], b[k]) for k in a), step
+    # the logged LR (after update n: the LR of update n, 0-based) is the schedule's closed form
+    cfg = TrainerConfig(lr=2e-3, warmup_steps=4, min_lr_ratio=0.1, schedule=schedule, cooldown_fraction=0.5,
+                        constant_lr_ratio=0.5)
+    log = rows(run_dir / "train_log.jsonl")
+    for row in log:
+        total = STEP0_UPDATES if row["time_step"] == 0 else 12
+        assert row["lr"] == pytest.approx(lr_at(cfg, row["time_step"], row["optimizer_step"], total, 3), rel=1e-9)
+    second = next(r["lr"] for r in log if r["time_step"] == 1 and r["optimizer_step"] == 2)
+    assert second == pytest.approx(2e-3 * (3 / 4 if schedule == "wsd" else 0.5))  # wsd re-warms, infinite not
