@@ -47,6 +47,7 @@ class DataKind(Choice):
     synthetic_world = "synthetic_world"
     evolvingqa = "evolvingqa"
     temporal_qa = "temporal_qa"
+    dyknow = "dyknow"
 
 
 class Objective(Choice):
@@ -86,6 +87,15 @@ class GreedyDecoder(Choice):
     generate = "generate"
 
 
+class PassageSource(Choice):
+    documents = "documents"
+    sentences = "sentences"
+    files = "files"
+
+
+class RetrievalScope(Choice):
+    all = "all"
+    latest = "latest"
 # --- continual-pretraining recipes (training/schedule.py, methods/lwf.py, methods/averaging.py) -----------
 
 class Schedule(Choice):
@@ -414,16 +424,63 @@ class WorldConfig:
         self.dates = as_choice("data.world.dates", DateForm, self.dates)
 
 
+DYKNOW_CUTS = ["2010", "2014", "2018", "2022"]
+"""Default cut dates of ``data=dyknow`` (docs/data.md, "DyKnow": the counts per step on the copy in
+``../shared/data/dyknow``)."""
+
+
+@dataclass
+class DyKnowConfig:
+    """The DyKnow timeline (``data.kind=dyknow``; ``evolve_train/data/loaders/dyknow.py``, docs/data.md)."""
+
+    cuts: list[str] = field(default_factory=lambda: list(DYKNOW_CUTS))
+    """Cut dates, strictly increasing (``YYYY`` = 1 January, ``YYYY-MM`` = the 1st, ``YYYY-MM-DD``): step k's
+    state is every value valid on cut k; the cut as written is the step's name and its date in the texts."""
+    train_wordings: list[str] = field(default_factory=lambda: ["contextualized", "generic"])
+    """Prompt names whose wordings are trained; a fact's other prompts are held out (its ``extra.variants``:
+    flip rate, contamination). The first of these a fact has is the wording its questions are asked in; a
+    fact with none of them trains on its first prompt."""
+    dates: DateForm = DateForm.inline
+    """How the cut's date is written into the corpus and the questions (``data/dates.py``): ``inline``
+    (``As of 2018, the President of Freedonia is``), ``prefix`` (``data.time_prefix_format``) or ``none``
+    (undated corpus and questions). ``data.time_prefix=true`` means ``prefix``."""
+    passages: bool = False
+    """Add the Wikipedia passages (``passages.json``) to the corpus of each step stating the value they match."""
+    qa_questions: bool = True
+    """Use ``qa_generated.json`` (when present): its question is each item's ``base_question`` and one more
+    held-out variant."""
+    categories: Optional[list[str]] = None
+    """Categories to load (``null`` = all of the file)."""
+    dev_share: float = 0.2
+    """Share of facts whose items are ``dev`` (all items of a fact share its split); the rest are private."""
+    split_seed: int = 0
+    """Seed of the dev/private assignment of facts."""
+    stable_probes: int = 20
+    """Unchanged facts asked as of every cut in the ``paired_<k>`` sets (old-knowledge retention)."""
+
+    def __post_init__(self):
+        self.dates = as_choice("data.dyknow.dates", DateForm, self.dates)
+        check_ranges("data.dyknow", {"dev_share": (self.dev_share, UNIT),
+                                     "stable_probes": (self.stable_probes, NON_NEGATIVE)})
+        if not list(self.cuts):
+            raise ConfigError("data.dyknow.cuts is empty: give at least one cut date")
+        if not list(self.train_wordings):
+            raise ConfigError("data.dyknow.train_wordings is empty: name at least one prompt to train on")
+
+
 @dataclass
 class DataConfig:
     kind: DataKind = DataKind.synthetic_world
-    """Data source: ``synthetic_world``, ``evolvingqa`` or ``temporal_qa``."""
+    """Data source: ``synthetic_world``, ``evolvingqa``, ``temporal_qa`` or ``dyknow``."""
     objective: Objective = Objective.masked_entity
     """``masked_entity``: loss on the masked entity of each pair; ``clm``: loss on all text."""
     world: WorldConfig = field(default_factory=WorldConfig)
     """Settings of the embedded world (``kind=synthetic_world``)."""
+    dyknow: DyKnowConfig = field(default_factory=DyKnowConfig)
+    """Settings of the DyKnow timeline (``kind=dyknow``)."""
     root: Optional[str] = None
-    """Directory of a data release (``kind=evolvingqa`` / ``temporal_qa``)."""
+    """Directory of a data release (``kind=evolvingqa`` / ``temporal_qa``; ``dyknow``: the directory holding
+    ``grc_generated.json``)."""
     steps: Optional[list[str]] = None
     """Order of the release's time steps by name; ``null`` sorts the names found in the files."""
     fields: dict[str, str] = field(default_factory=dict)
@@ -633,6 +690,55 @@ class FlipRateConfig:
 
 
 @dataclass
+class RetrievalConfig:
+    """``retrieval``: the open-book evaluator (METRICS.md §10; docs/evaluation.md "Retrieval (open-book)")."""
+
+    k: int = 3
+    """Passages retrieved (BM25, ``bm25s``) per question and put before it."""
+    passages: PassageSource = PassageSource.documents
+    """What the store of step i holds: ``documents`` (step i's training documents; masked-entity pairs with the
+    mask filled in where a step has no documents), ``sentences`` (the same text split into sentences) or
+    ``files`` (``passage_files``)."""
+    passage_files: list[str] = field(default_factory=list)
+    """``passages=files``: JSONL passage files, one per time step in step order, or one file whose records name
+    their ``step`` (index or step name). A record: ``text`` (required), optional ``step``, ``date`` (default:
+    the step's name) and ``id``."""
+    scope: RetrievalScope = RetrievalScope.all
+    """At checkpoint i: ``all`` = the passages of steps 0..i, each with its step's date; ``latest`` = step i's
+    only (StreamingQA's two settings)."""
+    template: str = "{passages}\n{question}"
+    """The open-book prompt: ``{passages}`` (the retrieved passages, best first) and ``{question}`` (the
+    closed-book prompt of the item, ``data.prompt_template`` applied)."""
+    passage_template: str = "[{date}] {text}"
+    """One retrieved passage in the prompt: ``{text}``, ``{date}`` (its step's date), ``{step}``."""
+    separator: str = "\n"
+    """Between two passages in ``{passages}``."""
+    initial_every_store: bool = True
+    """With ``eval.eval_initial``: the model before training (checkpoint ``initial``) is asked open-book at
+    every step i's store, on the sets of checkpoint i (the retriever-only arm: rows with ``store`` = i)."""
+    paired: bool = True
+    """Also the paired temporal metrics (§4) open-book, on the ``paired`` evaluator's sets."""
+
+    def __post_init__(self):
+        self.passages = as_choice("eval.retrieval.passages", PassageSource, self.passages)
+        self.scope = as_choice("eval.retrieval.scope", RetrievalScope, self.scope)
+        check_ranges("eval.retrieval", {"k": (self.k, AT_LEAST_ONE)})
+        if (self.passages == PassageSource.files) != bool(self.passage_files):
+            raise ConfigError("eval.retrieval.passage_files: give the files with eval.retrieval.passages=files "
+                              f"(got passages={self.passages} and {len(self.passage_files)} file(s))")
+        for key, template, slots in (("template", self.template, ("passages", "question")),
+                                     ("passage_template", self.passage_template, ("text",))):
+            try:
+                template.format(passages="", question="", text="", date="", step="")
+            except (KeyError, IndexError, ValueError) as err:
+                raise ConfigError(f"eval.retrieval.{key}: {template!r} is not a format string over "
+                                  f"{{passages}}, {{question}} / {{text}}, {{date}}, {{step}} ({err})") from None
+            missing = [slot for slot in slots if "{" + slot + "}" not in template]
+            if missing:
+                raise ConfigError(f"eval.retrieval.{key}: {template!r} must contain {{{missing[0]}}}")
+
+
+@dataclass
 class GateConfig:
     flip_rate_max: Optional[float] = 0.10
     """Release gate: flip_rate (all splits, final checkpoint) must be <= this (null = no check)."""
@@ -713,6 +819,8 @@ class EvalConfig:
     """``flip_rate``: K equivalent templates and n repeats (docs/hygiene.md)."""
     gate: GateConfig = field(default_factory=GateConfig)
     """Release-gate thresholds (METRICS.md §8 defaults), read by ``evolve-gate`` (docs/hygiene.md)."""
+    retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
+    """``retrieval``: the open-book evaluator over the snapshots seen so far (METRICS.md §10)."""
     # --- pretrained models (issue 25) ---
     few_shot: int = 0
     """Solved dev items (``split: dev``, drawn once, seeded) shown before every prompt, for question-style

@@ -37,6 +37,7 @@ from evolve_train.evaluation.evaluator import EvalContext, check_eval_config, ev
 from evolve_train.evaluation.evaluators.hygiene import preflight as hygiene_preflight, record_private
 from evolve_train.evaluation.evaluators.matrix import INITIAL
 from evolve_train.evaluation.qa_adaptation import QAAdaptation
+from evolve_train.evaluation.retrieval_index import preflight as retrieval_preflight
 from evolve_train.evaluation.within_step import probe_for
 from evolve_train.methods import Method, TokenizedHistory
 from evolve_train.methods.averaging import WeightAverage, cpu_state
@@ -118,6 +119,8 @@ class ContinualRun:
         self.cfg: Config = OmegaConf.to_object(cfg) if isinstance(cfg, DictConfig) else cfg
         self.results: dict[int, StepResult] = {}
         """What training each step took (its metric rows carry it); absent for a step trained earlier."""
+        self.eval_shared: dict = {}
+        """Built once per run, reused by every checkpoint's evaluation (``EvalContext.shared``)."""
 
     # ----------------------------------------------------------------------------------- setup
 
@@ -194,6 +197,8 @@ class ContinualRun:
         self.timeline = with_few_shot(build_timeline(self.cfg.data), self.cfg.eval.few_shot)  # dev demonstrations
         self.qa_adaptation = QAAdaptation.from_config(self.cfg, self.timeline)  # None when off
         hygiene_preflight(self.cfg, self.timeline, self.qa_adaptation)  # no private eval item in training/prompts
+        if "retrieval" in self.cfg.eval.evaluators:  # passage files read now: a bad one fails before training
+            retrieval_preflight(self.cfg.eval.retrieval, self.timeline)
 
     def _start_loggers(self) -> None:
         backends = ["disk"] + [name for name in self.cfg.logger.backends if name != "disk"]  # metrics.jsonl always
@@ -392,7 +397,7 @@ class ContinualRun:
         plain = self.accelerator.unwrap_model(model, keep_fp32_wrapper=False)
         ctx = EvalContext(model=plain, adapter=self.adapter, timeline=self.timeline, checkpoint=checkpoint,
                           cfg=self.cfg.eval, run_dir=self.run_dir, shards=Shards.of(self.accelerator),
-                          writes=self.main, training=self._training_format())
+                          writes=self.main, shared=self.eval_shared, training=self._training_format())
         start = time.perf_counter()
         with self.accelerator.autocast(), CountPositions(plain) as counted:  # evaluation's tokens (§11)
             scored = evaluate_checkpoint(ctx)

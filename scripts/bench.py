@@ -3,12 +3,14 @@
     python scripts/bench.py --quick          # < 3 minutes on a 2-core laptop
     python scripts/bench.py                  # longer: 3 epochs, 20 repeats, 60 steps per size, 8-step world
     python scripts/bench.py --demo-run runs/demo   # eval speed on the demo's final checkpoint, its eval_share
+    python scripts/bench.py --retrieval-only --demo-run runs/demo   # only the open-book evaluator's share
     python scripts/bench.py --part pretrained      # a 135M Llama, fp32 vs bf16 (scripts/bench_pretrained.py)
 
 Prints a table, then (last line) one JSON object with the keys loop_vs_torch, lora_vs_full,
-packing_efficiency, clm_packing_efficiency, eval_speedup, eval_share, tokens_per_s_by_size, eval_growth and
-cache_speedup, with the raw figures behind them. See docs/benchmarks.md for the figures measured on the reference
-machines.
+packing_efficiency, clm_packing_efficiency, eval_speedup, eval_share, tokens_per_s_by_size, eval_growth,
+cache_speedup and retrieval_share (the open-book evaluator's time over the other evaluators' at the last
+checkpoint; ``--retrieval-only`` measures just that), with the raw figures behind them. See docs/benchmarks.md
+for the figures measured on the reference machines.
 """
 
 from __future__ import annotations
@@ -185,6 +187,33 @@ def eval_speed(cfg, model, tokenizer, timeline, checkpoint: int) -> dict:
             "all_groups_s": every_group, "groups": list(cfg.eval.evaluators)}
 
 
+def retrieval_share(cfg, model, tokenizer, timeline, checkpoint: int) -> dict:
+    """The open-book evaluator's share of a checkpoint's evaluation time (goal: at most 25 % added): the default
+    evaluators and ``retrieval`` after them, timed by the evaluation's own ``timing`` row, once with the stores
+    built at this checkpoint (a run without ``eval.eval_initial`` builds the last store there) and once reusing
+    them (every later evaluation of the run); best of 2 for each."""
+    adapter = build_adapter(cfg.model, tokenizer)
+    evaluators = [name for name in cfg.eval.evaluators if name != "retrieval"] + ["retrieval"]
+    eval_cfg = copy.deepcopy(cfg.eval)
+    eval_cfg.evaluators = evaluators
+    best = {"others_s": float("inf"), "retrieval_built_s": float("inf"), "retrieval_reused_s": float("inf")}
+    for _ in range(2):
+        shared: dict = {}
+        for key in ("retrieval_built_s", "retrieval_reused_s"):
+            ctx = EvalContext(model=model, adapter=adapter, timeline=timeline, checkpoint=checkpoint, cfg=eval_cfg,
+                              run_dir=None, shared=shared)
+            rows = evaluate_checkpoint(ctx)
+            seconds = rows[-1]["seconds"]
+            best[key] = min(best[key], seconds["retrieval"])
+            best["others_s"] = min(best["others_s"], sum(v for k, v in seconds.items() if k != "retrieval"))
+            opened = next(r for r in rows if r["group"] == "retrieval" and r["set_name"] == "all")
+    return {**best, "checkpoint": checkpoint, "evaluators": evaluators,
+            "share_built": best["retrieval_built_s"] / best["others_s"],
+            "share_reused": best["retrieval_reused_s"] / best["others_s"],
+            "bm25_s": opened["retrieval_seconds"], "em": opened["em"], "em_open": opened["em_open"],
+            "recall_at_k": opened["recall@k"]}
+
+
 def trained_model(cfg, tokenizer, examples, demo_run: Path | None):
     """The demo's final checkpoint if given (the model the evaluator really sees), else a model trained here."""
     if demo_run is not None and (demo_run / "steps").is_dir():
@@ -292,6 +321,13 @@ def cache_speedup(cfg, size_mb: float) -> dict:
             "second_share": seconds[1] / seconds[0], "speedup": seconds[0] / seconds[1]}
 
 
+def print_retrieval(share: dict) -> None:
+    print(f"{'retrieval_share':32s} {share['share_reused']:.3f}  (open-book evaluator / the other evaluators at "
+          f"checkpoint {share['checkpoint']}: {share['retrieval_reused_s']:.2f} s / {share['others_s']:.2f} s with the "
+          f"stores reused; {share['share_built']:.3f} = {share['retrieval_built_s']:.2f} s when this checkpoint builds "
+          f"them; BM25 queries {share['bm25_s']:.3f} s)")
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="short timings (< 3 min on 2 cores)")
@@ -303,6 +339,8 @@ def main(argv=None) -> None:
                         help="optimizer steps per size (30; 60 without --quick)")
     parser.add_argument("--growth-steps", type=int, default=None,
                         help="time steps of the world for eval growth (4; 8 without --quick)")
+    parser.add_argument("--retrieval-only", action="store_true",
+                        help="only the open-book evaluator's share of evaluation time (use with --demo-run)")
     parser.add_argument("--part", choices=["default", "pretrained"], default="default",
                         help="default: the figures above on the demo's model; pretrained: a 135M Llama from "
                              "SmolLM2's config, fp32 vs bf16 training and evaluation tokens/s and peak fractions")
@@ -327,6 +365,13 @@ def main(argv=None) -> None:
     examples = build_adapter(cfg.model, tokenizer).encode_step(step0, cfg.data.objective, cfg.trainer.seq_len)
     batches = same_batches(examples, cfg, tokenizer.pad_token_id)
     results: dict = {"machine": {"threads": torch.get_num_threads(), "cuda": torch.cuda.is_available()}}
+    if args.retrieval_only:
+        model, eval_tokenizer, source = trained_model(cfg, tokenizer, examples, args.demo_run)
+        results["retrieval_share"] = {"model": source, **retrieval_share(cfg, model, eval_tokenizer, timeline,
+                                                                          len(timeline.steps) - 1)}
+        print_retrieval(results["retrieval_share"])
+        print(json.dumps(results))
+        return
     gc.collect()
     gc.freeze()  # the set-up's objects: later collections (before each run, and each step's own) skip them
 
@@ -376,6 +421,7 @@ def main(argv=None) -> None:
     results["eval_growth"] = eval_growth(cfg, model, eval_tokenizer, n_steps=growth_steps)
 
     results["cache_speedup"] = cache_speedup(cfg, size_mb=4 if args.quick else 20)
+    results["retrieval_share"] = retrieval_share(cfg, model, eval_tokenizer, timeline, last)
 
     share = eval_share_from_run(args.demo_run) if args.demo_run else None
     if share is None:  # estimate from this run: eval time of the last checkpoint vs a demo step's training
@@ -407,6 +453,7 @@ def main(argv=None) -> None:
           f"{speed['sample_answers_differ']} of {speed['sample']})")
     for name, value in results["eval_share"].items():
         print(f"{'eval_share ' + str(name):32s} {value:.3f}")
+    print_retrieval(results["retrieval_share"])
     print("\ntokens/s by model size (framework loop / plain loop, same batches)")
     for row in results["tokens_per_s_by_size"]:
         print(f"  {row['n_layer']}x{row['n_embd']:<4d} {row['params'] / 1e6:5.1f} M params  "

@@ -37,6 +37,9 @@ def test_bench_quick_runs_on_a_tiny_config_and_prints_every_figure():
                                                                            for k in range(3)]
     # checkpoint 1 is asked every set of checkpoint 0 and step 2's (forward transfer); the last has no next step
     assert growth[0]["items"] < growth[1]["items"] == growth[2]["items"]
+    share = figures["retrieval_share"]
+    assert share["share_reused"] > 0 and share["retrieval_reused_s"] <= share["retrieval_built_s"] * 1.5
+    assert share["evaluators"][-1] == "retrieval" and 0 <= share["recall_at_k"] <= 1
     assert "loop_vs_torch" in result.stdout and "evaluation time by checkpoint" in result.stdout
 
 

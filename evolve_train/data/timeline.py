@@ -1,6 +1,6 @@
 """The timeline: per time step a training corpus, and the eval sets introduced at each step.
 
-Every data source (the embedded world, the EvolvingQA release layout, generic timestamped QA) is
+Every data source (the embedded world, the EvolvingQA release layout, generic timestamped QA, DyKnow) is
 turned into a :class:`Timeline` before any training starts, so bad input fails early. The types live in
 :mod:`evolve_train.data.schema` (re-exported here); :func:`build_timeline` picks the loader of
 ``data.kind`` and applies the loader-independent transforms of :mod:`evolve_train.data.transforms`
@@ -10,6 +10,7 @@ turned into a :class:`Timeline` before any training starts, so bad input fails e
 from __future__ import annotations
 
 from evolve_train.config import DataConfig
+from evolve_train.data.loaders.dyknow import dyknow_timeline
 from evolve_train.data.loaders.evolvingqa import evolvingqa_timeline
 from evolve_train.data.loaders.temporal_qa import temporal_qa_timeline
 from evolve_train.data.schema import SET_KINDS, EvalSet, TimeStep, Timeline
@@ -20,7 +21,7 @@ from evolve_train.errors import ConfigError
 __all__ = ["SET_KINDS", "EvalSet", "TimeStep", "Timeline", "LOADERS", "build_timeline", "check_prompts"]
 
 LOADERS = {"synthetic_world": world_timeline, "evolvingqa": evolvingqa_timeline,
-           "temporal_qa": temporal_qa_timeline}
+           "temporal_qa": temporal_qa_timeline, "dyknow": dyknow_timeline}
 
 
 def check_prompts(timeline: Timeline) -> None:

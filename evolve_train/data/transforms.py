@@ -4,9 +4,9 @@
   step k starts with step k's date in ``data.time_prefix_format`` (the step's name: a year, a month code
   such as ``0102``, a date), and every timestamped eval item's question starts with its own timestamp,
   with ``extra.ts_template`` / ``extra.cloze`` set so the timestamp ablation (METRICS.md §5) asks it with
-  another date (``shuffled``) and without one (``none``). The embedded world writes the same prefix
-  itself, dating its corpus with the step's year (``data.world.dates=prefix``), so it is not transformed
-  again here.
+  another date (``shuffled``) and without one (``none``). The embedded world and DyKnow write the same
+  prefix themselves, dating their corpora with the step's year or cut (``data.world.dates=prefix``,
+  ``data.dyknow.dates=prefix``), so they are not transformed again here (``SELF_DATED``).
 * ``data.heldout_share``: each step's held-out slice, never trained on (``data/slices.py``; taken before the
   history is joined, so a slice holds its own step's examples).
 * ``data.keep_history``: step k's corpus is every step's corpus up to k (each dated snapshot so far, not
@@ -22,6 +22,9 @@ from evolve_train.data.dates import check_prefix_format, dated, dated_template
 from evolve_train.data.schema import TimeStep, Timeline
 from evolve_train.data.slices import with_heldout
 from evolve_train.data.timestamps import strip_timestamp_phrase
+
+SELF_DATED = ("synthetic_world", "dyknow")
+"""Data kinds whose loader writes the date forms itself (``data.time_prefix`` selects their prefix form)."""
 
 
 def prefixed_step(step: TimeStep, prefix_format: str) -> TimeStep:
@@ -64,10 +67,10 @@ def with_history(timeline: Timeline) -> Timeline:
 
 
 def apply_transforms(timeline: Timeline, cfg: DataConfig) -> Timeline:
-    """The transforms ``cfg`` asks for (the world dates its own corpus: see the module docstring)."""
+    """The transforms ``cfg`` asks for (the world and DyKnow date their own corpora: see the module docstring)."""
     if cfg.time_prefix:
         check_prefix_format(cfg.time_prefix_format)
-        if cfg.kind != "synthetic_world":
+        if cfg.kind not in SELF_DATED:
             timeline = with_time_prefix(timeline, cfg.time_prefix_format)
     timeline = with_heldout(timeline, cfg.objective, cfg.heldout_share, cfg.heldout_seed)  # before the history
     if cfg.keep_history:

@@ -120,6 +120,9 @@ class EvalContext:
     """How the processes share the model calls (multi-process runs: whole batches each)."""
     writes: bool = True
     """Whether this process writes files (predictions, spot checks): the main process only."""
+    shared: dict = field(default_factory=dict)
+    """What is built once per run and reused by every checkpoint (the open-book evaluator's passage stores):
+    the run hands each checkpoint's context the same dict."""
     training: TrainingFormat = field(default_factory=TrainingFormat)
     """The run's training-row format (``data.objective``, ``trainer.seq_len``, ``trainer.attention_reset``)."""
     _answers: dict[str, str] = field(default_factory=dict)
@@ -192,7 +195,7 @@ def sample_items(items: list[dict], cap: int) -> list[dict]:
 def write_predictions(run_dir: Path, checkpoint: int, set_name: str, records: list[dict]) -> None:
     from evolve_train.utils.io import atomic_write_text
 
-    directory = run_dir / "predictions" / f"step_{checkpoint}"
-    directory.mkdir(parents=True, exist_ok=True)
+    path = run_dir / "predictions" / f"step_{checkpoint}" / f"{set_name}.jsonl"  # set_name may hold a folder
+    path.parent.mkdir(parents=True, exist_ok=True)
     text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
-    atomic_write_text(directory / f"{set_name}.jsonl", text)
+    atomic_write_text(path, text)

@@ -36,8 +36,8 @@ POOLED_KINDS = ("unchanged", "new", "updated")
 """Split kinds pooled into ``all`` (Outdated, where lower is better, is reported on its own)."""
 WITHIN_STEP = "within_step"
 """``train_log.jsonl`` rows of the within-step probe (``evaluation/within_step.py``)."""
-ROW_META = frozenset({"group", "checkpoint", "set", "set_name", "set_step", "method", "seed", "train_seconds",
-                      "train_tokens", "train_tokens_per_s", "num_processes", "train_optimizer_steps",
+ROW_META = frozenset({"group", "checkpoint", "set", "set_name", "set_step", "store", "method", "seed",
+                      "train_seconds", "train_tokens", "train_tokens_per_s", "num_processes", "train_optimizer_steps",
                       "optimizer_steps", "loss_tokens", "train_flops", "eval_tokens", "eval_flops"})
 """Keys that identify a row or describe its run, not a metric of its group."""
 

@@ -1,7 +1,8 @@
 """``write_report(run_dirs, out_dir)``: PNG plots, ``report.md`` and a self-contained ``report.html``.
 
 Contents (the time-slice, within-step and compute parts: ``reporting/timesliced.py``): the forgetting curves (EM per eval set over time steps, a line per run), a heatmap of each run's
-checkpoint x eval-set EM matrix, the training loss, the metrics of other row groups (e.g. ``paired``) per
+checkpoint x eval-set EM matrix, closed- vs open-book EM per split when the ``retrieval`` evaluator ran
+(``reporting/retrieval.py``, with its table), the training loss, the metrics of other row groups (e.g. ``paired``) per
 step, a per-step EM table per run, the final-checkpoint EM of every run side by side, and for each pair of
 runs the paired-bootstrap EM difference with its 95% CI per eval set and pooled (``all``) at the final
 checkpoints (``evaluation/compare.py``, the comparison ``evolve-gate`` uses).
@@ -23,7 +24,7 @@ from typing import Iterable, Optional
 
 from evolve_train.evaluation.compare import PairedDiff, check_same_columns, compare_pairs
 from evolve_train.evaluation.rows import Run, column_key
-from evolve_train.reporting import plots, timesliced
+from evolve_train.reporting import plots, retrieval, timesliced
 from evolve_train.reporting.runs import load_runs
 from evolve_train.reporting.seed_sections import (configurations_section, final_mean_section, pooled_section,
                                                   step_mean_section)
@@ -153,6 +154,9 @@ def make_plots(runs: list[Run], out_dir: Path, groups: Optional[list[RunGroup]] 
                         "forgetting_bands.png"))
     series["forgetting"] = plots.plot_forgetting_curves(runs, out_dir / "forgetting_curves.png")
     figures.append(("EM per eval set over time steps (forgetting curves)", "forgetting_curves.png"))
+    if retrieval.has_open_book(runs):
+        series["open_book"] = retrieval.plot_open_book(runs, out_dir / "open_book.png")
+        figures.append(("Closed-book vs open-book EM per split (retrieval)", "open_book.png"))
     for run in runs:
         name = f"matrix_{_slug(run.label)}.png"
         series[f"matrix/{run.label}"] = plots.plot_matrix_heatmap(run, out_dir / name)
@@ -247,6 +251,7 @@ def build_sections(findings: Findings, note: Optional[str]):
              "bootstrap intervals (pairs / questions resampled; reliance = true − shuffled, paired).",
              temporal_table(runs)),
             ("Other evaluators", "Each group's row over all its sets at the final checkpoint.", groups_table(runs)),
+            ("Retrieval (open-book)", retrieval.open_book_intro(runs), retrieval.open_book_table(runs)),
             ("Time-sliced aggregates", "METRICS.md §9 (after TiC-LM): means of the train-step × eval-slice matrix "
              "over j < i (backward), j = i (in_dist) and j > i (forward); slice NLL in nats per loss token with "
              "95 % bootstrap intervals over the slices' examples and the perplexity exp(NLL); EM of the §3 "
@@ -288,7 +293,7 @@ def write_markdown(path: Path, headline: str, figures, sections) -> None:
 
 CSS = ("body{font-family:system-ui,sans-serif;margin:24px;color:#222;background:#fff}"
        "table{border-collapse:collapse;margin:8px 0 20px}td,th{border:1px solid #bbb;padding:3px 8px;"
-       "text-align:left;font-size:13px}td.num{text-align:right}th{background:#e8eef7}"
+       "text-align:left;font-size:13px}td.num{text-align:right;white-space:nowrap}th{background:#e8eef7}"
        "img{max-width:100%;border:1px solid #ddd;margin:6px 0 18px}h1{color:#1f4e79}")
 
 

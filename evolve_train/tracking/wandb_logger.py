@@ -5,7 +5,8 @@ to ``<run_dir>/wandb/offline-run-*`` and uploaded later with ``wandb sync``. Wha
 
 - ``em/<set_name>``, ``f1/<set_name>``, ``n/<set_name>`` per checkpoint against the ``time_step`` step
   metric, so W&B draws one forgetting curve per split; other evaluator groups land under
-  ``<group>/<set_name>/<metric>`` against ``time_step`` too;
+  ``<group>/<set_name>/<metric>`` against ``time_step`` too (open-book rows: ``retrieval/<set_name>/em_open``...;
+  those of the model before training at step i's store: ``retrieval/store_<i>/<set_name>/...`` at time step -1);
 - ``train/loss``, ``train/lr``, ``train/tokens``, ``train/tokens_per_s`` (and on GPU ``train/peak_mem_gb``,
   ``train/mfu``) against ``train/global_step`` (optimizer steps counted across time steps, continued from
   ``train_log.jsonl`` after a resume), and each checkpoint's ``time/train_tokens_per_s``;
@@ -126,6 +127,8 @@ def eval_payload(checkpoint: int, rows: list[dict]) -> dict:
                     payload[f"time/{metric}"] = row[metric]
         elif group:
             prefix = f"{group}/{row['set_name']}" if row.get("set_name") else str(group)
+            if row.get("store") is not None and row["store"] != checkpoint:  # the initial model at step i's store
+                prefix = f"{group}/store_{row['store']}/{row['set_name']}"
             payload.update(_flatten(prefix, {k: v for k, v in row.items() if k not in ROW_META}))
     return payload
 

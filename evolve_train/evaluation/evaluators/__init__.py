@@ -2,8 +2,8 @@
 (``evaluation/registry.py``): ``splits`` (§1-2), ``matrix`` (§3), ``paired`` (§4), ``ablation`` (§5),
 ``dimensions`` (§6), ``calibration`` (§7) and ``grad_norms`` (gradient analysis), ``contamination`` and
 ``flip_rate`` (§8, in ``hygiene``), ``heldout`` (perplexity on held-out text: general-knowledge forgetting), ``slices`` (§9: held-out loss of
-every step's slice).
+every step's slice), ``retrieval`` (§10, open-book).
 See docs/evaluation.md and docs/hygiene.md."""
 
 from evolve_train.evaluation.evaluators import (ablation, calibration, dimensions, grad_norms,  # noqa: F401
-                                               heldout, hygiene, matrix, paired, slices, splits)
+                                               heldout, hygiene, matrix, paired, retrieval, slices, splits)

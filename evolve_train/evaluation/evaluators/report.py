@@ -6,6 +6,7 @@ from typing import Any
 
 from evolve_train.evaluation.evaluators.common import ALL
 from evolve_train.evaluation.evaluators.matrix import format_matrix, matrix_summary
+from evolve_train.evaluation.evaluators.retrieval import format_retrieval, retrieval_summary
 from evolve_train.evaluation.rows import ROW_META
 
 GROUPS = ("paired", "ablation", "dimensions", "calibration", "grad_norms", "contamination", "flip_rate", "heldout")
@@ -43,8 +44,10 @@ def groups_summary(rows: list[dict]) -> dict[str, Any]:
 
 
 def evaluation_summary(rows: list[dict]) -> dict[str, Any]:
-    """The ``matrix`` and ``groups`` keys of ``summary.json``."""
-    return {"matrix": matrix_summary(rows), "groups": groups_summary(rows)}
+    """The ``matrix`` and ``groups`` keys of ``summary.json``, and ``retrieval`` when the open-book evaluator ran."""
+    retrieval = retrieval_summary(rows)
+    summary = {"matrix": matrix_summary(rows), "groups": groups_summary(rows)}
+    return {**summary, "retrieval": retrieval} if retrieval else summary
 
 
 def _fmt(value) -> str:
@@ -70,4 +73,5 @@ def format_evaluation(summary: dict[str, Any]) -> str:
             cells = [f"{key}={_fmt(body.get(key))}" + _interval(body.get(f"{key}_ci"))
                      for key in HEADLINE.get(group, ())]
         lines.append(f"{group} @ checkpoint {last}: " + "  ".join(cells))
+    lines += format_retrieval(summary.get("retrieval") or {})
     return "\n".join(lines)

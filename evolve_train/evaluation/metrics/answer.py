@@ -70,3 +70,21 @@ def prediction_of(raw: str, stop_strings: Sequence[str]) -> str:
     often opens with a newline, which a ``\n`` stop would cut to an empty answer), cut at the first stop
     string, stripped."""
     return cut_at_stop(raw.lstrip(), list(stop_strings)).strip()
+
+
+def contains_answer(texts: Sequence[str], golds: Golds) -> int:
+    """METRICS.md §10: 1 if some gold alias, normalized as §1, occurs in the normalized text of one of ``texts``,
+    else 0. Occurs = as a whole-token sequence (``"pavin"`` is not found in ``"pavinsky"``), as DPR's
+    ``has_answer``; an alias that normalizes to nothing never occurs."""
+    wanted = [normalize(gold) for gold in aliases(golds)]
+    haystacks = [f" {normalize(text)} " for text in texts]
+    return int(any(alias and f" {alias} " in hay for alias in wanted for hay in haystacks))
+
+
+def recall_at_k(retrieved: Sequence[Sequence[str]], golds: Sequence[Golds]) -> float | None:
+    """METRICS.md §10: share of questions whose retrieved passages (``retrieved[i]``: the texts of question i's
+    top k) contain a gold alias (:func:`contains_answer`); None without questions."""
+    if len(retrieved) != len(golds):
+        raise ValueError(f"{len(retrieved)} retrieved lists for {len(golds)} questions")
+    hits = [contains_answer(texts, gold) for texts, gold in zip(retrieved, golds)]
+    return sum(hits) / len(hits) if hits else None

@@ -39,7 +39,7 @@ def list_metrics() -> list[str]:
 
 
 _BUILTIN = {
-    "exact_match": answer.exact_match, "f1": answer.f1,
+    "exact_match": answer.exact_match, "f1": answer.f1, "recall_at_k": answer.recall_at_k,
     "avg_acc": continual.avg_acc, "forgetting": continual.forgetting, "forgetting_max": continual.forgetting_max,
     "bwt": continual.bwt, "fwt": continual.fwt, "fuar": continual.fuar,
     "continual_summary": continual.continual_summary,
