@@ -76,4 +76,4 @@ def test_experiment_dyknow_arms_compose(tmp_path, arm):
     assert (cfg.method.name, str(cfg.data.kind), cfg.eval.eval_initial) == (arm, "dyknow", True)
     assert cfg.model.name_or_path.endswith("/.cache/evolve-train/models/smollm2-135m") or \
         cfg.model.name_or_path.endswith("/models/smollm2-135m")
-    assert cfg.data.root == "../shared/data/dyknow" and cfg.trainer.lr == 3e-4
+    assert cfg.data.root == "../shared/data/dyknow"  # (trainer.lr: the tiny config's command line pins it)

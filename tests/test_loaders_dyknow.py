@@ -17,6 +17,7 @@ from evolve_train.errors import ConfigError, DataError
 
 def timeline(root, cuts, **dyknow):
     extra = {k: dyknow.pop(k) for k in ("time_prefix", "keep_history") if k in dyknow}
+    extra.setdefault("heldout_share", 0.0)  # the corpora as the loader writes them (held-out slices: test_slices.py)
     return build_timeline(DataConfig(kind="dyknow", root=str(root), dyknow=DyKnowConfig(cuts=cuts, **dyknow),
                                      **extra))
 

@@ -19,7 +19,7 @@ WORLD = WorldConfig(n_entities=40, new_entities_per_step=6, n_people=12, n_citie
 
 @pytest.fixture(scope="module")
 def timeline():
-    return build_timeline(DataConfig(world=WORLD))
+    return build_timeline(DataConfig(world=WORLD, heldout_share=0.0))  # the corpora as the world writes them (slices: test_slices.py)
 
 
 @pytest.fixture(scope="module")
@@ -180,7 +180,7 @@ def test_ordering_evolution_and_trend_golds_follow_the_world(timeline, world):
 
 
 def test_probe_generation_is_deterministic(timeline):
-    again = build_timeline(DataConfig(world=WORLD))
+    again = build_timeline(DataConfig(world=WORLD, heldout_share=0.0))
     assert [(s.name, s.items) for s in again.eval_sets] == [(s.name, s.items) for s in timeline.eval_sets]
     assert [s.pairs for s in again.steps] == [s.pairs for s in timeline.steps]
 
