@@ -123,17 +123,24 @@ def pretrained_part(size_name: str = "135m", quick: bool = False) -> dict:
     steps, windows = (3, 32) if quick or size_name == "tiny" else (6, 64)
     out = {"size": size_name, "params": n_params, "threads": torch.get_num_threads()}
     for precision, dtype in (("no", torch.float32), ("bf16", torch.bfloat16)):
-        peak = matmul_peak(dtype)
-        train = train_tokens_per_s(size, precision, steps)
-        evaluation = eval_tokens_per_s(size, precision, windows)
+        try:
+            peak = matmul_peak(dtype)
+            train = train_tokens_per_s(size, precision, steps)
+            evaluation = eval_tokens_per_s(size, precision, windows)
+        except RuntimeError as error:  # e.g. torch's CPU bf16 kernels without AVX-512 ("pack_vnni2 is only ...")
+            if precision == "no":
+                raise
+            out["bf16"] = {"unsupported": str(error).splitlines()[0]}
+            continue
         out["fp32" if precision == "no" else "bf16"] = {
             "matmul_peak_gflops": peak / 1e9, "train_tokens_per_s": train["tokens_per_s"],
             "train_peak_fraction": 6 * n_params * train["tokens_per_s"] / peak, "train_steps": train["steps"],
             "eval_tokens_per_s": evaluation, "eval_peak_fraction": 2 * n_params * evaluation / peak}
     out["adamw_step_s"] = {"foreach": optimizer_step_seconds(size, fused=False),
                            "fused": optimizer_step_seconds(size, fused=True)}
-    out["bf16_vs_fp32"] = {"train": out["bf16"]["train_tokens_per_s"] / out["fp32"]["train_tokens_per_s"],
-                           "eval": out["bf16"]["eval_tokens_per_s"] / out["fp32"]["eval_tokens_per_s"]}
+    if "unsupported" not in out["bf16"]:
+        out["bf16_vs_fp32"] = {"train": out["bf16"]["train_tokens_per_s"] / out["fp32"]["train_tokens_per_s"],
+                               "eval": out["bf16"]["eval_tokens_per_s"] / out["fp32"]["eval_tokens_per_s"]}
     return out
 
 
@@ -143,10 +150,15 @@ def print_pretrained(result: dict) -> None:
     print(f"  {'dtype':6s} {'matmul peak':>12s} {'train tok/s':>12s} {'of peak':>8s} {'eval tok/s':>11s} {'of peak':>8s}")
     for name in ("fp32", "bf16"):
         row = result[name]
+        if "unsupported" in row:
+            print(f"  {name:6s} not supported by this CPU's kernels: {row['unsupported']}")
+            continue
         print(f"  {name:6s} {row['matmul_peak_gflops']:8.0f} GF/s {row['train_tokens_per_s']:12.1f} "
               f"{row['train_peak_fraction']:8.1%} {row['eval_tokens_per_s']:11.1f} {row['eval_peak_fraction']:8.1%}")
     adamw = result["adamw_step_s"]
     print(f"  AdamW step over all parameters: {adamw['foreach']:.3f} s (foreach, the loop's on CPU), "
           f"{adamw['fused']:.3f} s fused")
-    ratio = result["bf16_vs_fp32"]
+    ratio = result.get("bf16_vs_fp32")
+    if ratio is None:
+        return
     print(f"  bf16 / fp32: training {ratio['train']:.2f}x, evaluation {ratio['eval']:.2f}x")
