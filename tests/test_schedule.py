@@ -119,19 +119,7 @@ FAST = ["eval.evaluators=[splits]", "trainer.num_threads=1"]
 STEP0_UPDATES = 21  # tiny config: step 0 trains 21 optimizer steps (5 % of its corpus held out as the slice)
 
 
-class Boom(Exception):
-    pass
-
-
-def crash_at(monkeypatch, name: str, count: int) -> None:
-    seen = {"n": 0}
-
-    def point(where):
-        if where == name:
-            seen["n"] += 1
-            if seen["n"] == count:
-                raise Boom(f"{name}:{count}")
-    monkeypatch.setattr(faults, "point", point)
+from test_reliability import Boom, crash_at  # noqa: E402  (the fault-point stand-in for a kill, one copy)
 
 
 def rows(path: Path) -> list[dict]:
