@@ -404,9 +404,15 @@ class ContinualRun:
         rows = record_private(self.run_dir if self.main else None, self.timeline, self.cfg.eval, checkpoint,
                               scored)  # private_evaluations.jsonl
         faults.point("evaluate")
-        evaluated = {"eval_tokens": counted.positions, "eval_flops": eval_flops(parameter_counts(plain)[0],
-                                                                                counted.positions)}
+        positions = self._all_processes(counted.positions)  # every rank scored a share (§11: the run's cost)
+        evaluated = {"eval_tokens": positions, "eval_flops": eval_flops(parameter_counts(plain)[0], positions)}
         return self._decorate(rows, checkpoint, round(time.perf_counter() - start, 2), evaluated)
+
+    def _all_processes(self, count: int) -> int:
+        """``count`` summed over the processes of the launch (every rank calls this)."""
+        if self.accelerator.num_processes == 1:
+            return count
+        return int(self.accelerator.reduce(torch.tensor([count], device=self.accelerator.device), "sum").item())
 
     def _training_format(self) -> TrainingFormat:
         cfg = self.cfg

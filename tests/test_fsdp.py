@@ -34,7 +34,9 @@ SMALL = [*TINY, "model.n_layer=2"]  # two transformer blocks: fully_shard per bl
 ENV = {"ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1"}
 EM_TOLERANCE = 0.02
 SAME_AS_DDP = 1e-4
-VOLATILE = ("eval_seconds", "num_processes", "seconds", "prompts_per_process", "train_seconds")
+VOLATILE = ("eval_seconds", "num_processes", "seconds", "prompts_per_process", "train_seconds",
+            "eval_tokens", "eval_flops")  # evaluation's positions: padding and generation length follow the batching
+EVAL_TOKENS_TOLERANCE = 0.25
 
 
 def run(command: list[str], env: dict | None = None) -> str:
@@ -139,6 +141,9 @@ def test_every_rank_evaluates_a_share_with_the_metrics_of_one_process(tmp_path):
     assert len(shares) == 3
     for share in shares:
         assert len(share) == 2 and all(0.4 <= n / sum(share) <= 0.6 for n in share), share
+    counted = [(mine["eval_tokens"], theirs["eval_tokens"]) for mine, theirs in zip(rows, reference)
+               if theirs.get("eval_tokens")]  # every rank's positions, summed: one process's, up to batching
+    assert counted and all(abs(a / b - 1) <= EVAL_TOKENS_TOLERANCE for a, b in counted), counted
     rows, reference = without_volatile(rows), without_volatile(reference)
     assert [sorted(r) for r in rows] == [sorted(r) for r in reference]
     for mine, theirs in zip(rows, reference):

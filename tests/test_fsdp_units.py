@@ -21,6 +21,14 @@ def test_dist_timeout_goes_to_the_process_group_kwargs(monkeypatch):
         TrainerConfig(dist_timeout_s=0)
 
 
+def test_a_second_run_in_one_process_may_choose_another_precision(monkeypatch):
+    monkeypatch.delenv("ACCELERATE_USE_FSDP", raising=False)
+    assert str(build_accelerator(TrainerConfig(mixed_precision="no")).mixed_precision) == "no"
+    # accelerate alone refuses: "AcceleratorState has already been initialized and cannot be changed"
+    assert str(build_accelerator(TrainerConfig(mixed_precision="bf16")).mixed_precision) == "bf16"
+    assert str(build_accelerator(TrainerConfig(mixed_precision="no")).mixed_precision) == "no"
+
+
 def test_fsdp2_is_requested_by_the_variables_accelerate_launch_sets(monkeypatch):
     monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
     monkeypatch.setenv("FSDP_VERSION", "2")

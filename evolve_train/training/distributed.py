@@ -36,9 +36,24 @@ def build_accelerator(trainer, **kwargs):
     from accelerate.utils import InitProcessGroupKwargs
 
     handler = InitProcessGroupKwargs(timeout=timedelta(seconds=trainer.dist_timeout_s))
+    forget_single_process_state(str(trainer.mixed_precision))
     accelerator = Accelerator(mixed_precision=trainer.mixed_precision, kwargs_handlers=[handler], **kwargs)
     enable_fsdp2_on_cpu(accelerator)
     return accelerator
+
+
+def forget_single_process_state(mixed_precision: str) -> None:
+    """Let a second run in one Python process (a notebook, a test session, a sweep's in-process jobs) choose
+    another ``trainer.mixed_precision``: accelerate keeps one ``AcceleratorState`` per process and refuses
+    to change its precision ("AcceleratorState has already been initialized and cannot be changed"). In a
+    single, non-distributed process that state holds nothing a new run needs, so it is reset; under a
+    distributed launch it is left alone (the launch fixes the precision for every rank)."""
+    from accelerate.state import AcceleratorState, PartialState
+
+    if not AcceleratorState._shared_state:
+        return
+    if PartialState().num_processes == 1 and AcceleratorState().mixed_precision != mixed_precision:
+        AcceleratorState._reset_state()
 
 
 def process_group_timeout():
