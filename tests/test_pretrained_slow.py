@@ -12,7 +12,8 @@ from evolve_train.cli.data import main as evolve_data
 from evolve_train.cli.evaluate import main as evolve_eval
 from evolve_train.models.fetch import MARKER
 from evolve_train.run import train
-from helpers import tiny_cfg
+import yaml
+from helpers import TINY, tiny_cfg
 
 
 @pytest.mark.slow
@@ -38,5 +39,9 @@ def test_fetch_smollm2_then_initial_train_save_resume_and_evaluate(tmp_path, mon
     before = (run_dir / "metrics.jsonl").read_bytes()
     train(tiny_cfg(run_dir, *overrides))  # resume: everything is done, nothing is trained or re-evaluated
     assert (run_dir / "metrics.jsonl").read_bytes() == before
+    # evolve-eval recomposes a run from the .hydra/overrides.yaml that train.py's Hydra writes; train() called
+    # in-process writes none, so the test saves the overrides as Hydra would
+    (run_dir / ".hydra").mkdir()
+    (run_dir / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump([*TINY, *overrides]))
     assert evolve_eval([str(run_dir), "--steps", "0"]) == 0
     assert (run_dir / "evaluations").is_dir()

@@ -27,7 +27,7 @@ from evolve_train.training import faults
 from evolve_train.training.carry import OptimizerCarry
 from evolve_train.training.distributed import clip_gradients, configure_deepspeed, update_steppers
 from evolve_train.training.examples import LengthGroupedBatches, row_lengths
-from evolve_train.training.loss import batch_loss
+from evolve_train.training.loss import batch_loss, global_mean_scale, loss_token_count
 from evolve_train.training.nonfinite import NonFiniteGuard, NonFiniteLossError  # noqa: F401  (re-exported)
 from evolve_train.training.packing import TokenBudgetBatches
 from evolve_train.training.rows import TokenRows
@@ -156,6 +156,7 @@ class StepTrainer:
             self.trainable = [p for p in self.model.parameters() if p.requires_grad]
         self.model.train()
         self.unwrapped = accelerator.unwrap_model(self.model)  # what extra losses read (~1 ms per unwrap)
+        self.encoder_decoder = bool(getattr(getattr(self.unwrapped, "config", None), "is_encoder_decoder", False))
         self.step_optimizer, self.step_schedule = update_steppers(accelerator, self.optimizer, self.scheduler)
         if self.optimizer_carry is not None:  # before a mid-step state (if any) is restored over it
             self.optimizer_carry.restore(self.unwrapped, self.optimizer, sharded=accelerator.is_fsdp2)
@@ -209,6 +210,7 @@ class StepTrainer:
         progress, accelerator = self.progress, self.accelerator
         batch = self.collate_fn([self.rows[i] for i in shard])
         self.loss_tokens += int((batch["labels"] != -100).sum())  # host tensor: no device sync
+        shard_tokens = loss_token_count(batch, self.encoder_decoder) if accelerator.num_processes > 1 else 0
         batch = {k: v.to(accelerator.device, non_blocking=True) for k, v in batch.items()}
         with accelerator.accumulate(self.model):
             if self.method.reads_outputs:  # a strategy reads the logits (LwF): the full head
@@ -219,9 +221,13 @@ class StepTrainer:
             else:
                 loss = batch_loss(self.model, self.unwrapped, batch)  # the head only where labels need it (loss.py)
                 extra = self.method.extra_loss(self.unwrapped, progress.optimizer_steps)
+            reported = loss  # the shard's mean: what is logged
+            if accelerator.num_processes > 1:  # the global batch's token mean, as one process computes it
+                loss = loss * global_mean_scale(shard_tokens, accelerator)
             if extra is not None:
                 loss = loss + extra
-            self.guard.observe_loss(loss, progress.epoch, index, progress.micro)
+                reported = reported + extra
+            self.guard.observe_loss(reported, progress.epoch, index, progress.micro)
             accelerator.backward(loss)
             updated = self._update() if accelerator.sync_gradients else False
         self.tokens += int(self.lengths[shard].sum())
@@ -231,7 +237,7 @@ class StepTrainer:
         if not updated:
             progress.skipped = self.guard.skipped
             return False
-        return self._after_update(index, loss)
+        return self._after_update(index, reported)
 
     def _update(self) -> bool:
         """Clip, check and apply the accumulated gradients; False when the guard drops the update."""
