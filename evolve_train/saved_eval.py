@@ -138,8 +138,6 @@ def command_line(argv: Sequence[str]) -> str:
 def evaluate_saved(cfg: DictConfig, *, source: Optional[Path], steps: Optional[Sequence[int]], name: str,
                    out: Optional[str] = None, replace: bool = False, argv: Sequence[str] = ()) -> dict:
     """Evaluate saved checkpoints (see the module docstring); returns the summary of the output dir."""
-    if source is not None and cfg.model.name_or_path:
-        raise ConfigError("give a run dir or model.name_or_path=..., not both")
     if source is None and not cfg.model.name_or_path:
         raise ConfigError("nothing to evaluate: give a run dir (evolve-eval RUN_DIR ...) or model.name_or_path=DIR")
     target = output_dir(source, name, out, replace)

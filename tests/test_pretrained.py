@@ -227,6 +227,27 @@ def test_evolve_eval_of_a_model_on_qa_files_needs_no_training_files(tmp_path, ll
     assert not (tmp_path / "run").exists()
 
 
+def test_evolve_eval_rescores_a_pretrained_run_and_refuses_a_second_model(tmp_path, llama_dir, capsys):
+    import yaml
+
+    from evolve_train.cli.evaluate import main as evolve_eval
+    from helpers import TINY
+
+    run_dir = tmp_path / "run"
+    overrides = ["model=smollm2_135m", f"model.name_or_path={llama_dir}", *FAST, "data.world.n_steps=1"]
+    train(tiny_cfg(run_dir, *overrides))
+    (run_dir / ".hydra").mkdir()  # what train.py's Hydra saves
+    (run_dir / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump([*TINY, *overrides]))
+    # the run's own model.name_or_path is its base model: the run dir's checkpoints are scored
+    assert evolve_eval([str(run_dir), "--steps", "0"]) == 0
+    again = [r for r in rows(run_dir / "evaluations" / "eval") if r["group"] == "splits"]
+    assert again and {r["checkpoint"] for r in again} == {0}
+    with pytest.raises(SystemExit) as exit_info:
+        evolve_eval([str(run_dir), f"model.name_or_path={llama_dir}", "--out", str(tmp_path / "x")])
+    assert exit_info.value.code == 2 and "not both" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
+
+
 # ------------------------------------------------------------------------------------- CPU speed
 
 def test_the_head_on_labelled_positions_only_gives_the_models_own_loss_and_gradients():

@@ -85,6 +85,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     run_dir = Path(positional[0]) if positional else None
     with exit_on_user_error():
+        if run_dir is not None and any(override_key(o) == "model.name_or_path" for o in overrides):
+            # a run's checkpoints are its steps/<k>; its own model.name_or_path (a pretrained run's base model)
+            # is part of its config and stays
+            from evolve_train.errors import ConfigError
+            raise ConfigError("give a run dir or model.name_or_path=..., not both")
         cfg = compose_config(run_dir, overrides)
         evaluate_saved(cfg, source=run_dir, steps=parse_steps(args.steps), name=args.name or default_name(overrides),
                        out=args.out, replace=args.replace, argv=argv)
