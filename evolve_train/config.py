@@ -7,6 +7,7 @@ registered in Hydra's ConfigStore as ``base_config``, an override naming a key t
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Callable, ClassVar, Optional
@@ -767,6 +768,10 @@ class EvalConfig:
     """Longest generated answer."""
     stop_strings: list[str] = field(default_factory=lambda: ["\n"])
     """Generation is cut at the first of these (and at the tokenizer's EOS)."""
+    stop_patterns: list[str] = field(default_factory=list)
+    """Regular expressions (Python ``re``) the answer is also cut at, at the start of their first match, after
+    the stop strings: a sentence end that is not an initial, ``(?<![\\s.][A-Z])\\.\\s`` (DyKnow: "A. P. J.
+    Abdul Kalam. He ..." -> "A. P. J. Abdul Kalam"), where a literal ``". "`` would cut at "A"."""
     forward_transfer: bool = False
     """Also evaluate each checkpoint on the next step's sets (needed for FWT)."""
     eval_initial: Optional[bool] = None
@@ -828,6 +833,11 @@ class EvalConfig:
 
     def __post_init__(self):
         self.greedy_decoder = as_choice("eval.greedy_decoder", GreedyDecoder, self.greedy_decoder)
+        for index, pattern in enumerate(self.stop_patterns):
+            try:
+                re.compile(pattern)
+            except re.error as error:
+                raise ConfigError(f"eval.stop_patterns[{index}]: {pattern!r} is not a regular expression ({error})")
         check_ranges("eval", {
             "batch_size": (self.batch_size, POSITIVE), "max_new_tokens": (self.max_new_tokens, POSITIVE),
             "max_items_per_set": (self.max_items_per_set, NON_NEGATIVE),

@@ -113,6 +113,19 @@ def test_exported_filter_and_metric_score_a_leading_space_right(exported):
     assert utils.process_results(doc, ["Lodal"]) == {"exact_match": 0, "f1": pytest.approx(2 / 3)}
 
 
+def test_exported_stop_patterns_cut_as_a_run_does(tmp_path):
+    from evolve_train.evaluation.metrics.answer import prediction_of
+
+    pattern = r"(?<!^[A-Z])(?<![\s.][A-Z])\.(?:\s|$)"
+    out = tmp_path / "tasks"
+    manifest = export_lm_eval(small_timeline(), out, stop_strings=["\n"], max_new_tokens=7, stop_patterns=[pattern])
+    assert manifest["stop_patterns"] == [pattern]
+    utils = shipped_utils(out)
+    raw = ["\n A. P. J. Abdul Kalam. He was", " Brito Lodal"]
+    assert utils.answer_filter([[r] for r in raw], [{}, {}]) == [[prediction_of(r, ["\n"], [pattern])] for r in raw]
+    assert utils.answer_filter([[raw[0]]], [{}]) == [["A. P. J. Abdul Kalam"]]
+
+
 # --- the task directory ----------------------------------------------------------------------------------------
 
 def test_a_task_per_set_with_our_prompt_stops_and_budget(exported):

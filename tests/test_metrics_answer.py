@@ -59,6 +59,28 @@ def test_cut_at_stop_uses_the_earliest_stop():
     assert cut_at_stop("no stop here", ["</s>", ""]) == "no stop here"
 
 
+SENTENCE_END = r"(?<!^[A-Z])(?<![\s.][A-Z])\.(?:\s|$)"  # configs/experiment/dyknow.yaml's stop pattern
+
+
+def test_a_stop_pattern_cuts_at_a_sentence_end_but_not_at_an_initial():
+    from evolve_train.evaluation.metrics.answer import prediction_of
+
+    stops = ["\n", ", "]
+    assert prediction_of(" A. P. J. Abdul Kalam. He was", stops, [SENTENCE_END]) == "A. P. J. Abdul Kalam"
+    assert prediction_of(" George W. Bush, who", stops, [SENTENCE_END]) == "George W. Bush"
+    assert prediction_of("\n Sergio Mattarella.", stops, [SENTENCE_END]) == "Sergio Mattarella"
+    assert prediction_of(" A. P. J. Abdul Kalam. He", stops + [". "]) == "A"  # what a literal ". " does
+    assert prediction_of(" Paris. Berlin", ["\n"]) == "Paris. Berlin"  # no pattern: unchanged
+
+
+def test_a_stop_pattern_that_is_not_a_regular_expression_is_a_config_error():
+    from evolve_train.config import EvalConfig
+    from evolve_train.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"eval.stop_patterns\[1\]: '\(' is not a regular expression"):
+        EvalConfig(stop_patterns=["x", "("])
+
+
 def test_registry_resolves_names_and_lists_known_ones_on_error():
     assert get_metric("exact_match") is exact_match
     assert get_metric("f1")("x b", "b") == pytest.approx(2 / 3)  # P = 1/2, R = 1

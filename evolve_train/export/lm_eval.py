@@ -235,7 +235,7 @@ def _check_settings(prefix: str, max_new_tokens: int) -> None:
 
 def export_lm_eval(timeline: Timeline, out: str | Path, *, stop_strings: Sequence[str], max_new_tokens: int,
                    prefix: str = "evolve", max_items_per_set: int = 0,
-                   source: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+                   source: Optional[dict[str, Any]] = None, stop_patterns: Sequence[str] = ()) -> dict[str, Any]:
     """Write the task directory ``out`` (replacing an earlier export there, never other files); returns the
     manifest: tasks with their set, kind, output type and item count, groups, stop strings, token budget."""
     _check_settings(prefix, max_new_tokens)
@@ -248,7 +248,8 @@ def export_lm_eval(timeline: Timeline, out: str | Path, *, stop_strings: Sequenc
     clash = {g["group"] for g in groups} & {t.name for t in tasks}
     if clash:
         raise ConfigError(f"group and task names clash: {sorted(clash)}; rename the eval sets")
-    manifest = {"format": 1, "prefix": prefix, "stop_strings": list(stop_strings), "max_new_tokens": max_new_tokens,
+    manifest = {"format": 1, "prefix": prefix, "stop_strings": list(stop_strings),
+                "stop_patterns": list(stop_patterns), "max_new_tokens": max_new_tokens,
                 "prompt_template": timeline.prompt_template, "source": source or {},
                 "tasks": [{"task": t.name, "set": t.set_name, "kind": t.kind, "output_type": t.output_type,
                            "n": len(t.records), "n_dev": t.n_dev, "data": f"data/{t.name}.jsonl"}
@@ -279,4 +280,5 @@ def export_from_overrides(out: str | Path, overrides: Sequence[str] = (), *, pre
     timeline = with_few_shot(build_timeline(cfg.data), cfg.eval.few_shot)  # the prompts a run asks
     return export_lm_eval(timeline, out, stop_strings=cfg.eval.stop_strings, max_new_tokens=cfg.eval.max_new_tokens,
                           prefix=prefix, max_items_per_set=cfg.eval.max_items_per_set,
-                          source={"data_kind": cfg.data.kind, "overrides": list(overrides)})
+                          source={"data_kind": cfg.data.kind, "overrides": list(overrides)},
+                          stop_patterns=cfg.eval.stop_patterns)

@@ -87,10 +87,32 @@ def cut_at_stop(text: str, stops) -> str:
     return text[:cut]
 
 
+@functools.lru_cache(maxsize=None)
+def stop_patterns() -> tuple:
+    """The export's stop patterns (``eval.stop_patterns``; none in an export made before they existed)."""
+    manifest = Path(__file__).with_name(MANIFEST)
+    try:
+        return tuple(json.loads(manifest.read_text(encoding="utf-8")).get("stop_patterns", []))
+    except (OSError, ValueError) as err:
+        raise RuntimeError(f"{manifest}: cannot read the export's manifest ({err})") from None
+
+
+def cut_at_pattern(text: str, patterns) -> str:
+    """The text up to the start of the earliest match of any of the regular expressions."""
+    cut = len(text)
+    for pattern in patterns:
+        found = re.search(pattern, text)
+        if found:
+            cut = min(cut, found.start())
+    return text[:cut]
+
+
 def answer_filter(resps, docs):
-    """lm-eval ``custom`` filter: every response cut at the export's stop strings and stripped."""
-    stops = stop_strings()
-    return [[cut_at_stop(response, stops).strip() for response in responses] for responses in resps]
+    """lm-eval ``custom`` filter: every response, leading whitespace dropped, cut at the export's stop
+    strings, then at its stop patterns, and stripped (evolve-train's ``prediction_of``)."""
+    stops, patterns = stop_strings(), stop_patterns()
+    return [[cut_at_pattern(cut_at_stop(response.lstrip(), stops), patterns).strip() for response in responses]
+            for responses in resps]
 
 
 def dev_items(docs):

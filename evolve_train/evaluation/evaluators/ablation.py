@@ -60,7 +60,8 @@ def _ablate(ctx: EvalContext, items: list[dict], pool: list[str]) -> dict:
         prompts["none"].append(prompt(retimestamped(item, None)))
         replaced_prompts.append([prompt(retimestamped(item, ts)) for ts in invariance])
     flat = [p for group in prompts.values() for p in group] + [p for group in replaced_prompts for p in group]
-    answers = dict(zip(flat, (prediction_of(g, ctx.cfg.stop_strings) for g in ctx.answers(flat))))
+    stops = ctx.cfg.stop_strings, ctx.cfg.stop_patterns
+    answers = dict(zip(flat, (prediction_of(g, *stops) for g in ctx.answers(flat))))
     ids = [item["id"] for item in usable]
     by_group = {name: dict(zip(ids, (answers[p] for p in group))) for name, group in prompts.items()}
     replaced = {item_id: [answers[p] for p in group] for item_id, group in zip(ids, replaced_prompts)}

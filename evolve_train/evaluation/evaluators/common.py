@@ -68,7 +68,7 @@ def generate(ctx: EvalContext, eval_set: EvalSet, golds: Optional[list[list[str]
     raw = ctx.answers(prompts)
     predictions, correct, records = {}, {}, []
     for item, prompt, generation, gold in zip(eval_set.items, prompts, raw, golds):
-        prediction = prediction_of(generation, ctx.cfg.stop_strings)
+        prediction = prediction_of(generation, ctx.cfg.stop_strings, ctx.cfg.stop_patterns)
         predictions[item["id"]] = prediction
         correct[item["id"]] = exact_match(prediction, gold)
         records.append({"id": item["id"], "prompt": prompt, "generation": generation, "prediction": prediction,

@@ -208,12 +208,13 @@ def _prompt(ctx: EvalContext, item: dict, question: str) -> str:
 
 def _greedy(ctx: EvalContext, prompts: list[str]) -> dict[str, str]:
     unique = list(dict.fromkeys(prompts))
-    return dict(zip(unique, (prediction_of(g, ctx.cfg.stop_strings) for g in ctx.answers(unique))))
+    stops = ctx.cfg.stop_strings, ctx.cfg.stop_patterns
+    return dict(zip(unique, (prediction_of(g, *stops) for g in ctx.answers(unique))))
 
 
 def _sampled(ctx: EvalContext, prompts: list[str]) -> dict[str, list[str]]:
     unique = list(dict.fromkeys(prompts))
-    return {p: [prediction_of(g, ctx.cfg.stop_strings) for g in generations]
+    return {p: [prediction_of(g, ctx.cfg.stop_strings, ctx.cfg.stop_patterns) for g in generations]
             for p, generations in zip(unique, ctx.samples(unique))}
 
 

@@ -20,7 +20,7 @@ def score_prompts(ctx: EvalContext, items: list[dict], prompts: list[str],
     golds = golds or [item["answers"] for item in items]
     records = []
     for item, prompt, generation, gold in zip(items, prompts, ctx.answers(prompts), golds):
-        prediction = prediction_of(generation, ctx.cfg.stop_strings)
+        prediction = prediction_of(generation, ctx.cfg.stop_strings, ctx.cfg.stop_patterns)
         records.append({"id": item["id"], "prompt": prompt, "generation": generation, "prediction": prediction,
                         "golds": gold, "correct": exact_match(prediction, gold), "f1": f1(prediction, gold)})
     return records

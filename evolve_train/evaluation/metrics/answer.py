@@ -65,11 +65,21 @@ def cut_at_stop(text: str, stops: Sequence[str] = DEFAULT_STOPS) -> str:
     return text[:cut]
 
 
-def prediction_of(raw: str, stop_strings: Sequence[str]) -> str:
+def cut_at_pattern(text: str, patterns: Sequence[str] = ()) -> str:
+    """``text`` up to the start of the earliest match of any of the regular expressions ``patterns``."""
+    cut = len(text)
+    for pattern in patterns:
+        found = re.search(pattern, text)
+        if found:
+            cut = min(cut, found.start())
+    return text[:cut]
+
+
+def prediction_of(raw: str, stop_strings: Sequence[str], stop_patterns: Sequence[str] = ()) -> str:
     """The answer read off a raw generation: leading whitespace and newlines dropped (a pretrained model
     often opens with a newline, which a ``\n`` stop would cut to an empty answer), cut at the first stop
-    string, stripped."""
-    return cut_at_stop(raw.lstrip(), list(stop_strings)).strip()
+    string, then at the first match of a stop pattern (``eval.stop_patterns``), stripped."""
+    return cut_at_pattern(cut_at_stop(raw.lstrip(), list(stop_strings)), stop_patterns).strip()
 
 
 def contains_answer(texts: Sequence[str], golds: Golds) -> int:
