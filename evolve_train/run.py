@@ -50,7 +50,7 @@ from evolve_train.tracking.disk import DiskLogger
 from evolve_train.training import carry, faults, identity
 from evolve_train.training.checkpoint import (RunState, ensure_writable, gathered_state_dict, preflight,
                                               remove_stale_tmp, save_checkpoint, step_dir)
-from evolve_train.training.distributed import build_accelerator, train_sharded
+from evolve_train.training.distributed import build_accelerator, sum_over_processes, train_sharded
 from evolve_train.training.examples import collate
 from evolve_train.training.loop import StepResult, train_time_step
 from evolve_train.training.redact import redact_run
@@ -404,15 +404,9 @@ class ContinualRun:
         rows = record_private(self.run_dir if self.main else None, self.timeline, self.cfg.eval, checkpoint,
                               scored)  # private_evaluations.jsonl
         faults.point("evaluate")
-        positions = self._all_processes(counted.positions)  # every rank scored a share (§11: the run's cost)
+        positions = sum_over_processes(self.accelerator, counted.positions)  # every rank scored a share (§11)
         evaluated = {"eval_tokens": positions, "eval_flops": eval_flops(parameter_counts(plain)[0], positions)}
         return self._decorate(rows, checkpoint, round(time.perf_counter() - start, 2), evaluated)
-
-    def _all_processes(self, count: int) -> int:
-        """``count`` summed over the processes of the launch (every rank calls this)."""
-        if self.accelerator.num_processes == 1:
-            return count
-        return int(self.accelerator.reduce(torch.tensor([count], device=self.accelerator.device), "sum").item())
 
     def _training_format(self) -> TrainingFormat:
         cfg = self.cfg

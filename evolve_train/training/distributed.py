@@ -56,6 +56,13 @@ def forget_single_process_state(mixed_precision: str) -> None:
         AcceleratorState._reset_state()
 
 
+def sum_over_processes(accelerator, count: int) -> int:
+    """``count`` summed over the processes of the launch (every process must call this; no collective with one)."""
+    if accelerator.num_processes == 1:
+        return count
+    return int(accelerator.reduce(torch.tensor([count], device=accelerator.device), "sum").item())
+
+
 def process_group_timeout():
     """The timeout of the default process group (a ``timedelta``), or ``None`` without one."""
     import torch.distributed as dist

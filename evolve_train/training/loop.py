@@ -210,7 +210,9 @@ class StepTrainer:
         progress, accelerator = self.progress, self.accelerator
         batch = self.collate_fn([self.rows[i] for i in shard])
         self.loss_tokens += int((batch["labels"] != -100).sum())  # host tensor: no device sync
-        shard_tokens = loss_token_count(batch, self.encoder_decoder) if accelerator.num_processes > 1 else 0
+        # the global batch's token mean, as one process computes it (one integer all-reduce; 1.0 alone)
+        scale = (global_mean_scale(loss_token_count(batch, self.encoder_decoder), accelerator)
+                 if accelerator.num_processes > 1 else 1.0)
         batch = {k: v.to(accelerator.device, non_blocking=True) for k, v in batch.items()}
         with accelerator.accumulate(self.model):
             if self.method.reads_outputs:  # a strategy reads the logits (LwF): the full head
@@ -222,8 +224,8 @@ class StepTrainer:
                 loss = batch_loss(self.model, self.unwrapped, batch)  # the head only where labels need it (loss.py)
                 extra = self.method.extra_loss(self.unwrapped, progress.optimizer_steps)
             reported = loss  # the shard's mean: what is logged
-            if accelerator.num_processes > 1:  # the global batch's token mean, as one process computes it
-                loss = loss * global_mean_scale(shard_tokens, accelerator)
+            if scale != 1.0:
+                loss = loss * scale
             if extra is not None:
                 loss = loss + extra
                 reported = reported + extra

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import torch
 
+from evolve_train.training.distributed import sum_over_processes
+
 IGNORE = -100
 SPARSE_SHARE = 0.5
 """Positions kept (share of the row) below which the head runs on the labelled positions only."""
@@ -71,9 +73,5 @@ def global_mean_scale(local: int, accelerator) -> float:
     with batch 2B (measured: 1.9 % of the weights after a tiny run). Scaled by ``local * world / global``
     (``global``: every process's ``local``, summed), the average of the processes' losses is the mean over all
     the global batch's tokens, as one process computes it."""
-    world = accelerator.num_processes
-    if world == 1:
-        return 1.0
-    counts = accelerator.reduce(torch.tensor([local], device=accelerator.device), "sum")
-    total = int(counts.item())
-    return local * world / total if total else 1.0
+    total = sum_over_processes(accelerator, local)
+    return local * accelerator.num_processes / total if total else 1.0
