@@ -585,6 +585,10 @@ class TrainerConfig:
     """Shape of the LR within each time step: ``linear`` (warmup, linear decay), ``cosine``, ``constant``,
     ``wsd`` (warmup, stable, decay), ``rsqrt`` (with cooldown) or ``infinite`` (warmup once, constant between
     steps, cooldown within each); the LR of every update is a pure function of settings, step and update."""
+    step0_schedule: Optional[Schedule] = None
+    """Shape of the LR of time step 0 (and of the oracle's steps, which train like step 0): ``null`` = ``schedule``;
+    a schedule name gives every run of a sweep over ``schedule`` the same step 0, trained once and shared through
+    the step-0 cache (TiC-LM and Ibrahim et al. compare schedules on the continual steps from one initial model)."""
     rewarm: Rewarm = Rewarm.all
     """Which time steps after step 0 warm up: ``all``, ``first`` (step 1 only) or ``none`` (step 0 always does;
     ``schedule=infinite`` warms up at step 0 only, whatever this says)."""
@@ -605,6 +609,8 @@ class TrainerConfig:
         self.mixed_precision = as_choice("trainer.mixed_precision", Precision, self.mixed_precision)
         self.nonfinite = as_choice("trainer.nonfinite", NonFinite, self.nonfinite)
         self.schedule = as_choice("trainer.schedule", Schedule, self.schedule)
+        if self.step0_schedule is not None:
+            self.step0_schedule = as_choice("trainer.step0_schedule", Schedule, self.step0_schedule)
         self.rewarm = as_choice("trainer.rewarm", Rewarm, self.rewarm)
         self.peak_schedule = as_choice("trainer.peak_schedule", PeakSchedule, self.peak_schedule)
         self.optimizer_state = as_choice("trainer.optimizer_state", OptimizerState, self.optimizer_state)

@@ -226,6 +226,15 @@ def test_step0_key_hits_when_only_later_steps_or_bookkeeping_change(tokenizer, s
     assert key(tokenizer, same) == key(tokenizer)
 
 
+def test_step0_key_follows_the_shape_step0_runs(tokenizer):
+    assert key(tokenizer, "trainer.schedule=cosine") != key(tokenizer)
+    # with trainer.step0_schedule set, trainer.schedule shapes the later steps only: one step 0 for the sweep
+    shared = [key(tokenizer, f"trainer.schedule={kind}", "trainer.step0_schedule=linear")
+              for kind in ("linear", "cosine", "wsd", "infinite")]
+    assert set(shared) == {key(tokenizer)}
+    assert key(tokenizer, "trainer.step0_schedule=cosine") == key(tokenizer, "trainer.schedule=cosine")
+
+
 def test_step0_key_covers_the_method_when_it_trains_step0(tokenizer):
     at0 = ("method=lora", "method.at_step0=true")
     assert key(tokenizer, *at0, "method.lora.r=4") != key(tokenizer, *at0)

@@ -97,7 +97,23 @@ def test_the_ar_meta_schedule_scales_each_steps_curve_by_a_global_cosine_peak():
     assert lr_at(cfg, 2, 12, TOTAL, 4) == pytest.approx(1e-3 * 0.55 * (1 - 0.9 * 8 / 16))
 
 
+def test_step0_schedule_shapes_step0_alone():
+    shared = {"step0_schedule": "linear", "cooldown_fraction": 0.25}
+    for kind in ("cosine", "wsd", "infinite"):
+        # step 0 runs the linear curve whatever trainer.schedule is; later steps run trainer.schedule
+        assert [factor(0, t, schedule=kind, **shared) for t in range(TOTAL)] == \
+            [factor(0, t, schedule="linear", cooldown_fraction=0.25) for t in range(TOTAL)]
+        for step in (1, 2):
+            assert [factor(step, t, schedule=kind, **shared) for t in range(TOTAL)] == \
+                [factor(step, t, schedule=kind, cooldown_fraction=0.25) for t in range(TOTAL)]
+    # and the other way round: an infinite step 0 (cosine to the constant) under a linear run
+    assert factor(0, 9, schedule="linear", step0_schedule="infinite", cooldown_fraction=0.25,
+                  constant_lr_ratio=0.5) == pytest.approx(0.5 + 0.5 * 0.5 * (1 + math.cos(math.pi * 5 / 11)))
+    assert factor(1, 12, schedule="linear", step0_schedule="infinite") == pytest.approx(1 - 0.9 * 8 / 16)
+
+
 @pytest.mark.parametrize("override,needle", [("trainer.schedule=warm", "trainer.schedule"),
+                                             ("trainer.step0_schedule=warm", "trainer.step0_schedule"),
                                              ("trainer.cooldown_fraction=1.5", "trainer.cooldown_fraction"),
                                              ("trainer.constant_lr_ratio=0", "trainer.constant_lr_ratio"),
                                              ("trainer.rewarm=some", "trainer.rewarm")])

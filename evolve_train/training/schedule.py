@@ -22,6 +22,9 @@ uninterrupted one's by construction.
   until ``s``; then a linear cooldown from ``c`` to ``m``. Each step's checkpoint is taken after its cooldown,
   and the next step starts again at ``c``.
 
+``trainer.step0_schedule`` (default ``null``): the shape of step 0 alone (and of the oracle's steps, which run
+step 0's curve), so that runs comparing ``schedule`` on the continual steps share one step 0.
+
 ``trainer.rewarm`` (which time steps warm up; step 0, the initial training, always does): ``all`` every step,
 ``first`` only step 1 (the first continual step), ``none`` no later step (its LR starts at the peak).
 
@@ -36,6 +39,14 @@ import math
 from typing import Callable
 
 from evolve_train.config import PeakSchedule, Rewarm, Schedule, TrainerConfig
+
+
+def schedule_of(cfg: TrainerConfig, time_step: int) -> Schedule:
+    """The shape time step ``time_step`` runs: ``trainer.step0_schedule`` at step 0 where it is set, else
+    ``trainer.schedule``."""
+    if time_step == 0 and cfg.step0_schedule is not None:
+        return cfg.step0_schedule
+    return cfg.schedule
 
 
 def warms_up(cfg: TrainerConfig, time_step: int) -> bool:
@@ -78,7 +89,7 @@ def _cooled(value: float, t: int, start: int, length: int, m: float) -> float:
 
 def shape(cfg: TrainerConfig, time_step: int, t: int, total: int) -> float:
     """The factor of update ``t`` of ``total`` within time step ``time_step`` (before the peak)."""
-    m, kind = cfg.min_lr_ratio, cfg.schedule
+    m, kind = cfg.min_lr_ratio, schedule_of(cfg, time_step)
     warmup = cfg.warmup_steps if warms_up(cfg, time_step) else 0
     if kind == Schedule.linear:
         return lr_lambda(warmup, total, m)(t)

@@ -93,6 +93,9 @@ def step0_key(cfg, tokenizer, num_processes: int, step0=None, runtime: Optional[
     data.pop("cache_dir", None)
     data.pop("keep_history", None)  # step 0's corpus is the same with or without the earlier steps kept
     trainer = {k: v for k, v in dataclasses.asdict(cfg.trainer).items() if k not in TRAINER_FIELDS_NOT_IN_KEY}
+    step0_schedule = trainer.pop("step0_schedule", None)
+    if step0_schedule is not None:  # step 0 runs this shape whatever trainer.schedule says (training/schedule.py)
+        trainer["schedule"] = step0_schedule
     parts = {"data": data, "model": dataclasses.asdict(cfg.model), "seed": cfg.seed, "trainer": trainer,
              "method": _method_part(cfg.method), "num_processes": num_processes,
              "runtime": runtime if runtime is not None else accelerate_runtime(),
