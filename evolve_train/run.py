@@ -36,6 +36,7 @@ from evolve_train.evaluation.context import Shards, TrainingFormat
 from evolve_train.evaluation.evaluator import EvalContext, check_eval_config, evaluate_checkpoint
 from evolve_train.evaluation.evaluators.hygiene import preflight as hygiene_preflight, record_private
 from evolve_train.evaluation.evaluators.matrix import INITIAL
+from evolve_train.evaluation.initial_cache import InitialEvalCache
 from evolve_train.evaluation.qa_adaptation import QAAdaptation
 from evolve_train.evaluation.retrieval_index import preflight as retrieval_preflight
 from evolve_train.evaluation.within_step import probe_for
@@ -392,6 +393,12 @@ class ContinualRun:
         if checkpoint == INITIAL and self.main:
             DiskLogger(self.run_dir).truncate_after(INITIAL - 1)  # rows an interrupted attempt left
         self.accelerator.wait_for_everyone()  # metrics.jsonl as the main process left it, for every reader
+        shared = (InitialEvalCache.for_run(self.cfg, self.tokenizer, self.timeline, self.accelerator.num_processes)
+                  if checkpoint == INITIAL else None)  # one process: the sweep's other arms evaluated it already?
+        stored = shared.load(self.run_dir) if shared else None
+        if stored:
+            rows = record_private(self.run_dir, self.timeline, self.cfg.eval, checkpoint, stored["rows"])
+            return self._decorate(rows, checkpoint, stored["seconds"], stored["evaluated"])
         # every checkpoint in the run's precision (trainer.mixed_precision), whatever made the model: trained
         # here (accelerate patched its forward with autocast), the step-0 cache, a resume, eval_initial
         plain = self.accelerator.unwrap_model(model, keep_fp32_wrapper=False)
@@ -406,7 +413,10 @@ class ContinualRun:
         faults.point("evaluate")
         positions = sum_over_processes(self.accelerator, counted.positions)  # every rank scored a share (§11)
         evaluated = {"eval_tokens": positions, "eval_flops": eval_flops(parameter_counts(plain)[0], positions)}
-        return self._decorate(rows, checkpoint, round(time.perf_counter() - start, 2), evaluated)
+        seconds = round(time.perf_counter() - start, 2)
+        if shared:
+            shared.store(self.run_dir, rows, seconds, evaluated)
+        return self._decorate(rows, checkpoint, seconds, evaluated)
 
     def _training_format(self) -> TrainingFormat:
         cfg = self.cfg

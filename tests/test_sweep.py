@@ -108,6 +108,39 @@ def test_step0_checkpoint_is_trained_once_and_shared(tmp_path):
     assert at0["full"] == at0["lora"]  # same step-0 model, same step-0 scores
 
 
+def test_the_initial_evaluation_is_made_once_and_shared(tmp_path, monkeypatch):
+    import evolve_train.run as run_module
+    from evolve_train.run import train
+
+    asked = []
+    real = run_module.evaluate_checkpoint
+
+    def counting(ctx):
+        asked.append(ctx.checkpoint)
+        return real(ctx)
+    monkeypatch.setattr(run_module, "evaluate_checkpoint", counting)
+    cache = tmp_path / "cache"
+    common = ("trainer.num_threads=1", f"method.step0_cache={cache}", "eval.eval_initial=true")
+    train(tiny_cfg(tmp_path / "full", "method=full", *common))
+    assert asked.count(-1) == 1
+    train(tiny_cfg(tmp_path / "lora", "method=lora", *common))
+    assert asked.count(-1) == 1  # a hit: the second arm copies rows and predictions
+    metrics = {m: [json.loads(x) for x in (tmp_path / m / "metrics.jsonl").read_text().splitlines()]
+               for m in ("full", "lora")}
+    body = {m: [{k: v for k, v in r.items() if k not in ("method", "from_eval_cache")}
+                for r in metrics[m] if r["checkpoint"] == -1] for m in metrics}
+    assert body["full"] and body["full"] == body["lora"]
+    assert all(r.get("from_eval_cache") for r in metrics["lora"] if r["checkpoint"] == -1)
+    assert not any(r.get("from_eval_cache") for r in metrics["full"] + metrics["lora"] if r["checkpoint"] != -1)
+    files = {m: {p.relative_to(tmp_path / m): p.read_bytes() for p in (tmp_path / m / "predictions/step_-1").rglob("*")
+                 if p.is_file()} for m in ("full", "lora")}
+    assert files["full"] and files["full"] == files["lora"]
+    private = (tmp_path / "lora/private_evaluations.jsonl").read_text().splitlines()
+    assert any(json.loads(line)["checkpoint"] == -1 for line in private)  # still recorded by the run that copied
+    train(tiny_cfg(tmp_path / "other", "method=lora", *common, "eval.max_new_tokens=5"))
+    assert asked.count(-1) == 2  # another evaluation setting: a miss
+
+
 def run_sweep(sweep: Path, *overrides: str) -> list[Path]:
     """``train.py -m`` on the tiny world into ``sweep``; the run dirs it wrote (summary.json), sorted."""
     command = [sys.executable, "train.py", "-m", *TINY, f"hydra.sweep.dir={sweep}", *overrides]

@@ -38,7 +38,7 @@ WITHIN_STEP = "within_step"
 """``train_log.jsonl`` rows of the within-step probe (``evaluation/within_step.py``)."""
 ROW_META = frozenset({"group", "checkpoint", "set", "set_name", "set_step", "store", "method", "seed",
                       "train_seconds", "train_tokens", "train_tokens_per_s", "num_processes", "train_optimizer_steps",
-                      "optimizer_steps", "loss_tokens", "train_flops", "eval_tokens", "eval_flops"})
+                      "optimizer_steps", "loss_tokens", "train_flops", "eval_tokens", "eval_flops", "from_eval_cache"})
 """Keys that identify a row or describe its run, not a metric of its group."""
 
 
