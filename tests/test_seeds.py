@@ -110,6 +110,20 @@ def test_report_shows_mean_ci_bands_and_pooled_differences(sweep, tmp_path):
     assert (tmp_path / "r" / "forgetting_bands.png").stat().st_size > 5000
 
 
+def test_the_summary_reads_retention_and_acquisition_across_seeds(sweep, tmp_path):
+    result = build_report([sweep], tmp_path / "r", B=50, seed=1)
+    section = (tmp_path / "r" / "report.md").read_text().split("## Summary across seeds")[1].split("\n## ")[0]
+    for group in result["groups"]:
+        row = re.search(rf"^\| {re.escape(group.name)} \| 3 \| 2 \| (.*) \|$", section, re.M).group(1).split(" | ")
+        figures = {"unchanged": [run.cell(2, "unchanged") for run in group.runs],
+                   "new": [(run.cell(1, "new_1") + run.cell(2, "new_2")) / 2 for run in group.runs],
+                   "updated": [(run.cell(1, "updated_1") + run.cell(2, "updated_2")) / 2 for run in group.runs]}
+        for cell, values in zip(row, figures.values()):
+            mean, low, high = by_hand(values)
+            assert cell == f"{mean:.3f} ± {(high - low) / 2:.3f}"
+        assert row[5] == "-"  # these synthetic runs have no heldout rows: no figure, never a made-up one
+
+
 def test_single_seed_configurations_report_as_before(tmp_path):
     runs = [hydra_run(tmp_path / "a", "full", 0, 0.7), hydra_run(tmp_path / "b", "lora", 0, 0.4)]
     result = build_report(runs, tmp_path / "r", B=100)

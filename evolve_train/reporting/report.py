@@ -27,7 +27,7 @@ from evolve_train.evaluation.rows import Run, column_key
 from evolve_train.reporting import plots, retrieval, timesliced
 from evolve_train.reporting.runs import load_runs
 from evolve_train.reporting.seed_sections import (configurations_section, final_mean_section, pooled_section,
-                                                  step_mean_section)
+                                                  step_mean_section, summary_section)
 from evolve_train.reporting.seeds import (PooledDiff, RunGroup, group_runs, has_seed_groups, pooled_diffs, relabel,
                                           seed_pair_diffs)
 
@@ -239,7 +239,8 @@ def build_sections(findings: Findings, note: Optional[str]):
             (["run", "experiment", "method", "seed", "dir"],
              [[r.label, r.experiment, r.method, str(r.seed), str(r.path)] for r in runs]))]
     if findings.seeded:
-        top += [configurations_section(findings.groups), final_mean_section(findings.groups)]
+        top += [configurations_section(findings.groups), final_mean_section(findings.groups),
+                summary_section(findings.groups)]
         if findings.pooled is not None:
             top.append(pooled_section(findings.pooled, findings.B))
     top, head = (top, []) if findings.seeded else ([], top)

@@ -1,11 +1,14 @@
 """The report's sections for configurations run with several seeds (see ``reporting/seeds.py``): the
-configurations, their mean ± 95% CI across seeds at the final checkpoint and per step, and the paired
+configurations, a summary of what a recipe comparison reads (retention, acquisition, update adoption, held-out
+loss, FLOPs), their mean ± 95% CI across seeds at the final checkpoint and per step, and the paired
 differences between configurations pooled over seeds. Each section is ``(title, intro, (header, rows))``."""
 
 from __future__ import annotations
 
+from typing import Optional
+
 from evolve_train.evaluation.rows import column_key
-from evolve_train.reporting.seeds import NON_RESULT_KEYS, PooledDiff, RunGroup
+from evolve_train.reporting.seeds import NON_RESULT_KEYS, PooledDiff, RunGroup, t_interval
 
 Section = tuple[str, str, tuple[list[str], list[list[str]]]]
 T_NOTE = ("mean ± half-width of the 95% Student t-interval across seeds (t with n − 1 degrees of freedom, "
@@ -37,6 +40,64 @@ def final_mean_section(groups: list[RunGroup]) -> Section:
             (["configuration", "seeds", "checkpoint"] + columns, rows))
 
 
+def _acquired(run, kind: str) -> Optional[float]:
+    """Mean over the run's later steps k of EM on ``<kind>_k`` at checkpoint k (what step k taught)."""
+    values = [run.cell(k, f"{kind}_{k}") for k in run.checkpoints if k >= 1]
+    values = [v for v in values if v is not None]
+    return sum(values) / len(values) if values else None
+
+
+def _group_value(run, group: str, key: str, checkpoint: int) -> Optional[float]:
+    rows = [r for r in run.group_rows(group) if int(r["checkpoint"]) == checkpoint and r.get(key) is not None
+            and r.get("set_name") in ("all", "general", None)]
+    return float(rows[0][key]) if rows else None
+
+
+def _train_flops(run) -> Optional[float]:
+    per_step = {int(r["checkpoint"]): r.get("train_flops") for r in run.split_rows if int(r["checkpoint"]) >= 0}
+    values = [v for v in per_step.values() if v is not None]
+    return float(sum(values)) if values else None
+
+
+SUMMARY = (("Unchanged@last", lambda run, k: run.cell(k, "unchanged")),
+           ("New_k@k", lambda run, k: _acquired(run, "new")),
+           ("Updated_k@k", lambda run, k: _acquired(run, "updated")),
+           ("Outdated_k@k", lambda run, k: _acquired(run, "outdated")),
+           ("update adoption@last", lambda run, k: _group_value(run, "paired", "update_adoption", k)),
+           ("held-out loss@last (nats)", lambda run, k: _group_value(run, "heldout", "loss", k)),
+           ("train FLOPs", lambda run, k: _train_flops(run)))
+"""The summary's columns: (title, run x final checkpoint -> value)."""
+
+
+def summary_section(groups: list[RunGroup]) -> Section:
+    """Per configuration, the figures a recipe comparison reads, each as mean ± 95% t half-width over seeds:
+    retention (Unchanged at the last checkpoint), acquisition (New_k / Updated_k at checkpoint k, averaged over
+    the later steps), Outdated_k at k, update adoption and held-out loss at the last checkpoint, and the training
+    FLOPs of all steps."""
+    rows = []
+    for group in groups:
+        final = group.final_checkpoint()
+        cells = []
+        for title, value in SUMMARY:
+            stats = t_interval([value(run, final) for run in group.runs])
+            cells.append(_flops_text(stats) if title == "train FLOPs" else stats.text())
+        rows.append([group.name, str(len(group.runs)), str(final)] + cells)
+    intro = (f"What a recipe comparison reads, per configuration: {T_NOTE}. New_k@k, Updated_k@k and Outdated_k@k "
+             "are averaged over the later steps k (each at its own checkpoint k; Outdated: lower is better); update "
+             "adoption is the `paired` row over all temporal sets (METRICS.md §4); held-out loss is the `heldout` "
+             "row of the shipped general text (nats per token; perplexity = exp); FLOPs: METRICS.md §11, all steps.")
+    return ("Summary across seeds (mean ± 95% CI)", intro,
+            (["configuration", "seeds", "checkpoint"] + [title for title, _ in SUMMARY], rows))
+
+
+def _flops_text(stats) -> str:
+    if stats.mean is None:
+        return "-"
+    if stats.low is None:
+        return f"{stats.mean:.3g}"
+    return f"{stats.mean:.3g} ± {(stats.high - stats.low) / 2:.2g}"
+
+
 def step_mean_section(group: RunGroup) -> Section:
     columns = sorted(group.columns, key=column_key)
     rows = [[("init" if k < 0 else str(k))] + [group.stats(k, c).text() for c in columns]
@@ -60,4 +121,4 @@ def pooled_section(pooled: list[PooledDiff], B: int) -> Section:
     return "Paired differences between configurations, pooled over seeds (95% CI)", intro, (header, rows)
 
 
-__all__ = ["configurations_section", "final_mean_section", "pooled_section", "step_mean_section"]
+__all__ = ["configurations_section", "final_mean_section", "pooled_section", "step_mean_section", "summary_section"]
