@@ -111,6 +111,12 @@ def test_report_shows_mean_ci_bands_and_pooled_differences(sweep, tmp_path):
 
 
 def test_the_summary_reads_retention_and_acquisition_across_seeds(sweep, tmp_path):
+    losses = {}
+    for index, metrics in enumerate(sorted(sweep.rglob("metrics.jsonl"))):
+        losses[metrics.parent] = 2.0 + index / 10
+        row = {"group": "heldout", "checkpoint": 2, "set": "heldout", "set_name": "heldout_general", "n": 50,
+               "loss": losses[metrics.parent]}
+        metrics.write_text(metrics.read_text() + json.dumps(row) + "\n")
     result = build_report([sweep], tmp_path / "r", B=50, seed=1)
     section = (tmp_path / "r" / "report.md").read_text().split("## Summary across seeds")[1].split("\n## ")[0]
     for group in result["groups"]:
@@ -121,7 +127,9 @@ def test_the_summary_reads_retention_and_acquisition_across_seeds(sweep, tmp_pat
         for cell, values in zip(row, figures.values()):
             mean, low, high = by_hand(values)
             assert cell == f"{mean:.3f} ± {(high - low) / 2:.3f}"
-        assert row[5] == "-"  # these synthetic runs have no heldout rows: no figure, never a made-up one
+        mean, low, high = by_hand([losses[run.path] for run in group.runs])
+        assert row[5] == f"{mean:.3f} ± {(high - low) / 2:.3f}"
+        assert row[4] == "-"  # these synthetic runs have no paired rows: no figure, never a made-up one
 
 
 def test_single_seed_configurations_report_as_before(tmp_path):

@@ -47,9 +47,13 @@ def _acquired(run, kind: str) -> Optional[float]:
     return sum(values) / len(values) if values else None
 
 
+HELDOUT_GENERAL = "heldout_general"
+"""``set_name`` of the ``heldout`` row of the shipped general text (``eval.heldout_text: [general]``)."""
+
+
 def _group_value(run, group: str, key: str, checkpoint: int) -> Optional[float]:
     rows = [r for r in run.group_rows(group) if int(r["checkpoint"]) == checkpoint and r.get(key) is not None
-            and r.get("set_name") in ("all", "general", None)]
+            and r.get("set_name") in ("all", HELDOUT_GENERAL, None)]
     return float(rows[0][key]) if rows else None
 
 
