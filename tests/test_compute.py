@@ -53,6 +53,23 @@ def test_the_flops_estimate_of_lora_counts_the_weight_gradients_of_trained_param
     assert training_flops(N, trainable, 100) == (4 * N + 2 * trainable) * 100 < 6 * N * 100
 
 
+def test_the_flops_estimate_of_lwf_counts_the_teachers_forward():
+    from method_fixtures import run_step
+
+    N = gpt2_parameters(VOCAB, 32, 32, 2)
+    lwf = method("full", "lwf")
+    seen = []
+    real = lwf.forward_parameters
+    lwf.forward_parameters = lambda: seen.append(real()) or seen[-1]  # what the loop read, while the teacher lived
+    with one_thread():
+        run_step(tiny_gpt2(), fixed_rows(32, 10), lwf, history=None, step=1, epochs=2, batch_size=8)
+    assert seen == [N]  # the teacher is a full copy: one extra forward of N parameters per token
+    assert lwf.forward_parameters() == 0  # freed after the step
+    with one_thread():
+        result = train(tiny_gpt2(), fixed_rows(32, 10), method("full"), epochs=2, batch_size=8)
+    assert training_flops(N, N, 640, forward_params=N) == 8 * N * 640 == result.flops * 8 / 6
+
+
 def test_compute_summary_sums_the_timing_rows():
     rows = [{"group": "timing", "checkpoint": -1, "eval_tokens": 5, "eval_seconds": 1.0, "eval_flops": 10.0},
             {"group": "timing", "checkpoint": 0, "train_tokens": 100, "loss_tokens": 40, "optimizer_steps": 4,

@@ -55,6 +55,11 @@ class Strategy:
         computed once by the loop's forward), e.g. distillation (``lwf``)."""
         return None
 
+    def forward_parameters(self) -> int:
+        """Parameters of the extra forward pass this strategy runs on every training token (LwF's teacher):
+        ``2 ·`` this per token is added to the step's training FLOPs (METRICS.md §11)."""
+        return 0
+
     def epoch_rows(self, epoch: int, n_rows: int) -> Optional[list[int]]:
         """Indices of the step's examples trained on in ``epoch`` (``None``: all of them)."""
         return None

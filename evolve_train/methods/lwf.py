@@ -81,6 +81,9 @@ class LwF(Strategy):
         return self.c.weight * distillation(outputs.logits, teacher_logits, batch["labels"], self.c.temperature,
                                             self.c.targets, causal=self.causal)
 
+    def forward_parameters(self) -> int:
+        return 0 if self.teacher is None else sum(p.numel() for p in self.teacher.parameters())
+
     def after_step(self, model, step, examples):
         self.teacher = None  # a full copy of the weights: free it
         return model

@@ -76,6 +76,10 @@ class Method:
                       if (t := s.batch_loss(model, batch, outputs, optimizer_step)) is not None]
         return sum(terms) if terms else None
 
+    def forward_parameters(self) -> int:
+        """Parameters of the strategies' extra forward passes per training token (``Strategy.forward_parameters``)."""
+        return sum(strategy.forward_parameters() for strategy in self.strategies)
+
     def epoch_rows(self, epoch, n_rows):
         """The first strategy's row selection for ``epoch`` (``None``: every row)."""
         for strategy in self.strategies:

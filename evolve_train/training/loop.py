@@ -136,6 +136,7 @@ class StepTrainer:
         check_attention_reset(cfg, model, rows)
         self.flops_per_token = flops_per_token(model, cfg.seq_len)
         self.n_params = parameter_counts(model)  # (N, N_trainable) for the step's FLOPs estimate (§11)
+        self.forward_params = method.forward_parameters()  # a strategy's extra forward per token (LwF's teacher)
         self.probe = None
         self._prepare(model)
 
@@ -298,7 +299,7 @@ class StepTrainer:
                           skipped_batches=self.progress.skipped,
                           tokens_per_s=round((self.all_tokens - self.begin_tokens) / max(seconds, 1e-9), 1),
                           loss_tokens=self.loss_tokens * world,
-                          flops=training_flops(*self.n_params, self.tokens * world))
+                          flops=training_flops(*self.n_params, self.tokens * world, self.forward_params))
 
 
 def plan_extras(cfg: TrainerConfig, packed: bool) -> dict:

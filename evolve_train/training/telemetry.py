@@ -21,7 +21,8 @@ training FLOPs as ``(4 · N + 2 · N_trainable) · T`` — the forward pass ``2 
 2020's ``6 · N · T`` split into its parts), with ``N`` every parameter (embeddings included), ``N_trainable``
 the ones that get gradients and ``T`` every real (non-padding) input token trained on. Full fine-tuning is
 exactly ``6 · N · T``; LoRA and frozen layers save the weight-gradient part of the frozen weights (an upper
-bound for frozen *lower* blocks, whose activation gradients are not needed either); a method's extra loss
+bound for frozen *lower* blocks, whose activation gradients are not needed either); a strategy's extra forward
+pass per token (LwF's teacher: ``Strategy.forward_parameters``) adds ``2 · N_forward · T``; a method's extra loss
 (L2/EWC penalties) is not counted. Evaluation is forward only: ``2 · N`` per processed input position.
 """
 
@@ -66,9 +67,10 @@ def parameter_counts(model: torch.nn.Module) -> tuple[int, int]:
     return sum(p.numel() for p in unique), sum(p.numel() for p in unique if p.requires_grad)
 
 
-def training_flops(n_params: int, n_trainable: int, tokens: int) -> float:
-    """``(4 · N + 2 · N_trainable) · T`` (= ``6 · N · T`` for full fine-tuning; see the module docstring)."""
-    return float(4 * n_params + 2 * n_trainable) * float(tokens)
+def training_flops(n_params: int, n_trainable: int, tokens: int, forward_params: int = 0) -> float:
+    """``(4 · N + 2 · N_trainable + 2 · N_forward) · T`` (= ``6 · N · T`` for full fine-tuning; ``N_forward``: the
+    parameters of a strategy's extra forward pass per token, e.g. LwF's teacher; see the module docstring)."""
+    return float(4 * n_params + 2 * n_trainable + 2 * forward_params) * float(tokens)
 
 
 def eval_flops(n_params: int, positions: int) -> float:
