@@ -31,12 +31,11 @@ import pytest
 import torch
 from helpers import TINY
 from safetensors.torch import load_file
+from test_reliability import metrics, train_log  # a run's rows without the wall-clock figures
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMON = [*TINY, "eval.evaluators=[splits]", "trainer.num_threads=1"]
 STATES = ["trainer.save_every_n_steps=4"]
-TIMING_KEYS = {"train_seconds", "eval_seconds", "seconds", "train_tokens_per_s"}
-THROUGHPUT_KEYS = {"tokens_per_s", "peak_mem_gb", "mfu"}  # wall-clock figures of the training log
 
 pytestmark = pytest.mark.slow
 
@@ -52,16 +51,6 @@ def run(run_dir: Path, method: str, *extra: str, fault: str | None = None) -> su
         env["EVOLVE_TRAIN_FAULT"] = fault
     return subprocess.run(command(run_dir, method, *extra), cwd=ROOT, env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True, timeout=600)  # Hydra logs to stdout
-
-
-def metrics(run_dir: Path) -> list[dict]:
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in rows if r.get("group") != "timing"]
-
-
-def train_log(run_dir: Path) -> list[dict]:
-    rows = [json.loads(line) for line in (run_dir / "train_log.jsonl").read_text().splitlines()]
-    return [{k: v for k, v in r.items() if k not in THROUGHPUT_KEYS} for r in rows]
 
 
 def weights(path: Path) -> dict:
