@@ -97,7 +97,10 @@ class PassageSource(Choice):
 class RetrievalScope(Choice):
     all = "all"
     latest = "latest"
+
+
 # --- continual-pretraining recipes (training/schedule.py, methods/lwf.py, methods/averaging.py) -----------
+
 
 class Schedule(Choice):
     """``trainer.schedule``: the shape of the learning rate within a time step (training/schedule.py)."""
@@ -234,10 +237,17 @@ class ModelConfig:
     def __post_init__(self):
         self.arch = as_choice("model.arch", Arch, self.arch)
         self.dtype = as_choice("model.dtype", WeightDtype, self.dtype)
-        check_ranges("model", {"n_layer": (self.n_layer, POSITIVE), "n_embd": (self.n_embd, POSITIVE),
-                               "n_head": (self.n_head, POSITIVE), "n_positions": (self.n_positions, POSITIVE),
-                               "vocab_size": (self.vocab_size, POSITIVE),
-                               "dropout": (self.dropout, (lambda v: 0 <= v < 1, "in [0, 1)"))})
+        check_ranges(
+            "model",
+            {
+                "n_layer": (self.n_layer, POSITIVE),
+                "n_embd": (self.n_embd, POSITIVE),
+                "n_head": (self.n_head, POSITIVE),
+                "n_positions": (self.n_positions, POSITIVE),
+                "vocab_size": (self.vocab_size, POSITIVE),
+                "dropout": (self.dropout, (lambda v: 0 <= v < 1, "in [0, 1)")),
+            },
+        )
 
 
 @dataclass
@@ -261,8 +271,14 @@ class LoraConfig:
 
     def __post_init__(self):
         self.across_steps = as_choice("method.lora.across_steps", AcrossSteps, self.across_steps)
-        check_ranges("method.lora", {"r": (self.r, AT_LEAST_ONE), "alpha": (self.alpha, POSITIVE),
-                                     "dropout": (self.dropout, (lambda v: 0 <= v < 1, "in [0, 1)"))})
+        check_ranges(
+            "method.lora",
+            {
+                "r": (self.r, AT_LEAST_ONE),
+                "alpha": (self.alpha, POSITIVE),
+                "dropout": (self.dropout, (lambda v: 0 <= v < 1, "in [0, 1)")),
+            },
+        )
         if self.target_modules is not None and not list(self.target_modules):
             raise ConfigError("method.lora.target_modules is empty; use null for the architecture's default")
 
@@ -278,8 +294,10 @@ class ReplayConfig:
 
     def __post_init__(self):
         self.source = as_choice("method.replay.source", ReplaySource, self.source)
-        check_ranges("method.replay", {"ratio": (self.ratio, NON_NEGATIVE),
-                                       "decay": (self.decay, (lambda v: 0 < v <= 1, "in (0, 1]"))})
+        check_ranges(
+            "method.replay",
+            {"ratio": (self.ratio, NON_NEGATIVE), "decay": (self.decay, (lambda v: 0 < v <= 1, "in (0, 1]"))},
+        )
 
 
 @dataclass
@@ -315,8 +333,13 @@ class EwcConfig(L2InitConfig):
 
     def __post_init__(self):
         super().__post_init__()
-        check_ranges(self.section, {"fisher_batches": (self.fisher_batches, AT_LEAST_ONE),
-                                    "fisher_batch_size": (self.fisher_batch_size, AT_LEAST_ONE)})
+        check_ranges(
+            self.section,
+            {
+                "fisher_batches": (self.fisher_batches, AT_LEAST_ONE),
+                "fisher_batch_size": (self.fisher_batch_size, AT_LEAST_ONE),
+            },
+        )
 
 
 @dataclass
@@ -345,8 +368,7 @@ class LwfConfig:
     def __post_init__(self):
         self.targets = as_choice("method.lwf.targets", LwfTargets, self.targets)
         self.teacher_dtype = as_choice("method.lwf.teacher_dtype", WeightDtype, self.teacher_dtype)
-        check_ranges("method.lwf", {"weight": (self.weight, NON_NEGATIVE),
-                                    "temperature": (self.temperature, POSITIVE)})
+        check_ranges("method.lwf", {"weight": (self.weight, NON_NEGATIVE), "temperature": (self.temperature, POSITIVE)})
 
 
 @dataclass
@@ -416,12 +438,19 @@ class WorldConfig:
     uses the probe wording, the others distinct wordings of the relation's bank), sentence order shuffled."""
 
     def __post_init__(self):
-        check_ranges("data.world", {"n_entities": (self.n_entities, POSITIVE), "n_steps": (self.n_steps, POSITIVE),
-                                    "change_share": (self.change_share, UNIT),
-                                    "new_entities_per_step": (self.new_entities_per_step, NON_NEGATIVE),
-                                    "n_people": (self.n_people, POSITIVE), "n_cities": (self.n_cities, POSITIVE),
-                                    "dev_share": (self.dev_share, UNIT),
-                                    "docs_per_entity": (self.docs_per_entity, AT_LEAST_ONE)})
+        check_ranges(
+            "data.world",
+            {
+                "n_entities": (self.n_entities, POSITIVE),
+                "n_steps": (self.n_steps, POSITIVE),
+                "change_share": (self.change_share, UNIT),
+                "new_entities_per_step": (self.new_entities_per_step, NON_NEGATIVE),
+                "n_people": (self.n_people, POSITIVE),
+                "n_cities": (self.n_cities, POSITIVE),
+                "dev_share": (self.dev_share, UNIT),
+                "docs_per_entity": (self.docs_per_entity, AT_LEAST_ONE),
+            },
+        )
         self.dates = as_choice("data.world.dates", DateForm, self.dates)
 
 
@@ -461,8 +490,9 @@ class DyKnowConfig:
 
     def __post_init__(self):
         self.dates = as_choice("data.dyknow.dates", DateForm, self.dates)
-        check_ranges("data.dyknow", {"dev_share": (self.dev_share, UNIT),
-                                     "stable_probes": (self.stable_probes, NON_NEGATIVE)})
+        check_ranges(
+            "data.dyknow", {"dev_share": (self.dev_share, UNIT), "stable_probes": (self.stable_probes, NON_NEGATIVE)}
+        )
         if not list(self.cuts):
             raise ConfigError("data.dyknow.cuts is empty: give at least one cut date")
         if not list(self.train_wordings):
@@ -614,22 +644,40 @@ class TrainerConfig:
         self.rewarm = as_choice("trainer.rewarm", Rewarm, self.rewarm)
         self.peak_schedule = as_choice("trainer.peak_schedule", PeakSchedule, self.peak_schedule)
         self.optimizer_state = as_choice("trainer.optimizer_state", OptimizerState, self.optimizer_state)
-        check_ranges("trainer", {"cooldown_fraction": (self.cooldown_fraction, UNIT),
-                                 "constant_lr_ratio": (self.constant_lr_ratio, (lambda v: 0 < v <= 1, "in (0, 1]"))})
-        check_ranges("trainer", {
-            "epochs_step0": (self.epochs_step0, POSITIVE), "epochs": (self.epochs, POSITIVE),
-            "batch_size": (self.batch_size, POSITIVE), "grad_accum": (self.grad_accum, POSITIVE),
-            "seq_len": (self.seq_len, POSITIVE), "lr": (self.lr, POSITIVE),
-            "weight_decay": (self.weight_decay, NON_NEGATIVE), "warmup_steps": (self.warmup_steps, NON_NEGATIVE),
-            "min_lr_ratio": (self.min_lr_ratio, UNIT), "grad_clip": (self.grad_clip, NON_NEGATIVE),
-            "num_threads": (self.num_threads, NON_NEGATIVE), "log_every": (self.log_every, AT_LEAST_ONE),
-            "save_every_n_steps": (self.save_every_n_steps, NON_NEGATIVE),
-            "keep_last_states": (self.keep_last_states, AT_LEAST_ONE),
-            "tokens_per_batch": (self.tokens_per_batch, NON_NEGATIVE), "peak_flops": (self.peak_flops, NON_NEGATIVE),
-            "dist_timeout_s": (self.dist_timeout_s, AT_LEAST_ONE)})
+        check_ranges(
+            "trainer",
+            {
+                "cooldown_fraction": (self.cooldown_fraction, UNIT),
+                "constant_lr_ratio": (self.constant_lr_ratio, (lambda v: 0 < v <= 1, "in (0, 1]")),
+            },
+        )
+        check_ranges(
+            "trainer",
+            {
+                "epochs_step0": (self.epochs_step0, POSITIVE),
+                "epochs": (self.epochs, POSITIVE),
+                "batch_size": (self.batch_size, POSITIVE),
+                "grad_accum": (self.grad_accum, POSITIVE),
+                "seq_len": (self.seq_len, POSITIVE),
+                "lr": (self.lr, POSITIVE),
+                "weight_decay": (self.weight_decay, NON_NEGATIVE),
+                "warmup_steps": (self.warmup_steps, NON_NEGATIVE),
+                "min_lr_ratio": (self.min_lr_ratio, UNIT),
+                "grad_clip": (self.grad_clip, NON_NEGATIVE),
+                "num_threads": (self.num_threads, NON_NEGATIVE),
+                "log_every": (self.log_every, AT_LEAST_ONE),
+                "save_every_n_steps": (self.save_every_n_steps, NON_NEGATIVE),
+                "keep_last_states": (self.keep_last_states, AT_LEAST_ONE),
+                "tokens_per_batch": (self.tokens_per_batch, NON_NEGATIVE),
+                "peak_flops": (self.peak_flops, NON_NEGATIVE),
+                "dist_timeout_s": (self.dist_timeout_s, AT_LEAST_ONE),
+            },
+        )
         if 0 < self.tokens_per_batch < self.seq_len:
-            raise ConfigError(f"trainer.tokens_per_batch: {self.tokens_per_batch} is below trainer.seq_len "
-                              f"({self.seq_len}); a row of seq_len tokens must fit a micro-batch (0 = off)")
+            raise ConfigError(
+                f"trainer.tokens_per_batch: {self.tokens_per_batch} is below trainer.seq_len "
+                f"({self.seq_len}); a row of seq_len tokens must fit a micro-batch (0 = off)"
+            )
 
 
 @dataclass
@@ -654,8 +702,14 @@ class QAAdaptationConfig:
     """Use at most this many QA train items (a fixed seeded sample; 0 = all)."""
 
     def __post_init__(self):
-        check_ranges("eval.qa_adaptation", {"epochs": (self.epochs, POSITIVE), "steps": (self.steps, NON_NEGATIVE),
-                                            "max_items": (self.max_items, NON_NEGATIVE)})
+        check_ranges(
+            "eval.qa_adaptation",
+            {
+                "epochs": (self.epochs, POSITIVE),
+                "steps": (self.steps, NON_NEGATIVE),
+                "max_items": (self.max_items, NON_NEGATIVE),
+            },
+        )
 
 
 @dataclass
@@ -672,9 +726,14 @@ class ContaminationConfig:
     """Items per split set asked with variants by ``contamination``/``flip_rate`` (seeded sample; 0 = all)."""
 
     def __post_init__(self):
-        check_ranges("eval.contamination", {"variants": (self.variants, AT_LEAST_ONE),
-                                            "spotcheck": (self.spotcheck, NON_NEGATIVE),
-                                            "max_items_per_set": (self.max_items_per_set, NON_NEGATIVE)})
+        check_ranges(
+            "eval.contamination",
+            {
+                "variants": (self.variants, AT_LEAST_ONE),
+                "spotcheck": (self.spotcheck, NON_NEGATIVE),
+                "max_items_per_set": (self.max_items_per_set, NON_NEGATIVE),
+            },
+        )
 
 
 @dataclass
@@ -689,9 +748,13 @@ class FlipRateConfig:
     """Seed of sampled decoding (plus the checkpoint)."""
 
     def __post_init__(self):
-        check_ranges("eval.flip_rate", {
-            "templates": (self.templates, (lambda v: v >= 2, ">= 2 (the original and a variant)")),
-            "samples": (self.samples, (lambda v: v >= 1, ">= 1 (1 = greedy)"))})
+        check_ranges(
+            "eval.flip_rate",
+            {
+                "templates": (self.templates, (lambda v: v >= 2, ">= 2 (the original and a variant)")),
+                "samples": (self.samples, (lambda v: v >= 1, ">= 1 (1 = greedy)")),
+            },
+        )
         if self.samples > 1 and not self.temperature > 0:
             raise ConfigError(f"eval.flip_rate.temperature must be > 0 when sampling, got {self.temperature}")
 
@@ -731,15 +794,21 @@ class RetrievalConfig:
         self.scope = as_choice("eval.retrieval.scope", RetrievalScope, self.scope)
         check_ranges("eval.retrieval", {"k": (self.k, AT_LEAST_ONE)})
         if (self.passages == PassageSource.files) != bool(self.passage_files):
-            raise ConfigError("eval.retrieval.passage_files: give the files with eval.retrieval.passages=files "
-                              f"(got passages={self.passages} and {len(self.passage_files)} file(s))")
-        for key, template, slots in (("template", self.template, ("passages", "question")),
-                                     ("passage_template", self.passage_template, ("text",))):
+            raise ConfigError(
+                "eval.retrieval.passage_files: give the files with eval.retrieval.passages=files "
+                f"(got passages={self.passages} and {len(self.passage_files)} file(s))"
+            )
+        for key, template, slots in (
+            ("template", self.template, ("passages", "question")),
+            ("passage_template", self.passage_template, ("text",)),
+        ):
             try:
                 template.format(passages="", question="", text="", date="", step="")
             except (KeyError, IndexError, ValueError) as err:
-                raise ConfigError(f"eval.retrieval.{key}: {template!r} is not a format string over "
-                                  f"{{passages}}, {{question}} / {{text}}, {{date}}, {{step}} ({err})") from None
+                raise ConfigError(
+                    f"eval.retrieval.{key}: {template!r} is not a format string over "
+                    f"{{passages}}, {{question}} / {{text}}, {{date}}, {{step}} ({err})"
+                ) from None
             missing = [slot for slot in slots if "{" + slot + "}" not in template]
             if missing:
                 raise ConfigError(f"eval.retrieval.{key}: {template!r} must contain {{{missing[0]}}}")
@@ -844,17 +913,24 @@ class EvalConfig:
                 re.compile(pattern)
             except re.error as error:
                 raise ConfigError(f"eval.stop_patterns[{index}]: {pattern!r} is not a regular expression ({error})")
-        check_ranges("eval", {
-            "batch_size": (self.batch_size, POSITIVE), "max_new_tokens": (self.max_new_tokens, POSITIVE),
-            "max_items_per_set": (self.max_items_per_set, NON_NEGATIVE),
-            "ablation_k": (self.ablation_k, AT_LEAST_ONE),
-            "overconfidence_tau": (self.overconfidence_tau, UNIT),
-            "position_items": (self.position_items, NON_NEGATIVE), "position_rotations": (self.position_rotations, NON_NEGATIVE),
-            "grad_norm_items": (self.grad_norm_items, NON_NEGATIVE), "few_shot": (self.few_shot, NON_NEGATIVE),
-            "heldout_window": (self.heldout_window, (lambda v: v >= 2, ">= 2")),
-            "slice_max_examples": (self.slice_max_examples, NON_NEGATIVE),
-            "within_step_every": (self.within_step_every, NON_NEGATIVE),
-            "within_step_items": (self.within_step_items, AT_LEAST_ONE)})
+        check_ranges(
+            "eval",
+            {
+                "batch_size": (self.batch_size, POSITIVE),
+                "max_new_tokens": (self.max_new_tokens, POSITIVE),
+                "max_items_per_set": (self.max_items_per_set, NON_NEGATIVE),
+                "ablation_k": (self.ablation_k, AT_LEAST_ONE),
+                "overconfidence_tau": (self.overconfidence_tau, UNIT),
+                "position_items": (self.position_items, NON_NEGATIVE),
+                "position_rotations": (self.position_rotations, NON_NEGATIVE),
+                "grad_norm_items": (self.grad_norm_items, NON_NEGATIVE),
+                "few_shot": (self.few_shot, NON_NEGATIVE),
+                "heldout_window": (self.heldout_window, (lambda v: v >= 2, ">= 2")),
+                "slice_max_examples": (self.slice_max_examples, NON_NEGATIVE),
+                "within_step_every": (self.within_step_every, NON_NEGATIVE),
+                "within_step_items": (self.within_step_items, AT_LEAST_ONE),
+            },
+        )
 
 
 @dataclass

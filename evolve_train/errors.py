@@ -16,8 +16,9 @@ class ConfigError(EvolveTrainError):
 class DataError(EvolveTrainError):
     """An input file is malformed. The message names the file, the line or row, and the field."""
 
-    def __init__(self, reason: str, *, file: Optional[str] = None, line: Optional[int] = None,
-                 field: Optional[str] = None):
+    def __init__(
+        self, reason: str, *, file: Optional[str] = None, line: Optional[int] = None, field: Optional[str] = None
+    ):
         self.reason, self.file, self.line, self.field = reason, file, line, field
         where = []
         if file is not None:

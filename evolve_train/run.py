@@ -43,14 +43,27 @@ from evolve_train.evaluation.within_step import probe_for
 from evolve_train.methods import Method, TokenizedHistory
 from evolve_train.methods.averaging import WeightAverage, cpu_state
 from evolve_train.models.source import check_model_source
-from evolve_train.models.build import (build_adapter, build_model, load_model, load_tokenizer,
-                                       n_parameters, train_tokenizer)
+from evolve_train.models.build import (
+    build_adapter,
+    build_model,
+    load_model,
+    load_tokenizer,
+    n_parameters,
+    train_tokenizer,
+)
 from evolve_train.reporting.summary import build_summary, format_summary_table
 from evolve_train.tracking import build_logger
 from evolve_train.tracking.disk import DiskLogger
 from evolve_train.training import carry, faults, identity
-from evolve_train.training.checkpoint import (RunState, ensure_writable, gathered_state_dict, preflight,
-                                              remove_stale_tmp, save_checkpoint, step_dir)
+from evolve_train.training.checkpoint import (
+    RunState,
+    ensure_writable,
+    gathered_state_dict,
+    preflight,
+    remove_stale_tmp,
+    save_checkpoint,
+    step_dir,
+)
 from evolve_train.training.distributed import build_accelerator, sum_over_processes, train_sharded
 from evolve_train.training.examples import collate
 from evolve_train.training.loop import StepResult, train_time_step
@@ -71,13 +84,17 @@ def validate(cfg: Config) -> None:
     from transformers.activations import ACT2FN
 
     if cfg.model.activation not in ACT2FN:
-        raise ConfigError(f"model.activation: unknown activation {cfg.model.activation!r} "
-                          "(a transformers ACT2FN name such as gelu_pytorch_tanh, gelu_new, relu)")
+        raise ConfigError(
+            f"model.activation: unknown activation {cfg.model.activation!r} "
+            "(a transformers ACT2FN name such as gelu_pytorch_tanh, gelu_new, relu)"
+        )
     check_eval_config(cfg.eval)  # evaluator names, time slices
     Method(cfg.method)  # strategy names and combinations
     if "oracle" in cfg.method.strategies and cfg.data.keep_history:
-        raise ConfigError("method.strategies: 'oracle' trains on the union of the corpora of steps 0..k itself; "
-                          "with data.keep_history=true every earlier corpus would count twice (set it false)")
+        raise ConfigError(
+            "method.strategies: 'oracle' trains on the union of the corpora of steps 0..k itself; "
+            "with data.keep_history=true every earlier corpus would count twice (set it false)"
+        )
 
 
 def evaluates_initial(cfg: Config) -> bool:
@@ -90,8 +107,10 @@ def require_training_data(cfg: Config, timeline) -> None:
     ``data.train_files``) is for ``evolve-eval``."""
     empty = [step.name for step in timeline.steps if not len(step.pairs) and not len(step.texts)]
     if empty and cfg.data.kind == "temporal_qa" and not cfg.data.train_files:
-        raise ConfigError("data.train_files: no training files (give {step name: [files]} per time step, e.g. "
-                          "'+data.train_files.2019=[train_2019.jsonl]'); evaluating a model needs none: evolve-eval")
+        raise ConfigError(
+            "data.train_files: no training files (give {step name: [files]} per time step, e.g. "
+            "'+data.train_files.2019=[train_2019.jsonl]'); evaluating a model needs none: evolve-eval"
+        )
     if empty:
         raise ConfigError(f"time step {empty[0]!r} has no training data (data.kind={cfg.data.kind})")
 
@@ -109,8 +128,10 @@ def resolve_run_dir(cfg: Config) -> Path:
 def check_run_dir(run_dir: Path, resume: str) -> None:
     has_work = any((run_dir / name).exists() for name in ("steps", "metrics.jsonl", "train_state"))
     if str(resume).lower() == "false" and has_work:
-        raise ConfigError(f"{run_dir} already holds a run (steps/ or metrics.jsonl) and resume=false; "
-                          "choose another hydra.run.dir or delete it")
+        raise ConfigError(
+            f"{run_dir} already holds a run (steps/ or metrics.jsonl) and resume=false; "
+            "choose another hydra.run.dir or delete it"
+        )
 
 
 class ContinualRun:
@@ -129,7 +150,9 @@ class ContinualRun:
         """Everything that can fail on bad input fails here, before the run dir is written."""
         cfg = self.cfg
         validate(cfg)
-        check_model_source(cfg.model.name_or_path)  # a missing path, a GGUF file or dir: one clear error, nothing written
+        check_model_source(
+            cfg.model.name_or_path
+        )  # a missing path, a GGUF file or dir: one clear error, nothing written
         check_model_source(cfg.model.tokenizer, "model.tokenizer")
         self.run_dir = resolve_run_dir(cfg)
         self.state = RunState.load(self.run_dir)
@@ -156,8 +179,13 @@ class ContinualRun:
         if self.averaging.enabled and self.start > 0:
             self._resume_average()
         if self.main:  # fail now, not at the first checkpoint: run dir writable, disk space for a checkpoint
-            preflight(self.run_dir, self.model, len(self.timeline.steps) - self.start,
-                      cfg.trainer.save_every_n_steps, cfg.trainer.keep_last_states)
+            preflight(
+                self.run_dir,
+                self.model,
+                len(self.timeline.steps) - self.start,
+                cfg.trainer.save_every_n_steps,
+                cfg.trainer.keep_last_states,
+            )
         return self
 
     def _optimizer_carry(self) -> Optional[carry.OptimizerCarry]:
@@ -166,9 +194,13 @@ class ContinualRun:
             return None
         tensors = carry.load(self.run_dir, self.start - 1, carry.OPTIMIZER_FILE) if self.start > 0 else None
         if self.start > 0 and tensors is None:
-            log.warning("trainer.optimizer_state=keep: no optimizer state of step %d in %s; step %d starts with "
-                        "fresh AdamW moments", self.start - 1, carry.carry_dir(self.run_dir, self.start - 1),
-                        self.start)
+            log.warning(
+                "trainer.optimizer_state=keep: no optimizer state of step %d in %s; step %d starts with "
+                "fresh AdamW moments",
+                self.start - 1,
+                carry.carry_dir(self.run_dir, self.start - 1),
+                self.start,
+            )
         return carry.OptimizerCarry(tensors)
 
     def _resume_average(self) -> None:
@@ -179,9 +211,11 @@ class ContinualRun:
             return
         raw = carry.load(self.run_dir, self.start - 1, carry.RAW_FILE)
         if raw is None:
-            raise RuntimeError(f"method.average: the raw weights of step {self.start - 1} are missing from "
-                               f"{carry.carry_dir(self.run_dir, self.start - 1)}; the run cannot continue from them "
-                               "(method.average_continue=average continues from the average)")
+            raise RuntimeError(
+                f"method.average: the raw weights of step {self.start - 1} are missing from "
+                f"{carry.carry_dir(self.run_dir, self.start - 1)}; the run cannot continue from them "
+                "(method.average_continue=average continues from the average)"
+            )
         self.model.load_state_dict(raw)
 
     def _agreed_start(self) -> int:
@@ -235,8 +269,10 @@ class ContinualRun:
             tokenizer = load_tokenizer(cfg.model.tokenizer or cfg.model.name_or_path, cfg.model)
         else:
             first = self.timeline.steps[0]
-            texts = itertools.chain((t["text"] for t in first.texts),  # streamed: a corpus may exceed memory
-                                    (p["input"] + " " + p["output"] for p in first.pairs))
+            texts = itertools.chain(
+                (t["text"] for t in first.texts),  # streamed: a corpus may exceed memory
+                (p["input"] + " " + p["output"] for p in first.pairs),
+            )
             tokenizer = train_tokenizer(texts, cfg.model.vocab_size, cfg.model.arch)
         model = build_model(cfg.model, tokenizer)
         log.info("model: %.2fM parameters", n_parameters(model) / 1e6)
@@ -271,8 +307,13 @@ class ContinualRun:
             return summary
         except KeyboardInterrupt as interrupt:  # Ctrl-C / SIGTERM: resumable (mid-step state, or the last step)
             deferred = isinstance(interrupt, TrainingInterrupted)
-            log.error("%s", interrupt if deferred else f"interrupted (Ctrl-C); the completed steps in "
-                      f"{self.run_dir} are kept. Run the same command again to resume.")
+            log.error(
+                "%s",
+                interrupt
+                if deferred
+                else f"interrupted (Ctrl-C); the completed steps in "
+                f"{self.run_dir} are kept. Run the same command again to resume.",
+            )
             raise SystemExit(interrupt.exit_code if deferred else 130) from None
         finally:
             self.close(ok)
@@ -288,8 +329,11 @@ class ContinualRun:
             set_seed(cfg.seed + step)
         examples = self._examples(step)
         self.model = self.active.prepare_model(self.model, step)
-        cache = (Step0Cache.for_run(cfg, self.tokenizer, self.accelerator.num_processes, self.timeline.steps[0])
-                 if step == 0 else None)
+        cache = (
+            Step0Cache.for_run(cfg, self.tokenizer, self.accelerator.num_processes, self.timeline.steps[0])
+            if step == 0
+            else None
+        )
         keep = self.optimizer_carry is not None  # the cache holds no optimizer state: step 0 trains here
         cached = cache.load(cfg.model, self.accelerator, self.logger.log_train) if cache and not keep else None
         if cached:
@@ -306,24 +350,46 @@ class ContinualRun:
 
         def tokenize(time_step):  # the rows of the tokenized cache (data.cache_dir), or encoded now
             return tokens.examples(time_step, self.cfg.data.objective, self.cfg.trainer.seq_len)
-        history = TokenizedHistory(self.timeline.steps[:step], tokenize, self.adapter.pad_id,
-                                   self.cfg.trainer.attention_reset)
+
+        history = TokenizedHistory(
+            self.timeline.steps[:step], tokenize, self.adapter.pad_id, self.cfg.trainer.attention_reset
+        )
         return self.active.mix_examples(step, tokenize(self.timeline.steps[step]), history)
 
     def _train(self, step: int, examples, cache: Optional[Step0Cache]) -> StepResult:
         cfg, accelerator = self.cfg, self.accelerator
         log_fn = cache.recording(self.logger.log_train) if cache else self.logger.log_train
         pad_id = self.adapter.pad_id
-        with StepStates(self.run_dir, step, cfg.trainer.save_every_n_steps, cfg.trainer.keep_last_states,
-                        accelerator, method=self.active, resume=str(cfg.resume).lower() != "false") as states:
-            self.model, result = train_sharded(accelerator, self.model, lambda model: train_time_step(
-                model, examples, step=step, epochs=self._epochs(step),
-                cfg=cfg.trainer, method=self.active, accelerator=accelerator,
-                collate_fn=lambda rows: collate(rows, pad_id, cfg.trainer.attention_reset),
-                seed=cfg.seed + 1000 * step, log_fn=log_fn, states=states,
-                n_time_steps=len(self.timeline.steps), optimizer_carry=self.optimizer_carry,
-                schedule_step=0 if self.active.from_initial(step) else step,
-                probe=probe_for(self.timeline, self.adapter, cfg.eval)))  # FSDP2: sharded while it trains
+        with StepStates(
+            self.run_dir,
+            step,
+            cfg.trainer.save_every_n_steps,
+            cfg.trainer.keep_last_states,
+            accelerator,
+            method=self.active,
+            resume=str(cfg.resume).lower() != "false",
+        ) as states:
+            self.model, result = train_sharded(
+                accelerator,
+                self.model,
+                lambda model: train_time_step(
+                    model,
+                    examples,
+                    step=step,
+                    epochs=self._epochs(step),
+                    cfg=cfg.trainer,
+                    method=self.active,
+                    accelerator=accelerator,
+                    collate_fn=lambda rows: collate(rows, pad_id, cfg.trainer.attention_reset),
+                    seed=cfg.seed + 1000 * step,
+                    log_fn=log_fn,
+                    states=states,
+                    n_time_steps=len(self.timeline.steps),
+                    optimizer_carry=self.optimizer_carry,
+                    schedule_step=0 if self.active.from_initial(step) else step,
+                    probe=probe_for(self.timeline, self.adapter, cfg.eval),
+                ),
+            )  # FSDP2: sharded while it trains
         if cache and self.main:
             cache.store(self.model, self.tokenizer, result, trained_by=str(self.run_dir))
         return result
@@ -348,9 +414,15 @@ class ContinualRun:
             carried = self._carried()
             if carried:  # before state.json marks the step trained (training/carry.py)
                 carry.save(self.run_dir, step, carried)
-            save_checkpoint(self.run_dir, step, self.model, self.tokenizer,
-                            extra_files=lambda d: self.active.save_extra(self.model, d), state_dict=gathered,
-                            weights=weights)
+            save_checkpoint(
+                self.run_dir,
+                step,
+                self.model,
+                self.tokenizer,
+                extra_files=lambda d: self.active.save_extra(self.model, d),
+                state_dict=gathered,
+                weights=weights,
+            )
             self.state.trained = sorted(set(self.state.trained) | {step})
             self.state.method_state = self.method.state_dict()
             self.state.save(self.run_dir)
@@ -370,9 +442,11 @@ class ContinualRun:
         Every process evaluates its share of the prompts (evaluation/context.py: ``Shards``) and computes the
         same rows; the main process writes them."""
         model = model if model is not None else self.model
-        eval_model = (self.qa_adaptation.adapted(model, self.adapter, checkpoint=checkpoint,
-                                                 accelerator=self.accelerator)
-                      if self.qa_adaptation and checkpoint >= 0 else model)  # a copy; the chain is untouched
+        eval_model = (
+            self.qa_adaptation.adapted(model, self.adapter, checkpoint=checkpoint, accelerator=self.accelerator)
+            if self.qa_adaptation and checkpoint >= 0
+            else model
+        )  # a copy; the chain is untouched
         rows = self._score(checkpoint, eval_model)
         if self.main:
             self.logger.log_eval(checkpoint, rows)
@@ -393,8 +467,11 @@ class ContinualRun:
         if checkpoint == INITIAL and self.main:
             DiskLogger(self.run_dir).truncate_after(INITIAL - 1)  # rows an interrupted attempt left
         self.accelerator.wait_for_everyone()  # metrics.jsonl as the main process left it, for every reader
-        shared = (InitialEvalCache.for_run(self.cfg, self.tokenizer, self.timeline, self.accelerator.num_processes)
-                  if checkpoint == INITIAL else None)  # one process: the sweep's other arms evaluated it already?
+        shared = (
+            InitialEvalCache.for_run(self.cfg, self.tokenizer, self.timeline, self.accelerator.num_processes)
+            if checkpoint == INITIAL
+            else None
+        )  # one process: the sweep's other arms evaluated it already?
         stored = shared.load(self.run_dir) if shared else None
         if stored:
             rows = record_private(self.run_dir, self.timeline, self.cfg.eval, checkpoint, stored["rows"])
@@ -402,14 +479,24 @@ class ContinualRun:
         # every checkpoint in the run's precision (trainer.mixed_precision), whatever made the model: trained
         # here (accelerate patched its forward with autocast), the step-0 cache, a resume, eval_initial
         plain = self.accelerator.unwrap_model(model, keep_fp32_wrapper=False)
-        ctx = EvalContext(model=plain, adapter=self.adapter, timeline=self.timeline, checkpoint=checkpoint,
-                          cfg=self.cfg.eval, run_dir=self.run_dir, shards=Shards.of(self.accelerator),
-                          writes=self.main, shared=self.eval_shared, training=self._training_format())
+        ctx = EvalContext(
+            model=plain,
+            adapter=self.adapter,
+            timeline=self.timeline,
+            checkpoint=checkpoint,
+            cfg=self.cfg.eval,
+            run_dir=self.run_dir,
+            shards=Shards.of(self.accelerator),
+            writes=self.main,
+            shared=self.eval_shared,
+            training=self._training_format(),
+        )
         start = time.perf_counter()
         with self.accelerator.autocast(), CountPositions(plain) as counted:  # evaluation's tokens (§11)
             scored = evaluate_checkpoint(ctx)
-        rows = record_private(self.run_dir if self.main else None, self.timeline, self.cfg.eval, checkpoint,
-                              scored)  # private_evaluations.jsonl
+        rows = record_private(
+            self.run_dir if self.main else None, self.timeline, self.cfg.eval, checkpoint, scored
+        )  # private_evaluations.jsonl
         faults.point("evaluate")
         positions = sum_over_processes(self.accelerator, counted.positions)  # every rank scored a share (§11)
         evaluated = {"eval_tokens": positions, "eval_flops": eval_flops(parameter_counts(plain)[0], positions)}
@@ -422,19 +509,26 @@ class ContinualRun:
         cfg = self.cfg
         return TrainingFormat(str(cfg.data.objective), cfg.trainer.seq_len, cfg.trainer.attention_reset)
 
-    def _decorate(self, rows: list[dict], checkpoint: int, eval_seconds: float,
-                  evaluated: Optional[dict] = None) -> list[dict]:
+    def _decorate(
+        self, rows: list[dict], checkpoint: int, eval_seconds: float, evaluated: Optional[dict] = None
+    ) -> list[dict]:
         """Run metadata on every row: method, seed, the training that made the checkpoint, evaluation time."""
         result = self.results.get(checkpoint)
         if checkpoint == INITIAL:
             result = StepResult(optimizer_steps=0, tokens=0, final_loss=float("nan"), seconds=0.0)
         meta = {"method": self.cfg.method.name, "seed": self.cfg.seed, **(evaluated or {})}
         if result is not None:
-            meta.update(train_seconds=round(result.seconds, 2), eval_seconds=eval_seconds,
-                        train_tokens=result.tokens, train_optimizer_steps=result.optimizer_steps,
-                        train_tokens_per_s=result.tokens_per_s,
-                        num_processes=self.accelerator.num_processes, optimizer_steps=result.optimizer_steps,
-                        loss_tokens=result.loss_tokens, train_flops=result.flops)
+            meta.update(
+                train_seconds=round(result.seconds, 2),
+                eval_seconds=eval_seconds,
+                train_tokens=result.tokens,
+                train_optimizer_steps=result.optimizer_steps,
+                train_tokens_per_s=result.tokens_per_s,
+                num_processes=self.accelerator.num_processes,
+                optimizer_steps=result.optimizer_steps,
+                loss_tokens=result.loss_tokens,
+                train_flops=result.flops,
+            )
             if self.cfg.trainer.nonfinite == "skip":  # batches dropped for a non-finite loss/gradient
                 meta["skipped_batches"] = result.skipped_batches
         else:

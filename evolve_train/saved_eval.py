@@ -37,8 +37,16 @@ log = logging.getLogger(__name__)
 class SavedCheckpoints(ContinualRun):
     """Score saved checkpoints on the timeline's sets: ``setup()``, then ``evaluate(k)`` per checkpoint."""
 
-    def __init__(self, cfg: DictConfig, *, out: Path, source: Optional[Path] = None,
-                 steps: Optional[Sequence[int]] = None, replace: bool = False, command: str = ""):
+    def __init__(
+        self,
+        cfg: DictConfig,
+        *,
+        out: Path,
+        source: Optional[Path] = None,
+        steps: Optional[Sequence[int]] = None,
+        replace: bool = False,
+        command: str = "",
+    ):
         super().__init__(cfg)
         self.dict_cfg, self.out, self.source = cfg, Path(out), Path(source) if source else None
         self.requested, self.replace, self.command = steps, replace, command
@@ -63,9 +71,15 @@ class SavedCheckpoints(ContinualRun):
 
     def _steps(self) -> list[int]:
         last = len(self.timeline.steps) - 1
-        steps = list(self.requested) if self.requested else (
-            sorted(int(p.name) for p in (self.source / "steps").iterdir() if p.name.isdigit())
-            if self.source else [last])
+        steps = (
+            list(self.requested)
+            if self.requested
+            else (
+                sorted(int(p.name) for p in (self.source / "steps").iterdir() if p.name.isdigit())
+                if self.source
+                else [last]
+            )
+        )
         bad = [k for k in steps if not 0 <= k <= last]
         if bad:
             raise ConfigError(f"--steps: checkpoint {bad[0]} is not a step of this timeline (0..{last})")
@@ -81,8 +95,12 @@ class SavedCheckpoints(ContinualRun):
         hydra_dir = self.run_dir / ".hydra"
         hydra_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_text(hydra_dir / "config.yaml", OmegaConf.to_yaml(self.dict_cfg))
-        meta = {"source": str(self.source) if self.source else None, "model": self.cfg.model.name_or_path,
-                "steps": self.steps, "command": self.command}
+        meta = {
+            "source": str(self.source) if self.source else None,
+            "model": self.cfg.model.name_or_path,
+            "steps": self.steps,
+            "command": self.command,
+        }
         atomic_write_text(self.run_dir / "evaluation.json", json.dumps(meta, indent=2) + "\n")
 
     def run(self) -> dict:
@@ -135,12 +153,21 @@ def command_line(argv: Sequence[str]) -> str:
     return " ".join(shlex.quote(a) for a in ["evolve-eval", *argv])
 
 
-def evaluate_saved(cfg: DictConfig, *, source: Optional[Path], steps: Optional[Sequence[int]], name: str,
-                   out: Optional[str] = None, replace: bool = False, argv: Sequence[str] = ()) -> dict:
+def evaluate_saved(
+    cfg: DictConfig,
+    *,
+    source: Optional[Path],
+    steps: Optional[Sequence[int]],
+    name: str,
+    out: Optional[str] = None,
+    replace: bool = False,
+    argv: Sequence[str] = (),
+) -> dict:
     """Evaluate saved checkpoints (see the module docstring); returns the summary of the output dir."""
     if source is None and not cfg.model.name_or_path:
         raise ConfigError("nothing to evaluate: give a run dir (evolve-eval RUN_DIR ...) or model.name_or_path=DIR")
     target = output_dir(source, name, out, replace)
-    runner = SavedCheckpoints(cfg, out=target, source=source, steps=steps, replace=replace,
-                              command=command_line(argv or sys.argv[1:]))
+    runner = SavedCheckpoints(
+        cfg, out=target, source=source, steps=steps, replace=replace, command=command_line(argv or sys.argv[1:])
+    )
     return runner.run()

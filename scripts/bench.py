@@ -36,8 +36,14 @@ from evolve_train.data.timeline import TimeStep, build_timeline  # noqa: E402
 from evolve_train.evaluation.evaluator import EvalContext, evaluate_checkpoint  # noqa: E402
 from evolve_train.evaluation.rows import read_metrics  # noqa: E402
 from evolve_train.methods import Method  # noqa: E402
-from evolve_train.models.build import (build_adapter, build_model, load_model, load_tokenizer,  # noqa: E402
-                                       n_parameters, train_tokenizer)
+from evolve_train.models.build import (
+    build_adapter,
+    build_model,
+    load_model,
+    load_tokenizer,  # noqa: E402
+    n_parameters,
+    train_tokenizer,
+)
 from evolve_train.training.examples import LengthGroupedBatches, collate  # noqa: E402
 from evolve_train.training.rows import TokenRows  # noqa: E402
 from evolve_train.training.loop import train_time_step  # noqa: E402
@@ -83,8 +89,17 @@ def framework_tokens_per_s(model, examples, cfg, method_name: str = "full") -> t
     method = Method(cfg.method)
     model = method.prepare_model(model, 1)
     accelerator = Accelerator(mixed_precision="no")
-    result = train_time_step(model, examples, step=1, epochs=cfg.trainer.epochs, cfg=cfg.trainer, method=method,
-                             accelerator=accelerator, collate_fn=lambda rows: collate(rows, 0), seed=cfg.seed + 1000)
+    result = train_time_step(
+        model,
+        examples,
+        step=1,
+        epochs=cfg.trainer.epochs,
+        cfg=cfg.trainer,
+        method=method,
+        accelerator=accelerator,
+        collate_fn=lambda rows: collate(rows, 0),
+        seed=cfg.seed + 1000,
+    )
     return result.tokens / result.seconds, model
 
 
@@ -133,8 +148,7 @@ def varied_documents(n: int = 400, seed: int = 0) -> TimeStep:
     """Plain-text documents of strongly varying length (5 to 400 words)."""
     rng = random.Random(seed)
     words = "the of a river city council member founded during century museum old new north".split()
-    texts = [" ".join(rng.choice(words) for _ in range(rng.choice([5, 20, 50, 100, 200, 400]))) + "."
-             for _ in range(n)]
+    texts = [" ".join(rng.choice(words) for _ in range(rng.choice([5, 20, 50, 100, 200, 400]))) + "." for _ in range(n)]
     return TimeStep(index=0, name="documents", texts=[{"text": t} for t in texts])
 
 
@@ -147,8 +161,10 @@ def clm_packing_efficiency(cfg, tokenizer, seed: int = 0) -> dict:
     docs = adapter.encode([t["text"] for t in step.texts])
     padded = [len(ids) for ids in chunk_documents(docs, seq_len, adapter.eos_id, adapter.prefix)["input_ids"]]
     batch_size = cfg.trainer.batch_size
-    return {name: padding_efficiency(LengthGroupedBatches(lengths, batch_size, seed).epoch(0), lengths)
-            for name, lengths in (("packed", packed), ("padded", padded))}
+    return {
+        name: padding_efficiency(LengthGroupedBatches(lengths, batch_size, seed).epoch(0), lengths)
+        for name, lengths in (("packed", packed), ("padded", padded))
+    }
 
 
 def eval_speed(cfg, model, tokenizer, timeline, checkpoint: int) -> dict:
@@ -158,8 +174,9 @@ def eval_speed(cfg, model, tokenizer, timeline, checkpoint: int) -> dict:
     decoder (batching alone). Same stop tokens and ``max_new_tokens``; one-at-a-time runs a 96-prompt sample
     and is extrapolated; best of 3, interleaved. The full evaluation (every group) is timed once."""
     adapter = build_adapter(cfg.model, tokenizer)
-    ctx = EvalContext(model=model, adapter=adapter, timeline=timeline, checkpoint=checkpoint, cfg=cfg.eval,
-                      run_dir=None)
+    ctx = EvalContext(
+        model=model, adapter=adapter, timeline=timeline, checkpoint=checkpoint, cfg=cfg.eval, run_dir=None
+    )
     prompts = sorted({timeline.prompt(i) for s in ctx.sets() for i in s.items})
     options = dict(max_new_tokens=cfg.eval.max_new_tokens, stop_strings=cfg.eval.stop_strings)
     sample = random.Random(0).sample(prompts, min(len(prompts), 96))
@@ -167,11 +184,14 @@ def eval_speed(cfg, model, tokenizer, timeline, checkpoint: int) -> dict:
     best = {"batched": float("inf"), "generate_one_at_a_time": float("inf"), "same_decoder_one_at_a_time": float("inf")}
     for _ in range(3):
         start = time.perf_counter()
-        answers = adapter.generate(model, prompts, batch_size=cfg.eval.batch_size, decoder=cfg.eval.greedy_decoder,
-                                   **options)
+        answers = adapter.generate(
+            model, prompts, batch_size=cfg.eval.batch_size, decoder=cfg.eval.greedy_decoder, **options
+        )
         best["batched"] = min(best["batched"], time.perf_counter() - start)
-        for key, decoder in (("generate_one_at_a_time", "generate"),
-                             ("same_decoder_one_at_a_time", cfg.eval.greedy_decoder)):
+        for key, decoder in (
+            ("generate_one_at_a_time", "generate"),
+            ("same_decoder_one_at_a_time", cfg.eval.greedy_decoder),
+        ):
             start = time.perf_counter()
             single = [adapter.generate(model, [p], batch_size=1, decoder=decoder, **options)[0] for p in sample]
             best[key] = min(best[key], (time.perf_counter() - start) * scale)
@@ -179,12 +199,19 @@ def eval_speed(cfg, model, tokenizer, timeline, checkpoint: int) -> dict:
     start = time.perf_counter()
     evaluate_checkpoint(ctx)
     every_group = time.perf_counter() - start
-    return {"n_prompts": len(prompts), "decoder": cfg.eval.greedy_decoder, "batched_s": best["batched"],
-            "one_at_a_time_s": best["generate_one_at_a_time"], "speedup": best["generate_one_at_a_time"] / best["batched"],
-            "same_decoder_one_at_a_time_s": best["same_decoder_one_at_a_time"],
-            "batching_speedup": best["same_decoder_one_at_a_time"] / best["batched"],
-            "sample": len(sample), "sample_answers_differ": sum(by_prompt[p] != a for p, a in zip(sample, single)),
-            "all_groups_s": every_group, "groups": list(cfg.eval.evaluators)}
+    return {
+        "n_prompts": len(prompts),
+        "decoder": cfg.eval.greedy_decoder,
+        "batched_s": best["batched"],
+        "one_at_a_time_s": best["generate_one_at_a_time"],
+        "speedup": best["generate_one_at_a_time"] / best["batched"],
+        "same_decoder_one_at_a_time_s": best["same_decoder_one_at_a_time"],
+        "batching_speedup": best["same_decoder_one_at_a_time"] / best["batched"],
+        "sample": len(sample),
+        "sample_answers_differ": sum(by_prompt[p] != a for p, a in zip(sample, single)),
+        "all_groups_s": every_group,
+        "groups": list(cfg.eval.evaluators),
+    }
 
 
 def retrieval_share(cfg, model, tokenizer, timeline, checkpoint: int) -> dict:
@@ -200,18 +227,31 @@ def retrieval_share(cfg, model, tokenizer, timeline, checkpoint: int) -> dict:
     for _ in range(2):
         shared: dict = {}
         for key in ("retrieval_built_s", "retrieval_reused_s"):
-            ctx = EvalContext(model=model, adapter=adapter, timeline=timeline, checkpoint=checkpoint, cfg=eval_cfg,
-                              run_dir=None, shared=shared)
+            ctx = EvalContext(
+                model=model,
+                adapter=adapter,
+                timeline=timeline,
+                checkpoint=checkpoint,
+                cfg=eval_cfg,
+                run_dir=None,
+                shared=shared,
+            )
             rows = evaluate_checkpoint(ctx)
             seconds = rows[-1]["seconds"]
             best[key] = min(best[key], seconds["retrieval"])
             best["others_s"] = min(best["others_s"], sum(v for k, v in seconds.items() if k != "retrieval"))
             opened = next(r for r in rows if r["group"] == "retrieval" and r["set_name"] == "all")
-    return {**best, "checkpoint": checkpoint, "evaluators": evaluators,
-            "share_built": best["retrieval_built_s"] / best["others_s"],
-            "share_reused": best["retrieval_reused_s"] / best["others_s"],
-            "bm25_s": opened["retrieval_seconds"], "em": opened["em"], "em_open": opened["em_open"],
-            "recall_at_k": opened["recall@k"]}
+    return {
+        **best,
+        "checkpoint": checkpoint,
+        "evaluators": evaluators,
+        "share_built": best["retrieval_built_s"] / best["others_s"],
+        "share_reused": best["retrieval_reused_s"] / best["others_s"],
+        "bm25_s": opened["retrieval_seconds"],
+        "em": opened["em"],
+        "em_open": opened["em_open"],
+        "recall_at_k": opened["recall@k"],
+    }
 
 
 def trained_model(cfg, tokenizer, examples, demo_run: Path | None):
@@ -252,8 +292,17 @@ def tokens_per_s_by_size(cfg, tokenizer, examples, batches, steps: int, repeats:
             params = n_parameters(model)
             plain = max(plain, plain_torch_tokens_per_s(model, batches[:steps], sized))
             ours = max(ours, framework_tokens_per_s(fresh_model(sized, tokenizer), examples, sized)[0])
-        out.append({"n_layer": n_layer, "n_embd": n_embd, "params": params, "optimizer_steps": steps,
-                    "framework_tokens_per_s": ours, "plain_tokens_per_s": plain, "ratio": ours / plain})
+        out.append(
+            {
+                "n_layer": n_layer,
+                "n_embd": n_embd,
+                "params": params,
+                "optimizer_steps": steps,
+                "framework_tokens_per_s": ours,
+                "plain_tokens_per_s": plain,
+                "ratio": ours / plain,
+            }
+        )
     return out
 
 
@@ -267,13 +316,26 @@ def eval_growth(cfg, model, tokenizer, n_steps: int) -> list[dict]:
     for cap in (0, 100):
         grown.eval.max_items_per_set = cap
         for checkpoint in range(n_steps):
-            ctx = EvalContext(model=model, adapter=build_adapter(cfg.model, tokenizer), timeline=timeline,
-                              checkpoint=checkpoint, cfg=grown.eval, run_dir=None)
+            ctx = EvalContext(
+                model=model,
+                adapter=build_adapter(cfg.model, tokenizer),
+                timeline=timeline,
+                checkpoint=checkpoint,
+                cfg=grown.eval,
+                run_dir=None,
+            )
             sets = ctx.sets()
             start = time.perf_counter()
             evaluate_checkpoint(ctx)
-            out.append({"checkpoint": checkpoint, "max_items_per_set": cap, "sets": len(sets),
-                        "items": sum(len(s.items) for s in sets), "seconds": time.perf_counter() - start})
+            out.append(
+                {
+                    "checkpoint": checkpoint,
+                    "max_items_per_set": cap,
+                    "sets": len(sets),
+                    "items": sum(len(s.items) for s in sets),
+                    "seconds": time.perf_counter() - start,
+                }
+            )
     return out
 
 
@@ -314,18 +376,27 @@ def cache_speedup(cfg, size_mb: float) -> dict:
         for _ in range(2):  # the first run, then the second: each reads the file and tokenizes the step
             start = time.perf_counter()
             _, texts = read_training_file(corpus, cache_dir)
-            rows = TokenCache(cache_dir, adapter).examples(TimeStep(0, "corpus", texts=texts), "clm",
-                                                           cfg.trainer.seq_len)
+            rows = TokenCache(cache_dir, adapter).examples(
+                TimeStep(0, "corpus", texts=texts), "clm", cfg.trainer.seq_len
+            )
             seconds.append(time.perf_counter() - start)
-    return {"corpus_mb": size_mb, "rows": len(rows), "first_s": seconds[0], "second_s": seconds[1],
-            "second_share": seconds[1] / seconds[0], "speedup": seconds[0] / seconds[1]}
+    return {
+        "corpus_mb": size_mb,
+        "rows": len(rows),
+        "first_s": seconds[0],
+        "second_s": seconds[1],
+        "second_share": seconds[1] / seconds[0],
+        "speedup": seconds[0] / seconds[1],
+    }
 
 
 def print_retrieval(share: dict) -> None:
-    print(f"{'retrieval_share':32s} {share['share_reused']:.3f}  (open-book evaluator / the other evaluators at "
-          f"checkpoint {share['checkpoint']}: {share['retrieval_reused_s']:.2f} s / {share['others_s']:.2f} s with the "
-          f"stores reused; {share['share_built']:.3f} = {share['retrieval_built_s']:.2f} s when this checkpoint builds "
-          f"them; BM25 queries {share['bm25_s']:.3f} s)")
+    print(
+        f"{'retrieval_share':32s} {share['share_reused']:.3f}  (open-book evaluator / the other evaluators at "
+        f"checkpoint {share['checkpoint']}: {share['retrieval_reused_s']:.2f} s / {share['others_s']:.2f} s with the "
+        f"stores reused; {share['share_built']:.3f} = {share['retrieval_built_s']:.2f} s when this checkpoint builds "
+        f"them; BM25 queries {share['bm25_s']:.3f} s)"
+    )
 
 
 def main(argv=None) -> None:
@@ -333,19 +404,36 @@ def main(argv=None) -> None:
     parser.add_argument("--quick", action="store_true", help="short timings (< 3 min on 2 cores)")
     parser.add_argument("--demo-run", type=Path, default=None, help="a finished demo run dir for eval_share")
     parser.add_argument("--repeats", type=int, default=None, help="interleaved timing repeats")
-    parser.add_argument("--sizes", type=parse_sizes, default=parse_sizes(SIZES),
-                        help=f"model sizes for tokens/s, LAYERSxWIDTHxHEADS,... (default {SIZES})")
-    parser.add_argument("--size-steps", type=int, default=None,
-                        help="optimizer steps per size (30; 60 without --quick)")
-    parser.add_argument("--growth-steps", type=int, default=None,
-                        help="time steps of the world for eval growth (4; 8 without --quick)")
-    parser.add_argument("--retrieval-only", action="store_true",
-                        help="only the open-book evaluator's share of evaluation time (use with --demo-run)")
-    parser.add_argument("--part", choices=["default", "pretrained"], default="default",
-                        help="default: the figures above on the demo's model; pretrained: a 135M Llama from "
-                             "SmolLM2's config, fp32 vs bf16 training and evaluation tokens/s and peak fractions")
-    parser.add_argument("--pretrained-size", choices=["135m", "tiny"], default="135m",
-                        help="model of --part pretrained (tiny: a seconds-long check of the part itself)")
+    parser.add_argument(
+        "--sizes",
+        type=parse_sizes,
+        default=parse_sizes(SIZES),
+        help=f"model sizes for tokens/s, LAYERSxWIDTHxHEADS,... (default {SIZES})",
+    )
+    parser.add_argument(
+        "--size-steps", type=int, default=None, help="optimizer steps per size (30; 60 without --quick)"
+    )
+    parser.add_argument(
+        "--growth-steps", type=int, default=None, help="time steps of the world for eval growth (4; 8 without --quick)"
+    )
+    parser.add_argument(
+        "--retrieval-only",
+        action="store_true",
+        help="only the open-book evaluator's share of evaluation time (use with --demo-run)",
+    )
+    parser.add_argument(
+        "--part",
+        choices=["default", "pretrained"],
+        default="default",
+        help="default: the figures above on the demo's model; pretrained: a 135M Llama from "
+        "SmolLM2's config, fp32 vs bf16 training and evaluation tokens/s and peak fractions",
+    )
+    parser.add_argument(
+        "--pretrained-size",
+        choices=["135m", "tiny"],
+        default="135m",
+        help="model of --part pretrained (tiny: a seconds-long check of the part itself)",
+    )
     parser.add_argument("overrides", nargs="*", help="Hydra overrides of the benchmarked config, e.g. model.n_layer=2")
     args = parser.parse_args(argv)
     if args.part == "pretrained":
@@ -367,8 +455,10 @@ def main(argv=None) -> None:
     results: dict = {"machine": {"threads": torch.get_num_threads(), "cuda": torch.cuda.is_available()}}
     if args.retrieval_only:
         model, eval_tokenizer, source = trained_model(cfg, tokenizer, examples, args.demo_run)
-        results["retrieval_share"] = {"model": source, **retrieval_share(cfg, model, eval_tokenizer, timeline,
-                                                                          len(timeline.steps) - 1)}
+        results["retrieval_share"] = {
+            "model": source,
+            **retrieval_share(cfg, model, eval_tokenizer, timeline, len(timeline.steps) - 1),
+        }
         print_retrieval(results["retrieval_share"])
         print(json.dumps(results))
         return
@@ -389,10 +479,17 @@ def main(argv=None) -> None:
     # interference only slows a run down) is kept beside it. Both move by several % between runs here.
     ratios = sorted(o / t for o, t in zip(ours, theirs))
     results["loop_vs_torch"] = statistics.median(ratios)
-    results["loop_vs_torch_detail"] = {"paired_min": ratios[0], "paired_max": ratios[-1],
-                                       "best_of_each": max(ours) / max(theirs)}
-    results["tokens_per_s"] = {"framework": max(ours), "plain_torch": max(theirs),
-                               "framework_runs": ours, "plain_torch_runs": theirs}
+    results["loop_vs_torch_detail"] = {
+        "paired_min": ratios[0],
+        "paired_max": ratios[-1],
+        "best_of_each": max(ours) / max(theirs),
+    }
+    results["tokens_per_s"] = {
+        "framework": max(ours),
+        "plain_torch": max(theirs),
+        "framework_runs": ours,
+        "plain_torch_runs": theirs,
+    }
 
     lora_speed, full_speed, lora_mem, full_mem = [], [], None, None
     for _ in range(3 if args.quick else 5):  # a side figure: fewer repeats than the loop ratio
@@ -402,12 +499,16 @@ def main(argv=None) -> None:
         speed, model = framework_tokens_per_s(fresh_model(cfg, tokenizer), examples, cfg, "lora")
         lora_speed.append(speed)
         lora_mem = trainable_state_bytes(model)
-    results["lora_vs_full"] = {"tokens_per_s_ratio": max(lora_speed) / max(full_speed),
-                               "training_state_memory_ratio": lora_mem / full_mem}
+    results["lora_vs_full"] = {
+        "tokens_per_s_ratio": max(lora_speed) / max(full_speed),
+        "training_state_memory_ratio": lora_mem / full_mem,
+    }
 
     varied = build_adapter(cfg.model, tokenizer).encode_step(varied_pairs(), "masked_entity", cfg.trainer.seq_len)
-    results["packing_efficiency"] = {"default_world": packing_efficiency(examples, cfg.trainer.batch_size),
-                                     "varied_masked_pairs": packing_efficiency(varied, cfg.trainer.batch_size)}
+    results["packing_efficiency"] = {
+        "default_world": packing_efficiency(examples, cfg.trainer.batch_size),
+        "varied_masked_pairs": packing_efficiency(varied, cfg.trainer.batch_size),
+    }
     results["clm_packing_efficiency"] = clm_packing_efficiency(cfg, tokenizer)
 
     model, eval_tokenizer, source = trained_model(cfg, tokenizer, examples, args.demo_run)
@@ -415,8 +516,9 @@ def main(argv=None) -> None:
     results["eval_speedup"] = {"model": source, **eval_speed(cfg, model, eval_tokenizer, timeline, last)}
 
     size_steps = args.size_steps or (30 if args.quick else 60)
-    results["tokens_per_s_by_size"] = tokens_per_s_by_size(cfg, tokenizer, examples, batches, size_steps,
-                                                           repeats=2 if args.quick else 3, sizes=args.sizes)
+    results["tokens_per_s_by_size"] = tokens_per_s_by_size(
+        cfg, tokenizer, examples, batches, size_steps, repeats=2 if args.quick else 3, sizes=args.sizes
+    )
     growth_steps = args.growth_steps or (4 if args.quick else 8)
     results["eval_growth"] = eval_growth(cfg, model, eval_tokenizer, n_steps=growth_steps)
 
@@ -425,44 +527,60 @@ def main(argv=None) -> None:
 
     share = eval_share_from_run(args.demo_run) if args.demo_run else None
     if share is None:  # estimate from this run: eval time of the last checkpoint vs a demo step's training
-        seconds_per_epoch = sum(int(b["attention_mask"].sum()) for b in batches) / epochs / results["tokens_per_s"]["framework"]
+        seconds_per_epoch = (
+            sum(int(b["attention_mask"].sum()) for b in batches) / epochs / results["tokens_per_s"]["framework"]
+        )
         train_s = seconds_per_epoch * cfg.trainer.epochs_step0
         share = {"estimated_step0": results["eval_speedup"]["batched_s"] / train_s}
     results["eval_share"] = share
 
     print(f"{'metric':32s} value")
     detail = results["loop_vs_torch_detail"]
-    print(f"{'loop_vs_torch (tokens/s ratio)':32s} {results['loop_vs_torch']:.3f}  (median of {repeats} paired runs, "
-          f"range {detail['paired_min']:.3f}-{detail['paired_max']:.3f}; best of each {detail['best_of_each']:.3f})")
+    print(
+        f"{'loop_vs_torch (tokens/s ratio)':32s} {results['loop_vs_torch']:.3f}  (median of {repeats} paired runs, "
+        f"range {detail['paired_min']:.3f}-{detail['paired_max']:.3f}; best of each {detail['best_of_each']:.3f})"
+    )
     print(f"{'lora_vs_full tokens/s ratio':32s} {results['lora_vs_full']['tokens_per_s_ratio']:.3f}")
     print(f"{'lora_vs_full memory ratio':32s} {results['lora_vs_full']['training_state_memory_ratio']:.3f}")
     for name, value in results["packing_efficiency"].items():
         print(f"{'packing_efficiency ' + name:32s} {value:.3f}")
     clm = results["clm_packing_efficiency"]
-    print(f"{'clm_packing_efficiency':32s} {clm['packed']:.3f}  (packed documents; each document cut on its own, "
-          f"padded: {clm['padded']:.3f})")
+    print(
+        f"{'clm_packing_efficiency':32s} {clm['packed']:.3f}  (packed documents; each document cut on its own, "
+        f"padded: {clm['padded']:.3f})"
+    )
     speed = results["eval_speedup"]
     cached = results["cache_speedup"]
-    print(f"{'cache_speedup':32s} {cached['speedup']:.1f}  (data preparation of a {cached['corpus_mb']:g} MB corpus: "
-          f"first run {cached['first_s']:.2f} s, second {cached['second_s']:.3f} s = {cached['second_share']:.1%})")
-    print(f"{'eval_speedup':32s} {speed['speedup']:.1f}  ({speed['n_prompts']} prompts: batched "
-          f"{speed['batched_s']:.2f} s vs generate() one at a time {speed['one_at_a_time_s']:.1f} s; every eval "
-          f"group {speed['all_groups_s']:.1f} s)")
-    print(f"{'  of which batching':32s} {speed['batching_speedup']:.1f}  (the {speed['decoder']} decoder one at a "
-          f"time {speed['same_decoder_one_at_a_time_s']:.1f} s; answers differing "
-          f"{speed['sample_answers_differ']} of {speed['sample']})")
+    print(
+        f"{'cache_speedup':32s} {cached['speedup']:.1f}  (data preparation of a {cached['corpus_mb']:g} MB corpus: "
+        f"first run {cached['first_s']:.2f} s, second {cached['second_s']:.3f} s = {cached['second_share']:.1%})"
+    )
+    print(
+        f"{'eval_speedup':32s} {speed['speedup']:.1f}  ({speed['n_prompts']} prompts: batched "
+        f"{speed['batched_s']:.2f} s vs generate() one at a time {speed['one_at_a_time_s']:.1f} s; every eval "
+        f"group {speed['all_groups_s']:.1f} s)"
+    )
+    print(
+        f"{'  of which batching':32s} {speed['batching_speedup']:.1f}  (the {speed['decoder']} decoder one at a "
+        f"time {speed['same_decoder_one_at_a_time_s']:.1f} s; answers differing "
+        f"{speed['sample_answers_differ']} of {speed['sample']})"
+    )
     for name, value in results["eval_share"].items():
         print(f"{'eval_share ' + str(name):32s} {value:.3f}")
     print_retrieval(results["retrieval_share"])
     print("\ntokens/s by model size (framework loop / plain loop, same batches)")
     for row in results["tokens_per_s_by_size"]:
-        print(f"  {row['n_layer']}x{row['n_embd']:<4d} {row['params'] / 1e6:5.1f} M params  "
-              f"{row['framework_tokens_per_s']:9.0f} / {row['plain_tokens_per_s']:9.0f}  ratio {row['ratio']:.3f}")
+        print(
+            f"  {row['n_layer']}x{row['n_embd']:<4d} {row['params'] / 1e6:5.1f} M params  "
+            f"{row['framework_tokens_per_s']:9.0f} / {row['plain_tokens_per_s']:9.0f}  ratio {row['ratio']:.3f}"
+        )
     print("\nevaluation time by checkpoint (default evaluators, one fixed model)")
     for row in results["eval_growth"]:
         cap = row["max_items_per_set"] or "all"
-        print(f"  ckpt {row['checkpoint']}  items/set {cap!s:>4}  sets {row['sets']:2d}  items {row['items']:5d}  "
-              f"{row['seconds']:6.2f} s")
+        print(
+            f"  ckpt {row['checkpoint']}  items/set {cap!s:>4}  sets {row['sets']:2d}  items {row['items']:5d}  "
+            f"{row['seconds']:6.2f} s"
+        )
     print(json.dumps(results))
 
 

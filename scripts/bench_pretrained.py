@@ -17,13 +17,32 @@ import time
 
 import torch
 
-SMOLLM2_135M = dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
-                    num_attention_heads=9, num_key_value_heads=3, max_position_embeddings=8192, rms_norm_eps=1e-5,
-                    rope_parameters={"rope_type": "default", "rope_theta": 100000.0}, tie_word_embeddings=True,
-                    bos_token_id=1, eos_token_id=2, pad_token_id=2)
+SMOLLM2_135M = dict(
+    vocab_size=49152,
+    hidden_size=576,
+    intermediate_size=1536,
+    num_hidden_layers=30,
+    num_attention_heads=9,
+    num_key_value_heads=3,
+    max_position_embeddings=8192,
+    rms_norm_eps=1e-5,
+    rope_parameters={"rope_type": "default", "rope_theta": 100000.0},
+    tie_word_embeddings=True,
+    bos_token_id=1,
+    eos_token_id=2,
+    pad_token_id=2,
+)
 """SmolLM2-135M's config.json (what ``evolve-data fetch-model smollm2-135m`` writes), without the weights."""
-TINY = dict(SMOLLM2_135M, vocab_size=512, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+TINY = dict(
+    SMOLLM2_135M,
+    vocab_size=512,
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=256,
+)
 SIZES = {"135m": SMOLLM2_135M, "tiny": TINY}
 
 
@@ -37,7 +56,7 @@ def matmul_peak(dtype: torch.dtype, n: int = 2048, seconds: float = 1.0) -> floa
         a @ b
         took = time.perf_counter() - start
         spent += took
-        best = max(best, 2 * n ** 3 / took)
+        best = max(best, 2 * n**3 / took)
     return best
 
 
@@ -79,8 +98,18 @@ def train_tokens_per_s(size: dict, precision: str, steps: int, batch_size: int =
     rows = Dataset.from_list(masked_rows(batch_size * (steps + 1), size["vocab_size"]))  # the loop reads Arrow rows
     cfg = TrainerConfig(batch_size=batch_size, lr=3e-4, warmup_steps=1, log_every=1, mixed_precision=precision)
     model, accelerator, logs = _model(size), _accelerator(precision), []
-    train_time_step(model, rows, step=0, epochs=1.0, cfg=cfg, method=Method(MethodConfig()), accelerator=accelerator,
-                    collate_fn=lambda batch: collate(batch, 2), seed=0, log_fn=logs.append)
+    train_time_step(
+        model,
+        rows,
+        step=0,
+        epochs=1.0,
+        cfg=cfg,
+        method=Method(MethodConfig()),
+        accelerator=accelerator,
+        collate_fn=lambda batch: collate(batch, 2),
+        seed=0,
+        log_fn=logs.append,
+    )
     timed = logs[1:]  # each row: one optimizer step (log_every=1), its window's tokens/s
     tokens = sum(row["tokens"] - previous["tokens"] for previous, row in zip(logs, timed))
     seconds = sum((row["tokens"] - previous["tokens"]) / row["tokens_per_s"] for previous, row in zip(logs, timed))
@@ -133,31 +162,47 @@ def pretrained_part(size_name: str = "135m", quick: bool = False) -> dict:
             out["bf16"] = {"unsupported": str(error).splitlines()[0]}
             continue
         out["fp32" if precision == "no" else "bf16"] = {
-            "matmul_peak_gflops": peak / 1e9, "train_tokens_per_s": train["tokens_per_s"],
-            "train_peak_fraction": 6 * n_params * train["tokens_per_s"] / peak, "train_steps": train["steps"],
-            "eval_tokens_per_s": evaluation, "eval_peak_fraction": 2 * n_params * evaluation / peak}
-    out["adamw_step_s"] = {"foreach": optimizer_step_seconds(size, fused=False),
-                           "fused": optimizer_step_seconds(size, fused=True)}
+            "matmul_peak_gflops": peak / 1e9,
+            "train_tokens_per_s": train["tokens_per_s"],
+            "train_peak_fraction": 6 * n_params * train["tokens_per_s"] / peak,
+            "train_steps": train["steps"],
+            "eval_tokens_per_s": evaluation,
+            "eval_peak_fraction": 2 * n_params * evaluation / peak,
+        }
+    out["adamw_step_s"] = {
+        "foreach": optimizer_step_seconds(size, fused=False),
+        "fused": optimizer_step_seconds(size, fused=True),
+    }
     if "unsupported" not in out["bf16"]:
-        out["bf16_vs_fp32"] = {"train": out["bf16"]["train_tokens_per_s"] / out["fp32"]["train_tokens_per_s"],
-                               "eval": out["bf16"]["eval_tokens_per_s"] / out["fp32"]["eval_tokens_per_s"]}
+        out["bf16_vs_fp32"] = {
+            "train": out["bf16"]["train_tokens_per_s"] / out["fp32"]["train_tokens_per_s"],
+            "eval": out["bf16"]["eval_tokens_per_s"] / out["fp32"]["eval_tokens_per_s"],
+        }
     return out
 
 
 def print_pretrained(result: dict) -> None:
-    print(f"pretrained part: Llama {result['params'] / 1e6:.1f}M parameters (SmolLM2-135M's config, random weights), "
-          f"{result['threads']} threads")
-    print(f"  {'dtype':6s} {'matmul peak':>12s} {'train tok/s':>12s} {'of peak':>8s} {'eval tok/s':>11s} {'of peak':>8s}")
+    print(
+        f"pretrained part: Llama {result['params'] / 1e6:.1f}M parameters (SmolLM2-135M's config, random weights), "
+        f"{result['threads']} threads"
+    )
+    print(
+        f"  {'dtype':6s} {'matmul peak':>12s} {'train tok/s':>12s} {'of peak':>8s} {'eval tok/s':>11s} {'of peak':>8s}"
+    )
     for name in ("fp32", "bf16"):
         row = result[name]
         if "unsupported" in row:
             print(f"  {name:6s} not supported by this CPU's kernels: {row['unsupported']}")
             continue
-        print(f"  {name:6s} {row['matmul_peak_gflops']:8.0f} GF/s {row['train_tokens_per_s']:12.1f} "
-              f"{row['train_peak_fraction']:8.1%} {row['eval_tokens_per_s']:11.1f} {row['eval_peak_fraction']:8.1%}")
+        print(
+            f"  {name:6s} {row['matmul_peak_gflops']:8.0f} GF/s {row['train_tokens_per_s']:12.1f} "
+            f"{row['train_peak_fraction']:8.1%} {row['eval_tokens_per_s']:11.1f} {row['eval_peak_fraction']:8.1%}"
+        )
     adamw = result["adamw_step_s"]
-    print(f"  AdamW step over all parameters: {adamw['foreach']:.3f} s (foreach, the loop's on CPU), "
-          f"{adamw['fused']:.3f} s fused")
+    print(
+        f"  AdamW step over all parameters: {adamw['foreach']:.3f} s (foreach, the loop's on CPU), "
+        f"{adamw['fused']:.3f} s fused"
+    )
     ratio = result.get("bf16_vs_fp32")
     if ratio is None:
         return

@@ -58,24 +58,29 @@ def run_one(out: Path, setting: str, seed: int, overrides: list[str], lock: Path
     if not (run_dir / "summary.json").is_file() or not timing.is_file():
         run_dir.parent.mkdir(parents=True, exist_ok=True)
         env_extra, setting_overrides = SETTINGS[setting]
-        command = [sys.executable, "train.py", f"hydra.run.dir={run_dir}", f"seed={seed}",
-                   *setting_overrides, *overrides]
+        command = [
+            sys.executable,
+            "train.py",
+            f"hydra.run.dir={run_dir}",
+            f"seed={seed}",
+            *setting_overrides,
+            *overrides,
+        ]
         print(f"[demo_matrix] {setting} seed {seed}: {' '.join(command)}", flush=True)
         with held(lock):
             start = time.perf_counter()
             with open(run_dir.parent / f"seed{seed}.log", "w") as log:  # beside the run dir (it must not exist yet)
-                subprocess.run(command, cwd=ROOT, env={**os.environ, **env_extra}, check=True,
-                               stdout=log, stderr=subprocess.STDOUT)
+                subprocess.run(
+                    command, cwd=ROOT, env={**os.environ, **env_extra}, check=True, stdout=log, stderr=subprocess.STDOUT
+                )
             timing.write_text(json.dumps({"wall_s": round(time.perf_counter() - start, 1)}))
     summary = json.loads((run_dir / "summary.json").read_text())
-    return {"setting": setting, "seed": seed, "wall_s": json.loads(timing.read_text())["wall_s"],
-            **figures(summary)}
+    return {"setting": setting, "seed": seed, "wall_s": json.loads(timing.read_text())["wall_s"], **figures(summary)}
 
 
 def table(rows: list[dict]) -> str:
     names = [k for k in rows[0] if k not in ("setting", "seed", "wall_s")]
-    lines = ["| setting | seed | " + " | ".join(names) + " | wall (s) |",
-             "|---" * (len(names) + 3) + "|"]
+    lines = ["| setting | seed | " + " | ".join(names) + " | wall (s) |", "|---" * (len(names) + 3) + "|"]
     for row in rows:
         cells = ["-" if row[n] is None else f"{row[n]:.3f}" for n in names]
         lines.append(f"| {row['setting']} | {row['seed']} | " + " | ".join(cells) + f" | {row['wall_s']:.0f} |")
@@ -96,14 +101,22 @@ def main() -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--settings", nargs="+", default=["default", "avx2_t1"], choices=sorted(SETTINGS))
-    parser.add_argument("--lock", type=Path, help="hold this lock file (flock) during each run, so that no other "
-                        "heavy job shares the cores with it (its wall time then includes no wait: taken inside)")
+    parser.add_argument(
+        "--lock",
+        type=Path,
+        help="hold this lock file (flock) during each run, so that no other "
+        "heavy job shares the cores with it (its wall time then includes no wait: taken inside)",
+    )
     parser.add_argument("overrides", nargs="*", help="Hydra overrides for every run (none: the default recipe)")
     args = parser.parse_args()
     rows = [run_one(args.out, s, seed, args.overrides, args.lock) for s in args.settings for seed in args.seeds]
     spans = ranges(rows)
-    failing = [(r["setting"], r["seed"], name) for r in rows for name, band in BANDS.items()
-               if r[name] is None or not band.holds(r[name])]
+    failing = [
+        (r["setting"], r["seed"], name)
+        for r in rows
+        for name, band in BANDS.items()
+        if r[name] is None or not band.holds(r[name])
+    ]
     print(table(rows))
     print("\nmin-max over the runs:")
     for name, (low, high) in spans.items():

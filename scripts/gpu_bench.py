@@ -37,15 +37,23 @@ def matmul_tflops(n: int = 8192, repeats: int = 10) -> float:
     for _ in range(repeats):
         a @ b
     torch.cuda.synchronize()
-    return 2 * n ** 3 * repeats / (time.perf_counter() - start) / 1e12
+    return 2 * n**3 * repeats / (time.perf_counter() - start) / 1e12
 
 
 def gpt2(attn: str, n_layer=12, n_embd=768, n_head=12, vocab=50304, positions=1024):
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(0)
-    config = GPT2Config(n_layer=n_layer, n_embd=n_embd, n_head=n_head, vocab_size=vocab, n_positions=positions,
-                        resid_pdrop=0, embd_pdrop=0, attn_pdrop=0)
+    config = GPT2Config(
+        n_layer=n_layer,
+        n_embd=n_embd,
+        n_head=n_head,
+        vocab_size=vocab,
+        n_positions=positions,
+        resid_pdrop=0,
+        embd_pdrop=0,
+        attn_pdrop=0,
+    )
     config._attn_implementation = attn
     return GPT2LMHeadModel(config).cuda()
 
@@ -71,7 +79,7 @@ def plain_loop(model, rows, batch: int, steps: int, warmup: int = 3) -> float:
         if i == warmup:
             torch.cuda.synchronize()
             start = time.perf_counter()
-        x = data[(i * batch) % len(data):][:batch]
+        x = data[(i * batch) % len(data) :][:batch]
         with torch.autocast("cuda", dtype=torch.bfloat16):
             loss = model(input_ids=x, labels=x).loss
         loss.backward()
@@ -95,15 +103,40 @@ def framework_loop(model, rows, batch: int, steps: int, compile_model: bool = Fa
 
     n = batch * steps
     examples = Dataset.from_dict({"input_ids": rows[:n], "labels": rows[:n]})
-    cfg = TrainerConfig(batch_size=batch, lr=3e-4, warmup_steps=10, mixed_precision="bf16", log_every=10 ** 9,
-                        compile=compile_model, seq_len=len(rows[0]))
+    cfg = TrainerConfig(
+        batch_size=batch,
+        lr=3e-4,
+        warmup_steps=10,
+        mixed_precision="bf16",
+        log_every=10**9,
+        compile=compile_model,
+        seq_len=len(rows[0]),
+    )
     accelerator = Accelerator(mixed_precision="bf16")
     # a short warm-up step first (allocator, cuBLAS handles, compile), then the timed one
-    train_time_step(model, examples.select(range(3 * batch)), step=0, epochs=1, cfg=cfg, method=Method(MethodConfig()),
-                    accelerator=accelerator, collate_fn=lambda rows: collate(rows, 0), seed=0)
+    train_time_step(
+        model,
+        examples.select(range(3 * batch)),
+        step=0,
+        epochs=1,
+        cfg=cfg,
+        method=Method(MethodConfig()),
+        accelerator=accelerator,
+        collate_fn=lambda rows: collate(rows, 0),
+        seed=0,
+    )
     torch.cuda.synchronize()
-    result = train_time_step(model, examples, step=1, epochs=1, cfg=cfg, method=Method(MethodConfig()),
-                             accelerator=accelerator, collate_fn=lambda rows: collate(rows, 0), seed=1)
+    result = train_time_step(
+        model,
+        examples,
+        step=1,
+        epochs=1,
+        cfg=cfg,
+        method=Method(MethodConfig()),
+        accelerator=accelerator,
+        collate_fn=lambda rows: collate(rows, 0),
+        seed=1,
+    )
     return result.tokens / result.seconds
 
 
@@ -118,18 +151,35 @@ def generation_throughput(model, n_prompts=512, prompt_len=32, new_tokens=16, ba
         torch.cuda.synchronize()
         start = time.perf_counter()
         for i in range(0, n_prompts, batch):
-            model.generate(prompts[i:i + batch], attention_mask=torch.ones_like(prompts[i:i + batch]),
-                           max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False, pad_token_id=0)
+            model.generate(
+                prompts[i : i + batch],
+                attention_mask=torch.ones_like(prompts[i : i + batch]),
+                max_new_tokens=new_tokens,
+                min_new_tokens=new_tokens,
+                do_sample=False,
+                pad_token_id=0,
+            )
         torch.cuda.synchronize()
         batched = time.perf_counter() - start
         start = time.perf_counter()
         for i in range(16):
-            model.generate(prompts[i:i + 1], max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
-                           pad_token_id=0)
+            model.generate(
+                prompts[i : i + 1],
+                max_new_tokens=new_tokens,
+                min_new_tokens=new_tokens,
+                do_sample=False,
+                pad_token_id=0,
+            )
         torch.cuda.synchronize()
         single = (time.perf_counter() - start) / 16 * n_prompts
-    return {"prompts": n_prompts, "new_tokens": new_tokens, "batched_s": batched, "one_at_a_time_s_est": single,
-            "speedup": single / batched, "generated_tokens_per_s": n_prompts * new_tokens / batched}
+    return {
+        "prompts": n_prompts,
+        "new_tokens": new_tokens,
+        "batched_s": batched,
+        "one_at_a_time_s_est": single,
+        "speedup": single / batched,
+        "generated_tokens_per_s": n_prompts * new_tokens / batched,
+    }
 
 
 def main(argv=None) -> None:
@@ -175,7 +225,7 @@ def main(argv=None) -> None:
         out["loop_vs_torch_gpu"] = out["framework_sdpa_tok_s"] / out["plain_sdpa_tok_s"]
     if isinstance(out.get("plain_eager_tok_s"), float) and isinstance(out.get("plain_sdpa_tok_s"), float):
         out["sdpa_vs_eager"] = out["plain_sdpa_tok_s"] / out["plain_eager_tok_s"]
-    out["peak_memory_gb"] = torch.cuda.max_memory_allocated() / 2 ** 30
+    out["peak_memory_gb"] = torch.cuda.max_memory_allocated() / 2**30
     print(json.dumps(out, indent=2))
     if args.out:
         args.out.write_text(json.dumps(out, indent=2) + "\n")

@@ -51,7 +51,7 @@ def documents(rng: np.random.Generator, words: np.ndarray):
         for stop in cuts:
             if start >= len(tokens):
                 break
-            sentence = tokens[start:int(stop)]
+            sentence = tokens[start : int(stop)]
             sentences.append(sentence[0].capitalize() + " " + " ".join(sentence[1:]) + ".")
             start = int(stop)
         yield " ".join(sentences)

@@ -26,8 +26,18 @@ from evolve_train.config import WorldConfig
 from evolve_train.data.relations import RELATIONS_BY_NAME
 from evolve_train.data.world import MASK, eval_sets, generate_world, step_corpus
 
-SAMPLE_WORLD = WorldConfig(seed=0, n_entities=30, n_steps=3, change_share=0.25, new_entities_per_step=6,
-                           n_people=20, n_cities=20, start_year=2018, dates="none", docs_per_entity=5)
+SAMPLE_WORLD = WorldConfig(
+    seed=0,
+    n_entities=30,
+    n_steps=3,
+    change_share=0.25,
+    new_entities_per_step=6,
+    n_people=20,
+    n_cities=20,
+    start_year=2018,
+    dates="none",
+    docs_per_entity=5,
+)
 """Undated, as the release's Wikipedia diffs; each fact in five wordings (knowledge augmentation)."""
 STEP_NAMES = ["20230101", "0102", "0203"]
 MONTHS = ["January", "February", "March"]
@@ -71,8 +81,10 @@ def make_sample(out: Path) -> list[Path]:
         path = out / "finetune_qa" / f"new_{name}.csv"
         _write_csv(path, ["question", "question_time", "answer"], new)
         written.append(path)
-        edited = [[*_questions(new_item, step), old_item["answers"][0], new_item["answers"][0]]
-                  for new_item, old_item in zip(sets[f"updated_{step}"], sets[f"outdated_{step}"])]
+        edited = [
+            [*_questions(new_item, step), old_item["answers"][0], new_item["answers"][0]]
+            for new_item, old_item in zip(sets[f"updated_{step}"], sets[f"outdated_{step}"])
+        ]
         path = out / "finetune_qa" / f"edited_{name}.csv"
         _write_csv(path, ["question", "question_time", "answer1", "answer2"], edited)
         written.append(path)

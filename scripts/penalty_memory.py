@@ -20,8 +20,11 @@ import sys
 
 import torch
 
-CASES = [(impl, name, dtype) for name in ("l2_init", "ewc") for impl, dtype in
-         (("legacy", "float32"), ("current", "float32"), ("current", "bfloat16"))]
+CASES = [
+    (impl, name, dtype)
+    for name in ("l2_init", "ewc")
+    for impl, dtype in (("legacy", "float32"), ("current", "float32"), ("current", "bfloat16"))
+]
 
 
 def peak_rss() -> int:
@@ -91,6 +94,7 @@ def measure(impl: str, name: str, dtype: str, n_layer: int, n_embd: int) -> dict
         for p in model.parameters():
             p.add_(1e-3)
     held = sum(t.numel() * t.element_size() for _, _, a, f in strategy.anchors for t in (a, f) if t is not None)
+
     def step():
         penalty = legacy_penalty(strategy.anchors) if impl == "legacy" else strategy.penalty()
         penalty.backward()
@@ -99,10 +103,16 @@ def measure(impl: str, name: str, dtype: str, n_layer: int, n_embd: int) -> dict
     before = peak_rss()
     allocated = saved_for_backward(step, existing)
     rss = peak_rss() - before
-    return {"impl": impl, "method": name, "anchor_dtype": dtype, "parameters": n,
-            "held_bytes_per_param": round(held / n, 2), "saved_for_backward_bytes_per_param": round(allocated / n, 2),
-            "penalty_step_rss_bytes_per_param": round(rss / n, 2),
-            "total_bytes_per_param": round((held + allocated) / n, 2)}
+    return {
+        "impl": impl,
+        "method": name,
+        "anchor_dtype": dtype,
+        "parameters": n,
+        "held_bytes_per_param": round(held / n, 2),
+        "saved_for_backward_bytes_per_param": round(allocated / n, 2),
+        "penalty_step_rss_bytes_per_param": round(rss / n, 2),
+        "total_bytes_per_param": round((held + allocated) / n, 2),
+    }
 
 
 def main(argv=None) -> None:
@@ -114,16 +124,33 @@ def main(argv=None) -> None:
     if args.case:
         print(json.dumps(measure(*args.case.split(","), args.n_layer, args.n_embd)))
         return
-    print("| impl | method | anchor dtype | parameters | held B/param | saved for backward B/param "
-          "| total | peak RSS growth B/param |")
+    print(
+        "| impl | method | anchor dtype | parameters | held B/param | saved for backward B/param "
+        "| total | peak RSS growth B/param |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for case in CASES:
-        out = subprocess.run([sys.executable, __file__, "--case", ",".join(case), "--n-layer", str(args.n_layer),
-                              "--n-embd", str(args.n_embd)], capture_output=True, text=True, check=True)
+        out = subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "--case",
+                ",".join(case),
+                "--n-layer",
+                str(args.n_layer),
+                "--n-embd",
+                str(args.n_embd),
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         r = json.loads(out.stdout.strip().splitlines()[-1])
-        print(f"| {r['impl']} | {r['method']} | {r['anchor_dtype']} | {r['parameters'] / 1e6:.1f}M | "
-              f"{r['held_bytes_per_param']} | {r['saved_for_backward_bytes_per_param']} | "
-              f"{r['total_bytes_per_param']} | {r['penalty_step_rss_bytes_per_param']} |")
+        print(
+            f"| {r['impl']} | {r['method']} | {r['anchor_dtype']} | {r['parameters'] / 1e6:.1f}M | "
+            f"{r['held_bytes_per_param']} | {r['saved_for_backward_bytes_per_param']} | "
+            f"{r['total_bytes_per_param']} | {r['penalty_step_rss_bytes_per_param']} |"
+        )
 
 
 if __name__ == "__main__":

@@ -42,8 +42,11 @@ def parameters(run: Path) -> float | None:
 
 def training_rate(metric_rows: list[dict]) -> float | None:
     """tokens/s over the checkpoints' training (one row per checkpoint carries train_tokens/train_seconds)."""
-    per_checkpoint = {r["checkpoint"]: (r["train_tokens"], r["train_seconds"]) for r in metric_rows
-                      if r.get("train_seconds") and r.get("train_tokens") is not None}
+    per_checkpoint = {
+        r["checkpoint"]: (r["train_tokens"], r["train_seconds"])
+        for r in metric_rows
+        if r.get("train_seconds") and r.get("train_tokens") is not None
+    }
     seconds = sum(s for _, s in per_checkpoint.values())
     return sum(t for t, _ in per_checkpoint.values()) / seconds if seconds else None
 
@@ -66,12 +69,19 @@ def figures(run: Path, peak_tflops: float | None) -> dict:
         mfu = round(6 * n * rate / (peak_tflops * 1e12), 4)  # estimate: 6 N FLOPs per trained token
     last = max((r["checkpoint"] for r in metric_rows if "em" in r), default=None)
     em = {r.get("set_name") or r.get("set"): r["em"] for r in metric_rows if r.get("checkpoint") == last and "em" in r}
-    return {"run": str(run), "parameters": n, "tokens_per_s": round(rate, 1) if rate else None, "mfu": mfu,
-            "mfu_source": "train_log" if last_value(train_rows, "mfu") is not None else "estimate 6N",
-            "peak_mem_gb": last_value(train_rows, "peak_mem_gb"),
-            "optimizer_steps": optimizer_steps(train_rows),
-            "last_loss": last_value(train_rows, "loss"), "checkpoint": last, "em": em,
-            "complete": (run / "summary.json").is_file()}
+    return {
+        "run": str(run),
+        "parameters": n,
+        "tokens_per_s": round(rate, 1) if rate else None,
+        "mfu": mfu,
+        "mfu_source": "train_log" if last_value(train_rows, "mfu") is not None else "estimate 6N",
+        "peak_mem_gb": last_value(train_rows, "peak_mem_gb"),
+        "optimizer_steps": optimizer_steps(train_rows),
+        "last_loss": last_value(train_rows, "loss"),
+        "checkpoint": last,
+        "em": em,
+        "complete": (run / "summary.json").is_file(),
+    }
 
 
 def main(argv=None) -> None:

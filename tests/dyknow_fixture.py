@@ -29,54 +29,120 @@ def d(text: str) -> str:
 
 
 def country_prompts(role: str) -> dict:
-    return {"generic": f"The {role.split(' of ')[0].lower()} in Freedonia is",
-            "contextualized": f"The {role} is",
-            "rephrased_1": f"The name of the current {role} is",
-            "rephrased_2": f"The position of the {role} is currently held by"}
+    return {
+        "generic": f"The {role.split(' of ')[0].lower()} in Freedonia is",
+        "contextualized": f"The {role} is",
+        "rephrased_1": f"The name of the current {role} is",
+        "rephrased_2": f"The position of the {role} is currently held by",
+    }
 
 
 FACTS = {
-    "countries": {"Freedonia": {
-        "President of Freedonia": {"questions": country_prompts("President of Freedonia"), "answers": [
-            f"Alice Arden |S: {d('1990-03-01')} |E: {d('2004-05-10')}", f"Bob Brand |S: {d('2004-05-10')}"]},
-        "Prime Minister of Freedonia": {"questions": country_prompts("Prime Minister of Freedonia"), "answers": [
-            f"Carl Cole |E: {d('2001-06-00')}", f"Dora Dane |S: {d('2001-06-00')} |E: {d('2008-00-00')}",
-            f"Eve Ernst |S: {d('2008-00-00')}"]},
-        "monarch of Freedonia": {"questions": country_prompts("monarch of Freedonia"), "answers": [
-            f"King Kay |S: {d('1980-01-01')}"]},
-    }},
-    "athletes": {"Ann Runner": {
-        "questions": {"generic": "The current team of Ann Runner is",
-                      "contextualized": "The team Ann Runner currently plays for is",
-                      "rephrased_1": "Ann Runner is currently playing for",
-                      "rephrased_2": "The current club of Ann Runner is"},
-        "answers": [f"Club One |S: {d('1998-00-00')} |E: {d('2006-00-00')}", f"Club Two |S: {d('2006-00-00')}",
-                    f"Nation Team |S: {d('1999-00-00')} |P: {d('2009-06-01')}",
-                    f"Youth Team |S: {d('1997-00-00')} |E: {d('1997-00-00')}"]}},
-    "orgs": {"Acme Org": {
-        "chairperson": {"questions": {"generic": "The chairperson of Acme Org is",
-                                      "rephrased_1": "The position of chairperson at Acme Org is currently held by",
-                                      "rephrased_2": "The chairperson position at Acme Org is currently held by",
-                                      "rephrased_3": "The name of the current chairperson at Acme Org is"},
-                        "answers": [f"Gus Grant |S: {d('2003-00-00')} |E: {d('2003-01-01')}",
-                                    f"Hana Hill |S: {d('2003-01-02')}"]},
-        "treasurer": {"questions": {"generic": "The treasurer of Acme Org is",
-                                    "rephrased_1": "The name of the current treasurer at Acme Org is"},
-                      "answers": [f"Lee Lamb |S: {d('2007-02-03')}"]}}},
-    "misc": {"Odd Entity": {"mascot": {
-        "questions": {"alpha": "The mascot of Odd Entity is", "beta": "Odd Entity has as its mascot"},
-        "answers": [f"Ivy Owl |P: {d('2010-01-01')}", f"Jay Jay |S: {d('2000-01-01')} |E: {d('2005-01-01')}"]}}},
+    "countries": {
+        "Freedonia": {
+            "President of Freedonia": {
+                "questions": country_prompts("President of Freedonia"),
+                "answers": [
+                    f"Alice Arden |S: {d('1990-03-01')} |E: {d('2004-05-10')}",
+                    f"Bob Brand |S: {d('2004-05-10')}",
+                ],
+            },
+            "Prime Minister of Freedonia": {
+                "questions": country_prompts("Prime Minister of Freedonia"),
+                "answers": [
+                    f"Carl Cole |E: {d('2001-06-00')}",
+                    f"Dora Dane |S: {d('2001-06-00')} |E: {d('2008-00-00')}",
+                    f"Eve Ernst |S: {d('2008-00-00')}",
+                ],
+            },
+            "monarch of Freedonia": {
+                "questions": country_prompts("monarch of Freedonia"),
+                "answers": [f"King Kay |S: {d('1980-01-01')}"],
+            },
+        }
+    },
+    "athletes": {
+        "Ann Runner": {
+            "questions": {
+                "generic": "The current team of Ann Runner is",
+                "contextualized": "The team Ann Runner currently plays for is",
+                "rephrased_1": "Ann Runner is currently playing for",
+                "rephrased_2": "The current club of Ann Runner is",
+            },
+            "answers": [
+                f"Club One |S: {d('1998-00-00')} |E: {d('2006-00-00')}",
+                f"Club Two |S: {d('2006-00-00')}",
+                f"Nation Team |S: {d('1999-00-00')} |P: {d('2009-06-01')}",
+                f"Youth Team |S: {d('1997-00-00')} |E: {d('1997-00-00')}",
+            ],
+        }
+    },
+    "orgs": {
+        "Acme Org": {
+            "chairperson": {
+                "questions": {
+                    "generic": "The chairperson of Acme Org is",
+                    "rephrased_1": "The position of chairperson at Acme Org is currently held by",
+                    "rephrased_2": "The chairperson position at Acme Org is currently held by",
+                    "rephrased_3": "The name of the current chairperson at Acme Org is",
+                },
+                "answers": [
+                    f"Gus Grant |S: {d('2003-00-00')} |E: {d('2003-01-01')}",
+                    f"Hana Hill |S: {d('2003-01-02')}",
+                ],
+            },
+            "treasurer": {
+                "questions": {
+                    "generic": "The treasurer of Acme Org is",
+                    "rephrased_1": "The name of the current treasurer at Acme Org is",
+                },
+                "answers": [f"Lee Lamb |S: {d('2007-02-03')}"],
+            },
+        }
+    },
+    "misc": {
+        "Odd Entity": {
+            "mascot": {
+                "questions": {"alpha": "The mascot of Odd Entity is", "beta": "Odd Entity has as its mascot"},
+                "answers": [f"Ivy Owl |P: {d('2010-01-01')}", f"Jay Jay |S: {d('2000-01-01')} |E: {d('2005-01-01')}"],
+            }
+        }
+    },
 }
 
-QUESTIONS = {"countries": {"Freedonia": {"President of Freedonia": {
-    "questions": ["Who is the President of Freedonia?"], "answers": []}}}}
+QUESTIONS = {
+    "countries": {
+        "Freedonia": {"President of Freedonia": {"questions": ["Who is the President of Freedonia?"], "answers": []}}
+    }
+}
 
 PASSAGE = "Bob Brand has led Freedonia as its president since the spring election."
-PASSAGES = {"countries": {"Freedonia": {"President of Freedonia": {"matches": {
-    "full": [{"paragraph": {"text": PASSAGE, "header_name": "Freedonia", "header_level": "1"},
-              "matched": ["president", "Bob Brand"]}],
-    "em": [{"paragraph": {"text": "Alice Arden was president of Freedonia.", "header_name": "Freedonia",
-                          "header_level": "1"}, "matched": "Alice Arden"}]}}}}}
+PASSAGES = {
+    "countries": {
+        "Freedonia": {
+            "President of Freedonia": {
+                "matches": {
+                    "full": [
+                        {
+                            "paragraph": {"text": PASSAGE, "header_name": "Freedonia", "header_level": "1"},
+                            "matched": ["president", "Bob Brand"],
+                        }
+                    ],
+                    "em": [
+                        {
+                            "paragraph": {
+                                "text": "Alice Arden was president of Freedonia.",
+                                "header_name": "Freedonia",
+                                "header_level": "1",
+                            },
+                            "matched": "Alice Arden",
+                        }
+                    ],
+                }
+            }
+        }
+    }
+}
 
 F1 = ("countries", "Freedonia", "President of Freedonia")
 F2 = ("countries", "Freedonia", "Prime Minister of Freedonia")
@@ -87,14 +153,42 @@ F6 = ("orgs", "Acme Org", "treasurer")
 F7 = ("misc", "Odd Entity", "mascot")
 
 STATES = {  # hand-computed: the values valid on 1 January of each year
-    "2000": {F1: ("Alice Arden",), F2: ("Carl Cole",), F3: ("King Kay",), F4: ("Club One", "Nation Team"),
-             F5: (), F6: (), F7: ("Jay Jay",)},
-    "2003": {F1: ("Alice Arden",), F2: ("Dora Dane",), F3: ("King Kay",), F4: ("Club One", "Nation Team"),
-             F5: ("Gus Grant",), F6: (), F7: ("Jay Jay",)},
-    "2005": {F1: ("Bob Brand",), F2: ("Dora Dane",), F3: ("King Kay",), F4: ("Club One", "Nation Team"),
-             F5: ("Hana Hill",), F6: (), F7: ()},
-    "2010": {F1: ("Bob Brand",), F2: ("Eve Ernst",), F3: ("King Kay",), F4: ("Club Two", "Nation Team"),
-             F5: ("Hana Hill",), F6: ("Lee Lamb",), F7: ("Ivy Owl",)},
+    "2000": {
+        F1: ("Alice Arden",),
+        F2: ("Carl Cole",),
+        F3: ("King Kay",),
+        F4: ("Club One", "Nation Team"),
+        F5: (),
+        F6: (),
+        F7: ("Jay Jay",),
+    },
+    "2003": {
+        F1: ("Alice Arden",),
+        F2: ("Dora Dane",),
+        F3: ("King Kay",),
+        F4: ("Club One", "Nation Team"),
+        F5: ("Gus Grant",),
+        F6: (),
+        F7: ("Jay Jay",),
+    },
+    "2005": {
+        F1: ("Bob Brand",),
+        F2: ("Dora Dane",),
+        F3: ("King Kay",),
+        F4: ("Club One", "Nation Team"),
+        F5: ("Hana Hill",),
+        F6: (),
+        F7: (),
+    },
+    "2010": {
+        F1: ("Bob Brand",),
+        F2: ("Eve Ernst",),
+        F3: ("King Kay",),
+        F4: ("Club Two", "Nation Team"),
+        F5: ("Hana Hill",),
+        F6: ("Lee Lamb",),
+        F7: ("Ivy Owl",),
+    },
 }
 
 

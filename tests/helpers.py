@@ -10,10 +10,23 @@ from omegaconf import DictConfig
 CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "configs")
 
 TINY = [
-    "data.world.n_entities=12", "data.world.new_entities_per_step=4", "data.world.n_people=10",
-    "data.world.n_cities=10", "trainer.epochs_step0=3", "trainer.epochs=2", "trainer.batch_size=16",
-    "trainer.warmup_steps=2", "trainer.lr=2e-3", "trainer.log_every=2", "model.n_layer=1", "model.n_embd=32", "model.n_head=2",
-    "model.vocab_size=300", "eval.max_new_tokens=16", "logger.backends=[disk]", "trainer.num_threads=1",
+    "data.world.n_entities=12",
+    "data.world.new_entities_per_step=4",
+    "data.world.n_people=10",
+    "data.world.n_cities=10",
+    "trainer.epochs_step0=3",
+    "trainer.epochs=2",
+    "trainer.batch_size=16",
+    "trainer.warmup_steps=2",
+    "trainer.lr=2e-3",
+    "trainer.log_every=2",
+    "model.n_layer=1",
+    "model.n_embd=32",
+    "model.n_head=2",
+    "model.vocab_size=300",
+    "eval.max_new_tokens=16",
+    "logger.backends=[disk]",
+    "trainer.num_threads=1",
 ]
 
 

@@ -33,16 +33,29 @@ def one_thread():
 
 def tiny_gpt2(seed: int = 0, n_layer: int = 2) -> GPT2LMHeadModel:
     torch.manual_seed(seed)
-    config = GPT2Config(vocab_size=VOCAB, n_positions=32, n_embd=32, n_layer=n_layer, n_head=2, resid_pdrop=0.0,
-                        embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=1, eos_token_id=1, pad_token_id=PAD)
+    config = GPT2Config(
+        vocab_size=VOCAB,
+        n_positions=32,
+        n_embd=32,
+        n_layer=n_layer,
+        n_head=2,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        bos_token_id=1,
+        eos_token_id=1,
+        pad_token_id=PAD,
+    )
     return GPT2LMHeadModel(config)
 
 
 def token_rows(n: int, low: int, high: int, seed: int) -> Dataset:
     """``n`` random rows of 6-11 tokens drawn from [low, high): disjoint ranges tell datasets apart."""
     g = torch.Generator().manual_seed(seed)
-    rows = [torch.randint(low, high, (int(torch.randint(6, 12, (1,), generator=g)),), generator=g).tolist()
-            for _ in range(n)]
+    rows = [
+        torch.randint(low, high, (int(torch.randint(6, 12, (1,), generator=g)),), generator=g).tolist()
+        for _ in range(n)
+    ]
     return Dataset.from_dict({"input_ids": rows, "labels": rows})
 
 
@@ -67,8 +80,17 @@ def trainer_cfg(**overrides) -> TrainerConfig:
 
 
 def train(model, examples, m: Method, *, step: int = 1, epochs: float = 3, seed: int = 0, **trainer):
-    return train_time_step(model, examples, step=step, epochs=epochs, cfg=trainer_cfg(**trainer), method=m,
-                           accelerator=Accelerator(cpu=True), collate_fn=lambda rows: collate(rows, PAD), seed=seed)
+    return train_time_step(
+        model,
+        examples,
+        step=step,
+        epochs=epochs,
+        cfg=trainer_cfg(**trainer),
+        method=m,
+        accelerator=Accelerator(cpu=True),
+        collate_fn=lambda rows: collate(rows, PAD),
+        seed=seed,
+    )
 
 
 def run_step(model, examples, m: Method, history, step: int = 1, **kwargs):

@@ -16,20 +16,29 @@ from tokenizers.processors import TemplateProcessing
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from evolve_train.data.timeline import TimeStep, build_timeline
-from evolve_train.models.adapter import (IGNORE, CausalLMAdapter, Seq2SeqAdapter, adapter_for_model, make_adapter,
-                                         seq2seq_source, special_affixes, split_masked)
+from evolve_train.models.adapter import (
+    IGNORE,
+    CausalLMAdapter,
+    Seq2SeqAdapter,
+    adapter_for_model,
+    make_adapter,
+    seq2seq_source,
+    special_affixes,
+    split_masked,
+)
 from evolve_train.models.build import train_tokenizer
 from evolve_train.training.examples import collate
 from helpers import tiny_cfg
 
 PROMPT = "Question: Who leads Acme?\nAnswer:"
-PAIRS = [{"input": "The director of Acme is <mask>.", "output": "Ann Lee"},
-         {"input": "Acme is based in <mask> since 2019.", "output": " Oslo "},
-         {"input": "<mask> founded Acme.", "output": "Bob"},  # nothing left of the mask: dropped (causal)
-         {"input": PROMPT, "output": "Ann Lee"}]  # a QA-adaptation pair: the input is the eval prompt
+PAIRS = [
+    {"input": "The director of Acme is <mask>.", "output": "Ann Lee"},
+    {"input": "Acme is based in <mask> since 2019.", "output": " Oslo "},
+    {"input": "<mask> founded Acme.", "output": "Bob"},  # nothing left of the mask: dropped (causal)
+    {"input": PROMPT, "output": "Ann Lee"},
+]  # a QA-adaptation pair: the input is the eval prompt
 TEXTS = ["The director of Acme is Ann Lee. Acme is based in Oslo since 2019.", "Bob founded Acme."]
-WORDS = ("The director of Acme is Ann Lee . based in Oslo since 2019 Bob founded Question : Who leads ? "
-         "Answer").split()
+WORDS = ("The director of Acme is Ann Lee . based in Oslo since 2019 Bob founded Question : Who leads ? Answer").split()
 
 
 def word_tokenizer(template: str) -> PreTrainedTokenizerFast:
@@ -40,8 +49,14 @@ def word_tokenizer(template: str) -> PreTrainedTokenizerFast:
     backend = Tokenizer(WordLevel(vocab, unk_token="<unk>"))
     backend.pre_tokenizer = pre_tokenizers.Whitespace()
     backend.post_processor = TemplateProcessing(single=template, special_tokens=[("<s>", 1), ("</s>", 2)])
-    return PreTrainedTokenizerFast(tokenizer_object=backend, bos_token="<s>", eos_token="</s>", pad_token="<pad>",
-                                   unk_token="<unk>", additional_special_tokens=["<extra_id_0>"])
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        bos_token="<s>",
+        eos_token="</s>",
+        pad_token="<pad>",
+        unk_token="<unk>",
+        additional_special_tokens=["<extra_id_0>"],
+    )
 
 
 @pytest.fixture(scope="module")
@@ -59,6 +74,7 @@ def step(pairs=PAIRS, texts=()) -> TimeStep:
 
 
 # ---------------------------------------------------------------- a BOS-adding (Llama-style) tokenizer
+
 
 def test_special_affixes_read_what_the_tokenizer_adds(llama_tokenizer, t5_tokenizer):
     assert special_affixes(llama_tokenizer) == ([1], [])
@@ -87,7 +103,7 @@ def test_causal_training_context_ids_equal_the_eval_prompt_ids(llama_tokenizer):
     for row, prompt, answer in zip(rows, prompts, ["Ann Lee", "Oslo", "Ann Lee"]):
         context = [t for t, label in zip(row["input_ids"], row["labels"]) if label == IGNORE]
         assert context == adapter.prompt_ids([prompt])[0]
-        assert row["labels"][len(context):] == adapter.encode([" " + answer])[0] + [llama_tokenizer.eos_token_id]
+        assert row["labels"][len(context) :] == adapter.encode([" " + answer])[0] + [llama_tokenizer.eos_token_id]
     example = adapter.encode_example(PROMPT, "Ann Lee")  # the gradient analysis reads the same row
     assert example == {"input_ids": rows[2]["input_ids"], "labels": rows[2]["labels"]}
 
@@ -114,28 +130,44 @@ def test_clm_packs_documents_each_opening_with_the_bos_which_is_never_a_label(ll
 
 def test_causal_option_scores_and_generation_read_the_prompt_after_the_bos(llama_tokenizer):
     torch.manual_seed(0)
-    model = LlamaForCausalLM(LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                                         num_attention_heads=2, num_key_value_heads=1, vocab_size=len(llama_tokenizer),
-                                         max_position_embeddings=64, pad_token_id=0)).eval()
+    model = LlamaForCausalLM(
+        LlamaConfig(
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            vocab_size=len(llama_tokenizer),
+            max_position_embeddings=64,
+            pad_token_id=0,
+        )
+    ).eval()
     adapter = adapter_for_model(model, llama_tokenizer)
     assert isinstance(adapter, CausalLMAdapter)
     requests = [(PROMPT, "Ann Lee"), (PROMPT, "Bob"), ("The director of Acme is", "Ann Lee")]
     scores = adapter.score_options(model, requests, batch_size=2)
     for (prompt, option), score in zip(requests, scores):
         row = adapter.encode_example(prompt, option)
-        target = row["input_ids"][-len(adapter.encode([" " + option])[0]) - 1:-1]  # the option, not its EOS
+        target = row["input_ids"][-len(adapter.encode([" " + option])[0]) - 1 : -1]  # the option, not its EOS
         start = len(row["input_ids"]) - 1 - len(target)
         with torch.no_grad():
             logprobs = torch.log_softmax(model(torch.tensor([row["input_ids"]])).logits[0], dim=-1)
         assert score == pytest.approx(sum(logprobs[start - 1 + k, t].item() for k, t in enumerate(target)), abs=1e-4)
     answer = adapter.generate(model, [PROMPT], max_new_tokens=3, decoder="generate")[0]
     ids = torch.tensor([[1] + llama_tokenizer(PROMPT, add_special_tokens=False)["input_ids"]])
-    out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=3, do_sample=False,
-                         eos_token_id=adapter.stop_ids(["\n"]), pad_token_id=0)
-    assert answer == llama_tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
+    out = model.generate(
+        input_ids=ids,
+        attention_mask=torch.ones_like(ids),
+        max_new_tokens=3,
+        do_sample=False,
+        eos_token_id=adapter.stop_ids(["\n"]),
+        pad_token_id=0,
+    )
+    assert answer == llama_tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True)
 
 
 # ---------------------------------------------------------------- an EOS-appending (T5-style) tokenizer
+
 
 def test_seq2seq_source_ends_with_one_eos_and_the_target_with_exactly_one(t5_tokenizer):
     eos = t5_tokenizer.eos_token_id
@@ -174,14 +206,16 @@ def test_collate_pads_labels_to_their_own_width():
 
 # ---------------------------------------------------------------- the demo's tokenizer: the ids of before
 
+
 def old_tokenize_step(step: TimeStep, objective: str, tokenizer, seq_len: int, seq2seq: bool) -> dict:
     """``training/examples.py: tokenize_step`` as it was before the adapter (the demo's ids must not change)."""
     eos = tokenizer.eos_token_id
     if seq2seq:
-        sources = tokenizer([seq2seq_source(p["input"]) for p in step.pairs], truncation=True,
-                            max_length=seq_len)["input_ids"]
+        sources = tokenizer([seq2seq_source(p["input"]) for p in step.pairs], truncation=True, max_length=seq_len)[
+            "input_ids"
+        ]
         targets = tokenizer([p["output"].strip() for p in step.pairs], truncation=True, max_length=seq_len)["input_ids"]
-        labels = [t[:seq_len] if t and t[-1] == eos else t[:seq_len - 1] + [eos] for t in targets]
+        labels = [t[:seq_len] if t and t[-1] == eos else t[: seq_len - 1] + [eos] for t in targets]
         return {"input_ids": sources, "labels": labels}
     if objective == "masked_entity":
         ids, labels = [], []
@@ -192,14 +226,14 @@ def old_tokenize_step(step: TimeStep, objective: str, tokenizer, seq_len: int, s
                 continue
             context = tokenizer(left)["input_ids"]
             target = tokenizer(" " + pair["output"].strip())["input_ids"] + [eos]
-            context = context[-(seq_len - len(target)):]
+            context = context[-(seq_len - len(target)) :]
             ids.append(context + target)
             labels.append([IGNORE] * len(context) + target)
         return {"input_ids": ids, "labels": labels}
     ids = []
     for row in tokenizer([t["text"] for t in step.texts])["input_ids"]:
         row = row + [eos]
-        ids.extend(row[i:i + seq_len] for i in range(0, len(row), seq_len))
+        ids.extend(row[i : i + seq_len] for i in range(0, len(row), seq_len))
     return {"input_ids": ids, "labels": ids}
 
 
@@ -232,6 +266,7 @@ def test_the_demo_tokenizer_gets_the_ids_it_got_before(demo_timeline, arch, obje
 
 
 # ---------------------------------------------------------------- seq2seq stays in the adapter
+
 
 def test_no_function_outside_the_adapter_and_model_building_takes_seq2seq():
     package = Path(__file__).resolve().parents[1] / "evolve_train"

@@ -52,7 +52,7 @@ def test_uniform_equals_the_mean_of_the_saved_step_weights(tmp_path, raw_chain):
     train(tiny_cfg(run_dir, *FAST, "method.average=uniform"))
     raw = [weights(raw_chain, k) for k in range(3)]
     for k in range(3):
-        manual = {name: torch.stack([r[name] for r in raw[:k + 1]]).mean(dim=0) for name in raw[0]}
+        manual = {name: torch.stack([r[name] for r in raw[: k + 1]]).mean(dim=0) for name in raw[0]}
         assert close(weights(run_dir, k), manual), k
     # training went on from the raw weights: the last ones are kept for a continuation, those of the plain run
     kept = carry.load(run_dir, 2, carry.RAW_FILE)
@@ -64,8 +64,16 @@ def test_uniform_equals_the_mean_of_the_saved_step_weights(tmp_path, raw_chain):
 
 def test_ema_and_continuing_from_the_average(tmp_path, raw_chain):
     run_dir = tmp_path / "ema"
-    train(tiny_cfg(run_dir, *FAST, "method.average=ema", "method.ema_decay=0.75",
-                   "method.average_continue=average", "data.world.n_steps=2"))
+    train(
+        tiny_cfg(
+            run_dir,
+            *FAST,
+            "method.average=ema",
+            "method.ema_decay=0.75",
+            "method.average_continue=average",
+            "data.world.n_steps=2",
+        )
+    )
     raw = [weights(raw_chain, k) for k in range(2)]  # step 1 trains from avg_0 = raw_0: the plain run's step 1
     assert close(weights(run_dir, 0), raw[0], tol=0)
     assert close(weights(run_dir, 1), {n: 0.75 * raw[0][n] + 0.25 * raw[1][n] for n in raw[0]})
@@ -84,6 +92,7 @@ def test_a_resume_continues_from_the_kept_raw_weights(tmp_path, monkeypatch):
             calls["n"] += 1
             if calls["n"] == 3:  # step 2's evaluation: step 2 trains again, from carry/1/raw.safetensors
                 raise Boom(where)
+
     monkeypatch.setattr(faults, "point", point)
     with pytest.raises(Boom):
         train(tiny_cfg(run_dir, *settings))

@@ -15,8 +15,20 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.mark.slow
 def test_bench_quick_runs_on_a_tiny_config_and_prints_every_figure():
     overrides = [o for o in TINY if not o.startswith(("logger.", "trainer.log_every"))]
-    command = [sys.executable, "scripts/bench.py", "--quick", "--repeats", "2", "--sizes", "1x32x2,2x32x2",
-               "--size-steps", "3", "--growth-steps", "3", *overrides]
+    command = [
+        sys.executable,
+        "scripts/bench.py",
+        "--quick",
+        "--repeats",
+        "2",
+        "--sizes",
+        "1x32x2,2x32x2",
+        "--size-steps",
+        "3",
+        "--growth-steps",
+        "3",
+        *overrides,
+    ]
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     figures = json.loads(result.stdout.strip().splitlines()[-1])
@@ -33,8 +45,9 @@ def test_bench_quick_runs_on_a_tiny_config_and_prints_every_figure():
     assert speed["sample_answers_differ"] == 0 and speed["batching_speedup"] > 0  # batching changes no answer
     assert [(r["n_layer"], r["n_embd"]) for r in figures["tokens_per_s_by_size"]] == [(1, 32), (2, 32)]
     growth = figures["eval_growth"]
-    assert [(r["checkpoint"], r["max_items_per_set"]) for r in growth] == [(k, cap) for cap in (0, 100)
-                                                                           for k in range(3)]
+    assert [(r["checkpoint"], r["max_items_per_set"]) for r in growth] == [
+        (k, cap) for cap in (0, 100) for k in range(3)
+    ]
     # checkpoint 1 is asked every set of checkpoint 0 and step 2's (forward transfer); the last has no next step
     assert growth[0]["items"] < growth[1]["items"] == growth[2]["items"]
     share = figures["retrieval_share"]
@@ -44,14 +57,20 @@ def test_bench_quick_runs_on_a_tiny_config_and_prints_every_figure():
 
 
 def test_bench_rejects_a_malformed_size():
-    result = subprocess.run([sys.executable, "scripts/bench.py", "--sizes", "4x128"], cwd=ROOT,
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "scripts/bench.py", "--sizes", "4x128"], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 2 and "LAYERSxWIDTHxHEADS" in result.stderr
 
 
 def test_bench_pretrained_part_prints_both_precisions():
-    result = subprocess.run([sys.executable, "scripts/bench.py", "--part", "pretrained", "--pretrained-size", "tiny"],
-                            cwd=ROOT, capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "scripts/bench.py", "--part", "pretrained", "--pretrained-size", "tiny"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     figures = json.loads(result.stdout.strip().splitlines()[-1])["pretrained"]
     if "unsupported" in figures["bf16"]:  # torch's CPU bf16 kernels need AVX-512 (ATEN_CPU_CAPABILITY=avx2 here)

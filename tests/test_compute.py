@@ -71,12 +71,34 @@ def test_the_flops_estimate_of_lwf_counts_the_teachers_forward():
 
 
 def test_compute_summary_sums_the_timing_rows():
-    rows = [{"group": "timing", "checkpoint": -1, "eval_tokens": 5, "eval_seconds": 1.0, "eval_flops": 10.0},
-            {"group": "timing", "checkpoint": 0, "train_tokens": 100, "loss_tokens": 40, "optimizer_steps": 4,
-             "train_seconds": 2.0, "train_flops": 600.0, "eval_tokens": 7, "eval_seconds": 1.5, "eval_flops": 14.0},
-            {"group": "splits", "checkpoint": 0, "train_tokens": 999},
-            {"group": "timing", "checkpoint": 1, "train_tokens": 50, "loss_tokens": 20, "optimizer_steps": 2,
-             "train_seconds": 1.0, "train_flops": 300.0, "eval_tokens": 7, "eval_seconds": 1.5, "eval_flops": 14.0}]
+    rows = [
+        {"group": "timing", "checkpoint": -1, "eval_tokens": 5, "eval_seconds": 1.0, "eval_flops": 10.0},
+        {
+            "group": "timing",
+            "checkpoint": 0,
+            "train_tokens": 100,
+            "loss_tokens": 40,
+            "optimizer_steps": 4,
+            "train_seconds": 2.0,
+            "train_flops": 600.0,
+            "eval_tokens": 7,
+            "eval_seconds": 1.5,
+            "eval_flops": 14.0,
+        },
+        {"group": "splits", "checkpoint": 0, "train_tokens": 999},
+        {
+            "group": "timing",
+            "checkpoint": 1,
+            "train_tokens": 50,
+            "loss_tokens": 20,
+            "optimizer_steps": 2,
+            "train_seconds": 1.0,
+            "train_flops": 300.0,
+            "eval_tokens": 7,
+            "eval_seconds": 1.5,
+            "eval_flops": 14.0,
+        },
+    ]
     out = compute_summary(rows)
     assert out["steps"]["1"]["cumulative_train_flops"] == 900.0 and out["steps"]["1"]["cumulative_train_tokens"] == 150
     assert out["totals"]["eval_tokens"] == 19 and out["totals"]["optimizer_steps"] == 6
@@ -88,8 +110,11 @@ def test_a_run_records_compute_within_step_rows_and_reports_them(tmp_path):
     from evolve_train.run import train as train_run
 
     run_dir = tmp_path / "run"
-    summary = train_run(tiny_cfg(run_dir, "eval.evaluators=[splits,matrix,slices]", "eval.within_step_every=5",
-                                 "eval.within_step_items=8"))
+    summary = train_run(
+        tiny_cfg(
+            run_dir, "eval.evaluators=[splits,matrix,slices]", "eval.within_step_every=5", "eval.within_step_items=8"
+        )
+    )
     compute = summary["compute"]
     n_params = None
     for i in ("0", "1", "2"):
@@ -100,7 +125,8 @@ def test_a_run_records_compute_within_step_rows_and_reports_them(tmp_path):
         n_params = n
         assert compute["eval"][i]["eval_tokens"] > 0
     assert compute["steps"]["2"]["cumulative_train_flops"] == pytest.approx(
-        sum(compute["steps"][i]["train_flops"] for i in ("0", "1", "2")))
+        sum(compute["steps"][i]["train_flops"] for i in ("0", "1", "2"))
+    )
     log = [json.loads(line) for line in (run_dir / "train_log.jsonl").read_text().splitlines()]
     probes = [r for r in log if r.get("group") == "within_step"]
     for k in range(3):
@@ -123,15 +149,27 @@ def _train(run_dir: Path, *extra: str, fault: str | None = None) -> subprocess.C
     env.pop("EVOLVE_TRAIN_FAULT", None)
     if fault:
         env["EVOLVE_TRAIN_FAULT"] = fault
-    command = [sys.executable, "train.py", *TINY, "eval.evaluators=[splits]", "eval.within_step_every=3",
-               "eval.within_step_items=8", *extra, f"hydra.run.dir={run_dir}"]
-    return subprocess.run(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          timeout=600)
+    command = [
+        sys.executable,
+        "train.py",
+        *TINY,
+        "eval.evaluators=[splits]",
+        "eval.within_step_every=3",
+        "eval.within_step_items=8",
+        *extra,
+        f"hydra.run.dir={run_dir}",
+    ]
+    return subprocess.run(
+        command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600
+    )
 
 
 def _probe_rows(run_dir: Path) -> list[dict]:
-    return [r for r in map(json.loads, (run_dir / "train_log.jsonl").read_text().splitlines())
-            if r.get("group") == "within_step"]
+    return [
+        r
+        for r in map(json.loads, (run_dir / "train_log.jsonl").read_text().splitlines())
+        if r.get("group") == "within_step"
+    ]
 
 
 @pytest.mark.slow

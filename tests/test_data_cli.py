@@ -23,22 +23,35 @@ def read_jsonl(path: Path) -> list[dict]:
 
 
 def test_diff_writes_new_and_changed_documents(tmp_path):
-    old = write_jsonl(tmp_path / "a.jsonl", [{"doc_id": "x", "text": "Ann leads Acme."},
-                                             {"doc_id": "y", "text": "Same."}, {"doc_id": "gone", "text": "Bye."}])
-    new = write_jsonl(tmp_path / "b.jsonl", [{"doc_id": "y", "text": "Same."},
-                                             {"doc_id": "x", "text": "Bo leads Acme."},
-                                             {"doc_id": 7, "text": "Brand new."}])
+    old = write_jsonl(
+        tmp_path / "a.jsonl",
+        [
+            {"doc_id": "x", "text": "Ann leads Acme."},
+            {"doc_id": "y", "text": "Same."},
+            {"doc_id": "gone", "text": "Bye."},
+        ],
+    )
+    new = write_jsonl(
+        tmp_path / "b.jsonl",
+        [
+            {"doc_id": "y", "text": "Same."},
+            {"doc_id": "x", "text": "Bo leads Acme."},
+            {"doc_id": 7, "text": "Brand new."},
+        ],
+    )
     assert main(["diff", "--old", str(old), "--new", str(new), "--out", str(tmp_path / "d.jsonl")]) == 0
     assert read_jsonl(tmp_path / "d.jsonl") == [
         {"doc_id": "x", "text": "Bo leads Acme.", "change": "changed"},
-        {"doc_id": "7", "text": "Brand new.", "change": "new"}]
+        {"doc_id": "7", "text": "Brand new.", "change": "new"},
+    ]
 
 
 def test_diff_holds_hashes_not_texts(tmp_path):
     text = "word " * 400  # 2 KB per document, 2,000 documents: 4 MB per snapshot
     old = write_jsonl(tmp_path / "a.jsonl", [{"doc_id": f"d{k}", "text": f"{k} {text}"} for k in range(2000)])
-    new = write_jsonl(tmp_path / "b.jsonl", [{"doc_id": f"d{k}", "text": f"{k + (k % 10 == 0)} {text}"}
-                                             for k in range(2000)])
+    new = write_jsonl(
+        tmp_path / "b.jsonl", [{"doc_id": f"d{k}", "text": f"{k + (k % 10 == 0)} {text}"} for k in range(2000)]
+    )
     tracemalloc.start()
     counts = diff_snapshots(old, new, tmp_path / "d.jsonl")
     peak = tracemalloc.get_traced_memory()[1]
@@ -47,11 +60,14 @@ def test_diff_holds_hashes_not_texts(tmp_path):
     assert peak < 1_000_000, f"peak {peak} bytes: the diff should not hold the 4 MB of old texts"
 
 
-@pytest.mark.parametrize("bad, where", [
-    ('{"doc_id": "a", "text": "x"}\n{"doc_id": "a", "text": "y"}\n', "line 2, field 'doc_id'"),
-    ('{"doc_id": "a", "text": "x"}\n{"doc_id": "b", text}\n', "line 2: malformed JSON"),
-    ('{"doc_id": "a"}\n', "line 1, field 'text'"),
-])
+@pytest.mark.parametrize(
+    "bad, where",
+    [
+        ('{"doc_id": "a", "text": "x"}\n{"doc_id": "a", "text": "y"}\n', "line 2, field 'doc_id'"),
+        ('{"doc_id": "a", "text": "x"}\n{"doc_id": "b", text}\n', "line 2: malformed JSON"),
+        ('{"doc_id": "a"}\n', "line 1, field 'text'"),
+    ],
+)
 def test_diff_rejects_bad_snapshots(tmp_path, capsys, bad, where):
     old = tmp_path / "a.jsonl"
     old.write_text(bad, encoding="utf-8")
@@ -69,16 +85,19 @@ def test_mask_causal_jsonl_one_pair_per_entity(tmp_path):
     assert read_jsonl(tmp_path / "y.jsonl") == [
         {"input": "<mask> leads Acme Corp.", "output": "Ann Lee"},
         {"input": "Ann Lee leads <mask>.", "output": "Acme Corp"},
-        {"input": "It was founded in <mask>.", "output": "1990"}]
+        {"input": "It was founded in <mask>.", "output": "1990"},
+    ]
 
 
 def test_mask_t5_csv_is_the_evolvingqa_layout_and_loads(tmp_path):
     source = write_jsonl(tmp_path / "x.jsonl", [{"text": "Bo Chan leads Acme.", "entities": [[0, 7]]}])
     out = tmp_path / "wikipedia_0102.csv"
     assert main(["mask", "--in", str(source), "--out", str(out), "--format", "t5"]) == 0
-    assert list(csv.DictReader(out.open(encoding="utf-8"))) == [{"input": "<extra_id_0> leads Acme.",
-                                                                 "output": "Bo Chan"}]
+    assert list(csv.DictReader(out.open(encoding="utf-8"))) == [
+        {"input": "<extra_id_0> leads Acme.", "output": "Bo Chan"}
+    ]
     from evolve_train.data.loaders.common import read_training_file
+
     assert read_training_file(out)[0] == [{"input": "<extra_id_0> leads Acme.", "output": "Bo Chan"}]
 
 
@@ -87,17 +106,21 @@ def test_mask_capitalized_heuristic():
     spans = [text[a:b] for a, b in capitalized_spans(text)]
     assert spans == ["The Rivera Museum", "Lima", "Ann Lee", "2019"]  # "It", "Visitors": sentence starts
     assert masked_pairs(text, capitalized_spans(text)[1:2], "<mask>") == [
-        {"input": "The Rivera Museum opened in <mask>.", "output": "Lima"}]
+        {"input": "The Rivera Museum opened in <mask>.", "output": "Lima"}
+    ]
     assert capitalized_spans("w1234 x2019 in 2019") == [(15, 19)]  # digits inside words are not years
 
 
-@pytest.mark.parametrize("record, field", [
-    ({"text": "Ann leads Acme.", "entities": [[4, 99]]}, "entities[0]"),
-    ({"text": "Ann leads Acme.", "entities": [[5, 2]]}, "entities[0]"),
-    ({"text": "Ann leads Acme.", "entities": "Ann"}, "entities"),
-    ({"text": "Ann leads Acme."}, "entities"),
-    ({"entities": []}, "text"),
-])
+@pytest.mark.parametrize(
+    "record, field",
+    [
+        ({"text": "Ann leads Acme.", "entities": [[4, 99]]}, "entities[0]"),
+        ({"text": "Ann leads Acme.", "entities": [[5, 2]]}, "entities[0]"),
+        ({"text": "Ann leads Acme.", "entities": "Ann"}, "entities"),
+        ({"text": "Ann leads Acme."}, "entities"),
+        ({"entities": []}, "text"),
+    ],
+)
 def test_mask_rejects_bad_records(tmp_path, capsys, record, field):
     source = write_jsonl(tmp_path / "x.jsonl", [{"text": "Ok.", "entities": []}, record])
     out = tmp_path / "y.jsonl"

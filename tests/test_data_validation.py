@@ -52,6 +52,7 @@ def fails_release(tmp_path: Path, root: Path, *overrides: str, error=DataError) 
 
 # ------------------------------------------------------------------ EvolvingQA layout (CSV)
 
+
 def test_missing_root_directory(tmp_path):
     message = fails_release(tmp_path, tmp_path / "nowhere")
     assert "nowhere" in message and "does not exist" in message
@@ -102,6 +103,7 @@ def test_empty_training_file(tmp_path, release):
 def test_duplicate_ids(tmp_path, release):
     def add_ids(lines):
         return ["id," + lines[0]] + [f"{'u1' if k < 3 else f'u{k}'},{line}" for k, line in enumerate(lines[1:], 1)]
+
     rewrite(qa(release, "unchanged_eval.csv"), add_ids)
     message = fails_release(tmp_path, release)
     assert "unchanged_eval.csv, line 3, field 'id'" in message and "duplicate id 'u1' (lines 2 and 3)" in message
@@ -119,7 +121,9 @@ def test_unparseable_timestamp(tmp_path, release):
         stamps = ["2023-03-01"] * len(lines)
         stamps[6] = "sometime in spring"
         return [lines[0].rstrip("\n") + ",timestamp\n"] + [
-            line.rstrip("\n") + f",{stamp}\n" for line, stamp in zip(lines[1:], stamps)]
+            line.rstrip("\n") + f",{stamp}\n" for line, stamp in zip(lines[1:], stamps)
+        ]
+
     rewrite(qa(release, "unchanged_eval.csv"), add_timestamps)
     message = fails_release(tmp_path, release)
     assert "unchanged_eval.csv, line 8, field 'timestamp'" in message and "unparseable timestamp" in message
@@ -167,7 +171,7 @@ def test_training_input_without_mask(tmp_path, release):
 
 
 def test_empty_question(tmp_path, release):
-    rewrite(qa(release, "unchanged_eval.csv"), lambda lines: [*lines[:2], ',,Somewhere\n', *lines[2:]])
+    rewrite(qa(release, "unchanged_eval.csv"), lambda lines: [*lines[:2], ",,Somewhere\n", *lines[2:]])
     message = fails_release(tmp_path, release)
     assert "unchanged_eval.csv, line 3, field 'question'" in message
 
@@ -191,16 +195,29 @@ def test_prompt_template_with_unknown_field(tmp_path, release):
 
 # ------------------------------------------------------------------ generic timestamped QA (JSONL)
 
+
 def _write_jsonl(path: Path, rows) -> Path:
-    path.write_text("".join((row if isinstance(row, str) else json.dumps(row)) + "\n" for row in rows),
-                    encoding="utf-8")
+    path.write_text(
+        "".join((row if isinstance(row, str) else json.dumps(row)) + "\n" for row in rows), encoding="utf-8"
+    )
     return path
 
 
 GOOD_ITEMS = [
-    {"id": "a1", "question": "Who leads Acme?", "answers": ["Ann Lee"], "timestamp": "March 5, 2018", "pair_id": "acme"},
-    {"id": "a2", "question": "Who leads Acme?", "answers": ["Bo Chan", "B. Chan"], "timestamp": "2019-03-05",
-     "pair_id": "acme"},
+    {
+        "id": "a1",
+        "question": "Who leads Acme?",
+        "answers": ["Ann Lee"],
+        "timestamp": "March 5, 2018",
+        "pair_id": "acme",
+    },
+    {
+        "id": "a2",
+        "question": "Who leads Acme?",
+        "answers": ["Bo Chan", "B. Chan"],
+        "timestamp": "2019-03-05",
+        "pair_id": "acme",
+    },
     {"id": "z1", "question": "When was Zeta founded?", "answers": "2019", "timestamp": "2019-06"},
 ]
 
@@ -215,18 +232,31 @@ def temporal(tmp_path: Path) -> Path:
     return root
 
 
-def fails_temporal(tmp_path: Path, root: Path, *overrides: str, eval_file: str = "qa.jsonl",
-                   error=DataError) -> str:
-    return fails(tmp_path, "data=temporal_qa", f"data.root={root}", "+data.train_files.2018=[t2018.jsonl]",
-                 "+data.train_files.2019=[t2019.jsonl]", f"data.eval_files=[{eval_file}]", *overrides, error=error)
+def fails_temporal(tmp_path: Path, root: Path, *overrides: str, eval_file: str = "qa.jsonl", error=DataError) -> str:
+    return fails(
+        tmp_path,
+        "data=temporal_qa",
+        f"data.root={root}",
+        "+data.train_files.2018=[t2018.jsonl]",
+        "+data.train_files.2019=[t2019.jsonl]",
+        f"data.eval_files=[{eval_file}]",
+        *overrides,
+        error=error,
+    )
 
 
 def test_temporal_fixture_is_valid(tmp_path, temporal):
     from evolve_train.config import DataConfig
     from evolve_train.data.timeline import build_timeline
 
-    timeline = build_timeline(DataConfig(kind="temporal_qa", root=str(temporal), eval_files=["qa.jsonl"],
-                                         train_files={"2018": ["t2018.jsonl"], "2019": ["t2019.jsonl"]}))
+    timeline = build_timeline(
+        DataConfig(
+            kind="temporal_qa",
+            root=str(temporal),
+            eval_files=["qa.jsonl"],
+            train_files={"2018": ["t2018.jsonl"], "2019": ["t2019.jsonl"]},
+        )
+    )
     assert [s.name for s in timeline.eval_sets] == ["new_1", "updated_1", "outdated_1", "paired_1"]
 
 
@@ -244,8 +274,10 @@ def test_jsonl_non_utf8(tmp_path, temporal):
 
 
 def test_jsonl_missing_field_through_mapping(tmp_path, temporal):
-    _write_jsonl(temporal / "qa.jsonl", [{**GOOD_ITEMS[2], "gold": "2019"},
-                                         {k: v for k, v in GOOD_ITEMS[0].items() if k != "answers"}])
+    _write_jsonl(
+        temporal / "qa.jsonl",
+        [{**GOOD_ITEMS[2], "gold": "2019"}, {k: v for k, v in GOOD_ITEMS[0].items() if k != "answers"}],
+    )
     message = fails_temporal(tmp_path, temporal, "data.fields.answers=gold")
     assert "qa.jsonl, line 2, field 'gold'" in message and "missing required field 'gold'" in message
 
@@ -285,8 +317,10 @@ def test_missing_eval_file(tmp_path, temporal):
 
 
 def test_training_jsonl_missing_output(tmp_path, temporal):
-    _write_jsonl(temporal / "t2018.jsonl", [{"input": "Acme is led by <mask>.", "output": "Ann Lee"},
-                                            {"input": "Zeta is in <mask>."}])
+    _write_jsonl(
+        temporal / "t2018.jsonl",
+        [{"input": "Acme is led by <mask>.", "output": "Ann Lee"}, {"input": "Zeta is in <mask>."}],
+    )
     message = fails_temporal(tmp_path, temporal)
     assert "t2018.jsonl, line 2, field 'output'" in message
 
@@ -305,12 +339,27 @@ def test_empty_jsonl_eval_file(tmp_path, temporal):
 
 # ------------------------------------------------------------------ EvolveBench-style events (JSON)
 
-EVENT = {"id": "ev1", "dimension": "knowledge_evolution", "knowledge_event": "CEO of Acme",
-         "questions": [{"text": "As of 2018, who is the CEO of Acme?", "timestamp": "2018", "correct": "Ann Lee",
-                        "distractors": ["Bo Chan"]},
-                       {"text": "As of 2019, who is the CEO of Acme?", "timestamp": "2019", "correct": "Bo Chan",
-                        "distractors": ["Ann Lee"]}],
-         "source": "news", "verification": "manual"}
+EVENT = {
+    "id": "ev1",
+    "dimension": "knowledge_evolution",
+    "knowledge_event": "CEO of Acme",
+    "questions": [
+        {
+            "text": "As of 2018, who is the CEO of Acme?",
+            "timestamp": "2018",
+            "correct": "Ann Lee",
+            "distractors": ["Bo Chan"],
+        },
+        {
+            "text": "As of 2019, who is the CEO of Acme?",
+            "timestamp": "2019",
+            "correct": "Bo Chan",
+            "distractors": ["Ann Lee"],
+        },
+    ],
+    "source": "news",
+    "verification": "manual",
+}
 
 
 def _write_events(path: Path, events) -> Path:

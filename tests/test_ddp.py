@@ -42,8 +42,14 @@ def read_jsonl(path: Path) -> list[dict]:
 
 
 def run(command: list[str], env: dict) -> None:
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=400,
-                          env={**os.environ, "WANDB_MODE": "disabled", **env})
+    done = subprocess.run(
+        command,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=400,
+        env={**os.environ, "WANDB_MODE": "disabled", **env},
+    )
     assert done.returncode == 0, done.stderr[-4000:]
 
 
@@ -64,11 +70,26 @@ def test_two_process_ddp_matches_single_process(tmp_path):
     overrides = [*TINY, "method=lora_replay", "trainer.num_threads=1"]
     single, ddp = tmp_path / "single", tmp_path / "ddp"
     run([sys.executable, "train.py", *overrides, "trainer.batch_size=32", f"hydra.run.dir={single}"], {})
-    launch = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-              "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-              "--main_process_port", str(free_port())]
-    run([*launch, "train.py", *overrides, "trainer.batch_size=16", f"hydra.run.dir={ddp}"],
-        {"ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1"})
+    launch = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        "--main_process_port",
+        str(free_port()),
+    ]
+    run(
+        [*launch, "train.py", *overrides, "trainer.batch_size=16", f"hydra.run.dir={ddp}"],
+        {"ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1"},
+    )
 
     rows, reference = read_jsonl(ddp / "metrics.jsonl"), read_jsonl(single / "metrics.jsonl")
     assert {r["num_processes"] for r in rows} == {2}  # world size really was 2

@@ -16,10 +16,17 @@ ROOT = Path(__file__).resolve().parents[1]
 def summary(unchanged0=0.99, new=(1.0, 1.0), updated=(1.0, 0.97), outdated=(0.0, 0.02)) -> dict:
     em = {"0": {"unchanged": unchanged0, "new_1": 0.0, "updated_1": 0.0, "outdated_1": 0.1}}
     for k in (1, 2):
-        em[str(k)] = {"unchanged": 0.3, f"new_{k}": new[k - 1], f"updated_{k}": updated[k - 1],
-                      f"outdated_{k}": outdated[k - 1]}
-    groups = {"paired": {"2": {"update_adoption": 0.01}}, "ablation": {"2": {"timestamp_reliance": 0.08}},
-              "contamination": {"2": {"all": {"contamination_gap": 0.4}, "unchanged": {"contamination_gap": 0.3}}}}
+        em[str(k)] = {
+            "unchanged": 0.3,
+            f"new_{k}": new[k - 1],
+            f"updated_{k}": updated[k - 1],
+            f"outdated_{k}": outdated[k - 1],
+        }
+    groups = {
+        "paired": {"2": {"update_adoption": 0.01}},
+        "ablation": {"2": {"timestamp_reliance": 0.08}},
+        "contamination": {"2": {"all": {"contamination_gap": 0.4}, "unchanged": {"contamination_gap": 0.3}}},
+    }
     return {"em": em, "groups": groups}
 
 
@@ -58,7 +65,7 @@ def test_main_reads_a_run_dir(tmp_path, capsys):
 
 def test_the_readme_quotes_the_measured_ranges_and_bands():
     readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("#### What varies"):]
+    section = readme[readme.index("#### What varies") :]
     for name, (low, high) in MEASURED.items():
         assert re.search(rf"{re.escape(name)}\W[^\n]*{low:.3f}[–-]{high:.3f}", section), name
     for name, band in BANDS.items():

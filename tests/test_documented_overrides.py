@@ -57,9 +57,15 @@ def documented_commands() -> list[tuple[str, list[str]]]:
                 words = shlex.split(match.group(1).split(" #")[0].split("|")[0].split("&&")[0])
             except ValueError:
                 continue
-            overrides = [_first_of_sweep(w) for w in words if "=" in w and not w.startswith("-")
-                         and not w.startswith(("hydra", "+hydra")) and not any(p in w for p in PLACEHOLDERS)
-                         and re.match(r"^[+~]?[\w./]+=", w)]
+            overrides = [
+                _first_of_sweep(w)
+                for w in words
+                if "=" in w
+                and not w.startswith("-")
+                and not w.startswith(("hydra", "+hydra"))
+                and not any(p in w for p in PLACEHOLDERS)
+                and re.match(r"^[+~]?[\w./]+=", w)
+            ]
             if overrides:
                 found.append((f"{path.relative_to(ROOT)}:{number}", overrides))
     return found

@@ -24,9 +24,18 @@ def rows(run_dir: Path) -> list[dict]:
 def test_train_py_builds_the_dyknow_timeline_and_runs_every_evaluator(tmp_path):
     root = write_fixture(tmp_path / "dyknow")
     run_dir = tmp_path / "run"
-    command = [sys.executable, "train.py", *TINY, "data=dyknow", f"data.root={root}",
-               "data.dyknow.cuts=[2000,2005,2010]", "trainer.epochs_step0=2", "trainer.epochs=1",
-               "eval.evaluators=[splits,paired,ablation,contamination,flip_rate]", f"hydra.run.dir={run_dir}"]
+    command = [
+        sys.executable,
+        "train.py",
+        *TINY,
+        "data=dyknow",
+        f"data.root={root}",
+        "data.dyknow.cuts=[2000,2005,2010]",
+        "trainer.epochs_step0=2",
+        "trainer.epochs=1",
+        "eval.evaluators=[splits,paired,ablation,contamination,flip_rate]",
+        f"hydra.run.dir={run_dir}",
+    ]
     env = {**os.environ, "PYTHONPATH": str(REPO), "WANDB_MODE": "disabled"}
     done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -48,16 +57,27 @@ def test_train_py_builds_the_dyknow_timeline_and_runs_every_evaluator(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not (REAL / "grc_generated.json").is_file(),
-                    reason=f"the DyKnow copy is not at {REAL} (../shared/data/dyknow beside the repository, or "
-                           "set EVOLVE_DYKNOW_ROOT): nothing of DyKnow ships with the project")
+@pytest.mark.skipif(
+    not (REAL / "grc_generated.json").is_file(),
+    reason=f"the DyKnow copy is not at {REAL} (../shared/data/dyknow beside the repository, or "
+    "set EVOLVE_DYKNOW_ROOT): nothing of DyKnow ships with the project",
+)
 def test_one_step_timeline_on_the_real_dyknow_copy(tmp_path):
     from evolve_train.run import train
 
     run_dir = tmp_path / "run"
-    train(tiny_cfg(run_dir, "data=dyknow", f"data.root={REAL}", "data.dyknow.cuts=[2018]",
-                   "data.dyknow.passages=true", "trainer.epochs_step0=1", "eval.evaluators=[splits]",
-                   "eval.max_items_per_set=16"))
+    train(
+        tiny_cfg(
+            run_dir,
+            "data=dyknow",
+            f"data.root={REAL}",
+            "data.dyknow.cuts=[2018]",
+            "data.dyknow.passages=true",
+            "trainer.epochs_step0=1",
+            "eval.evaluators=[splits]",
+            "eval.max_items_per_set=16",
+        )
+    )
     assert (run_dir / "steps" / "0").is_dir() and not (run_dir / "steps" / "1").exists()
     splits = [r for r in rows(run_dir) if r.get("group") == "splits"]
     assert [r["set_name"] for r in splits] == ["unchanged"] and splits[0]["n"] == 16
@@ -74,6 +94,7 @@ def test_experiment_dyknow_arms_compose(tmp_path, arm):
     assert isinstance(cfg, Config)
     validate(cfg)
     assert (cfg.method.name, str(cfg.data.kind), cfg.eval.eval_initial) == (arm, "dyknow", True)
-    assert cfg.model.name_or_path.endswith("/.cache/evolve-train/models/smollm2-135m") or \
-        cfg.model.name_or_path.endswith("/models/smollm2-135m")
+    assert cfg.model.name_or_path.endswith(
+        "/.cache/evolve-train/models/smollm2-135m"
+    ) or cfg.model.name_or_path.endswith("/models/smollm2-135m")
     assert cfg.data.root == "../shared/data/dyknow"  # (trainer.lr: the tiny config's command line pins it)

@@ -21,6 +21,7 @@ def failing_above(model, rows: int, error=RuntimeError(OOM)):
             raise error
         seen.append(kwargs["input_ids"].shape[0])
         return original(*args, **kwargs)
+
     model.forward = forward
     return model, seen
 

@@ -91,7 +91,8 @@ def test_generation_batches_are_the_batches_generate_runs(setup):
     assert [len(ids) for ids in seen] == [len(b) for b in planned]
     pad = adapter.pad_id
     assert [[[t for t in row if t != pad] for row in ids] for ids in seen] == [
-        [[t for t in row if t != pad] for row in adapter.prompt_ids(b)] for b in planned]
+        [[t for t in row if t != pad] for row in adapter.prompt_ids(b)] for b in planned
+    ]
 
 
 def test_option_batches_are_the_batches_score_options_runs(setup):
@@ -120,8 +121,9 @@ def test_owners_keep_the_loads_within_one_batch(count):
     owners = [[s.owners(sizes) for sizes in calls] for s in shards]
     assert all(o == owners[0] for o in owners)  # every process computes the same owners
     load = shards[0].done_per_process()
-    assert load == [sum(n for sizes, o in zip(calls, owners[0]) for n, r in zip(sizes, o) if r == rank)
-                    for rank in range(count)]
+    assert load == [
+        sum(n for sizes, o in zip(calls, owners[0]) for n, r in zip(sizes, o) if r == rank) for rank in range(count)
+    ]
     assert sum(load) == sum(map(sum, calls)) and max(load) - min(load) <= 130
 
 
@@ -161,25 +163,38 @@ class Locked:
         def locked(*args, **kwargs):
             with self._lock:
                 return value(*args, **kwargs)
+
         return locked
 
 
 def context(adapter, model, shards: Shards) -> EvalContext:
-    return EvalContext(model=model, adapter=adapter, timeline=Timeline(steps=[], eval_sets=[]), checkpoint=0,
-                       cfg=EvalConfig(batch_size=BATCH, max_new_tokens=4), shards=shards, writes=False)
+    return EvalContext(
+        model=model,
+        adapter=adapter,
+        timeline=Timeline(steps=[], eval_sets=[]),
+        checkpoint=0,
+        cfg=EvalConfig(batch_size=BATCH, max_new_tokens=4),
+        shards=shards,
+        writes=False,
+    )
 
 
 def ask(ctx: EvalContext) -> list:
     """A checkpoint's calls: some answers, option scores, more answers (part of them known), known scores."""
-    return [ctx.answers(PROMPTS[:6]), ctx.option_scores(QUESTIONS), ctx.answers(PROMPTS),
-            ctx.option_scores(QUESTIONS[::2])]
+    return [
+        ctx.answers(PROMPTS[:6]),
+        ctx.option_scores(QUESTIONS),
+        ctx.answers(PROMPTS),
+        ctx.option_scores(QUESTIONS[::2]),
+    ]
 
 
 def in_processes(count: int, adapter, model) -> tuple[list, list[EvalContext]]:
     """``ask`` on ``count`` simulated processes: each one's results and context."""
     world = World(count)
-    contexts = [context(Locked(adapter, world.model_lock), model, ThreadShards(i, count, world=world))
-                for i in range(count)]
+    contexts = [
+        context(Locked(adapter, world.model_lock), model, ThreadShards(i, count, world=world)) for i in range(count)
+    ]
     results, errors = [None] * count, []
 
     def process(index: int) -> None:
@@ -234,8 +249,9 @@ def test_a_split_that_ignores_the_batches_agrees_to_rounding(setup):
     requests = requests_of(QUESTIONS)
     whole = adapter.score_options(model, requests, batch_size=BATCH)
     cut = len(requests) // 2 + 1  # contiguous halves of the requests, as before whole batches
-    halves = (adapter.score_options(model, requests[:cut], batch_size=BATCH)
-              + adapter.score_options(model, requests[cut:], batch_size=BATCH))
+    halves = adapter.score_options(model, requests[:cut], batch_size=BATCH) + adapter.score_options(
+        model, requests[cut:], batch_size=BATCH
+    )
     assert halves == pytest.approx(whole, rel=1e-5)
 
 

@@ -18,8 +18,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def tree_hashes(root: Path, skip: str | None = None) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file() and not (skip and skip in p.relative_to(root).parts)}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and not (skip and skip in p.relative_to(root).parts)
+    }
 
 
 def rows(path: Path) -> list[dict]:
@@ -29,8 +32,13 @@ def rows(path: Path) -> list[dict]:
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory) -> Path:
     run_dir = tmp_path_factory.mktemp("saved") / "run"
-    subprocess.run([sys.executable, "train.py", f"hydra.run.dir={run_dir}", *TINY, "eval.evaluators=[splits]"],
-                   cwd=ROOT, check=True, capture_output=True, timeout=600)
+    subprocess.run(
+        [sys.executable, "train.py", f"hydra.run.dir={run_dir}", *TINY, "eval.evaluators=[splits]"],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
     return run_dir
 
 
@@ -44,8 +52,9 @@ def test_adds_rows_for_the_asked_checkpoints_leaves_the_training_rows_and_is_ide
     groups = {r["group"] for r in added}
     assert {"splits", "grad_norms", "contamination", "flip_rate", "paired"} <= groups  # eval=full's evaluators
     # the same checkpoint scored again gives the training run's own EM (same model, same greedy decoding)
-    trained_em = {(r["checkpoint"], r["set_name"]): r["em"] for r in rows(trained / "metrics.jsonl")
-                  if r["group"] == "splits"}
+    trained_em = {
+        (r["checkpoint"], r["set_name"]): r["em"] for r in rows(trained / "metrics.jsonl") if r["group"] == "splits"
+    }
     for row in added:
         if row["group"] == "splits":
             assert row["em"] == trained_em[(row["checkpoint"], row["set_name"])]
@@ -65,11 +74,24 @@ def test_replace_rewrites_only_the_asked_checkpoints_rows(trained, tmp_path):
     replaced = rows(copy / "metrics.jsonl")
     keep = lambda rs, k: [r for r in rs if r["checkpoint"] != k]  # noqa: E731
     assert keep(replaced, 1) == keep(original, 1)
-    strip = lambda r: {k: v for k, v in r.items() if k not in (  # noqa: E731  (training metadata: not re-scored)
-        "eval_seconds", "train_seconds", "train_tokens", "train_tokens_per_s", "train_optimizer_steps",
-        "optimizer_steps", "loss_tokens", "train_flops")}
-    assert [strip(r) for r in replaced if r["checkpoint"] == 1 and r["group"] == "splits"] == \
-        [strip(r) for r in original if r["checkpoint"] == 1 and r["group"] == "splits"]
+    strip = lambda r: {  # noqa: E731  (training metadata: not re-scored)
+        k: v
+        for k, v in r.items()
+        if k
+        not in (
+            "eval_seconds",
+            "train_seconds",
+            "train_tokens",
+            "train_tokens_per_s",
+            "train_optimizer_steps",
+            "optimizer_steps",
+            "loss_tokens",
+            "train_flops",
+        )
+    }
+    assert [strip(r) for r in replaced if r["checkpoint"] == 1 and r["group"] == "splits"] == [
+        strip(r) for r in original if r["checkpoint"] == 1 and r["group"] == "splits"
+    ]
 
 
 def test_scores_a_model_that_no_run_produced_on_another_timeline(trained, tmp_path):
@@ -81,10 +103,23 @@ def test_scores_a_model_that_no_run_produced_on_another_timeline(trained, tmp_pa
     data.mkdir()
     counts = world_release(data)
     out = tmp_path / "scored"
-    assert evolve_eval([f"model.name_or_path={model_dir}", "data=temporal_qa", f"data.root={data}",
-                        "+data.train_files.2018=[train_2018.jsonl]", "+data.train_files.2019=[train_2019.jsonl]",
-                        "data.eval_files=[qa.jsonl]", *[f"data.fields.{k}={v}" for k, v in FIELDS.items()],
-                        "eval.evaluators=[splits]", "--out", str(out)]) == 0
+    assert (
+        evolve_eval(
+            [
+                f"model.name_or_path={model_dir}",
+                "data=temporal_qa",
+                f"data.root={data}",
+                "+data.train_files.2018=[train_2018.jsonl]",
+                "+data.train_files.2019=[train_2019.jsonl]",
+                "data.eval_files=[qa.jsonl]",
+                *[f"data.fields.{k}={v}" for k, v in FIELDS.items()],
+                "eval.evaluators=[splits]",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     splits = {r["set_name"]: r for r in rows(out / "metrics.jsonl") if r["group"] == "splits"}
     assert splits["unchanged"]["n"] == counts["unchanged"] and splits["updated_1"]["n"] == counts["updated"]
     assert all(r["checkpoint"] == 1 for r in splits.values())  # the last step of that timeline

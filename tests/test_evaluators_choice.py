@@ -14,8 +14,12 @@ from evolve_train.evaluation.metrics.calibration import cyclic_rotations
 from evolve_train.models.adapter import CausalLMAdapter, Seq2SeqAdapter, seq2seq_source
 from evolve_train.models.build import build_model, train_tokenizer
 
-TEXTS = ["The director of Acme Guild is Ann Lee.", "Bob Stone leads Brix Works in 2019.",
-         "Version 3 of the Acme toolkit came out in 2018.", "Cal Dee was founded in 1957."] * 5
+TEXTS = [
+    "The director of Acme Guild is Ann Lee.",
+    "Bob Stone leads Brix Works in 2019.",
+    "Version 3 of the Acme toolkit came out in 2018.",
+    "Cal Dee was founded in 1957.",
+] * 5
 
 
 @pytest.fixture(scope="module")
@@ -36,25 +40,37 @@ def reference_score(model, tokenizer, prompt, option):
 
 
 REQUESTS = [("The director of Acme Guild is", option) for option in ("Ann Lee", "Bob Stone", "Cal")] + [
-    ("Version 3 of the Acme toolkit came out in", "2018"), ("Version 3 of the Acme toolkit came out in", "1957"),
-    ("Hi", "Bob Stone leads Brix Works"), ("Cal Dee was", "founded")]
+    ("Version 3 of the Acme toolkit came out in", "2018"),
+    ("Version 3 of the Acme toolkit came out in", "1957"),
+    ("Hi", "Bob Stone leads Brix Works"),
+    ("Cal Dee was", "founded"),
+]
 
 
 @pytest.mark.parametrize("share_prefix", [True, False])
 @pytest.mark.parametrize("batch_size", [2, 64])
 def test_batched_option_scores_equal_the_unbatched_definition(tiny, share_prefix, batch_size):
     model, tokenizer = tiny
-    scores = CausalLMAdapter(tokenizer).score_options(model, REQUESTS, batch_size=batch_size,
-                                                      share_prefix=share_prefix)
+    scores = CausalLMAdapter(tokenizer).score_options(model, REQUESTS, batch_size=batch_size, share_prefix=share_prefix)
     expected = [reference_score(model, tokenizer, p, o) for p, o in REQUESTS]
     assert scores == pytest.approx(expected, abs=1e-4)
 
 
 # ---------------------------------------------------------------- hand-built contexts
 
+
 def mc_item(key, dimension, prompt, options, gold):
-    return {"id": key, "question": prompt, "answers": [options[gold]], "options": options, "gold_index": gold,
-            "dimension": dimension, "set": "dimension", "step": 0, "timestamp": None}
+    return {
+        "id": key,
+        "question": prompt,
+        "answers": [options[gold]],
+        "options": options,
+        "gold_index": gold,
+        "dimension": dimension,
+        "set": "dimension",
+        "step": 0,
+        "timestamp": None,
+    }
 
 
 def context(items, answers=None, scores=None, **cfg):
@@ -66,12 +82,20 @@ def context(items, answers=None, scores=None, **cfg):
 
 
 def test_dimensions_hand_computed():
-    items = [mc_item("a", "version_awareness", "Qa", ["1", "2"], 1),
-             mc_item("b", "version_awareness", "Qb", ["1", "2"], 0),
-             mc_item("c", "event_ordering", "Qc", ["X", "Y"], 0)]
+    items = [
+        mc_item("a", "version_awareness", "Qa", ["1", "2"], 1),
+        mc_item("b", "version_awareness", "Qb", ["1", "2"], 0),
+        mc_item("c", "event_ordering", "Qc", ["X", "Y"], 0),
+    ]
     answers = {"Qa": " 2", "Qb": " 2", "Qc": " Y"}  # right, wrong, wrong
-    scores = {("Qa", "1"): -2.0, ("Qa", "2"): -1.0, ("Qb", "1"): -1.0, ("Qb", "2"): -1.0,  # tie -> first
-              ("Qc", "X"): -3.0, ("Qc", "Y"): -1.0}
+    scores = {
+        ("Qa", "1"): -2.0,
+        ("Qa", "2"): -1.0,
+        ("Qb", "1"): -1.0,
+        ("Qb", "2"): -1.0,  # tie -> first
+        ("Qc", "X"): -3.0,
+        ("Qc", "Y"): -1.0,
+    }
     rows = evaluate_checkpoint(context(items, answers, scores, evaluators=["dimensions"]))
     row = next(r for r in rows if r["group"] == "dimensions" and r["set_name"] == "all")
     assert row["em"] == pytest.approx(1 / 3) and row["n"] == 3
@@ -81,8 +105,12 @@ def test_dimensions_hand_computed():
 
 def test_calibration_hand_computed_with_position_consistency():
     items = [mc_item("a", None, "Qa", ["aa", "bb"], 1), mc_item("b", None, "Qb", ["cc", "dd"], 0)]
-    scores = {("Qa", "aa"): math.log(1), ("Qa", "bb"): math.log(3),  # p = .25/.75, right, confidence .75
-              ("Qb", "cc"): math.log(1), ("Qb", "dd"): math.log(9)}  # p = .1/.9, wrong, confidence .9
+    scores = {
+        ("Qa", "aa"): math.log(1),
+        ("Qa", "bb"): math.log(3),  # p = .25/.75, right, confidence .75
+        ("Qb", "cc"): math.log(1),
+        ("Qb", "dd"): math.log(9),
+    }  # p = .1/.9, wrong, confidence .9
     # lettered prompts: question a always picks "bb" wherever it stands; question b always picks letter A
     for item, favourite in ((items[0], "bb"), (items[1], None)):
         for rotated in cyclic_rotations(item["options"]):
@@ -93,7 +121,7 @@ def test_calibration_hand_computed_with_position_consistency():
     row = next(r for r in rows if r["group"] == "calibration" and r["set_name"] == "all")
     assert row["acc"] == 0.5 and row["acc_norm"] == 0.5 and row["n"] == 2
     assert row["ece"] == pytest.approx(0.5 * (1 - 0.75) + 0.5 * 0.9)  # bins 7 and 9
-    assert row["brier"] == pytest.approx(((0.25 ** 2 + 0.25 ** 2) + (0.9 ** 2 + 0.9 ** 2)) / 2)
+    assert row["brier"] == pytest.approx(((0.25**2 + 0.25**2) + (0.9**2 + 0.9**2)) / 2)
     assert row["overconfident_error_rate"] == 1.0  # the one error has confidence .9 >= .8
     assert row["position_consistency"] == 0.5 and row["position_n"] == 2
 
@@ -104,17 +132,18 @@ def test_lettered_prompt_format():
 
 # ---------------------------------------------------------------- grad norms
 
+
 def test_per_example_grad_norms_match_a_manual_backward(tiny):
     model, tokenizer = tiny
     timeline = Timeline(steps=[TimeStep(0, "2018")], eval_sets=[])
-    ctx = EvalContext(model=model, adapter=CausalLMAdapter(tokenizer), timeline=timeline, checkpoint=0,
-                      cfg=EvalConfig(), run_dir=None)
+    ctx = EvalContext(
+        model=model, adapter=CausalLMAdapter(tokenizer), timeline=timeline, checkpoint=0, cfg=EvalConfig(), run_dir=None
+    )
     norms, losses = example_grad_norms(ctx, ["The director of Acme Guild is", "Cal Dee was"], ["Ann Lee", "founded"])
     assert all(p.grad is None for p in model.parameters())  # cleared afterwards
     context = tokenizer("Cal Dee was", add_special_tokens=False)["input_ids"]
     target = tokenizer(" founded", add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
-    loss = model(input_ids=torch.tensor([context + target]),
-                 labels=torch.tensor([[-100] * len(context) + target])).loss
+    loss = model(input_ids=torch.tensor([context + target]), labels=torch.tensor([[-100] * len(context) + target])).loss
     loss.backward()
     manual = math.sqrt(sum(p.grad.pow(2).sum().item() for p in model.parameters() if p.grad is not None))
     model.zero_grad(set_to_none=True)
@@ -127,8 +156,14 @@ def test_grad_norms_of_a_frozen_model_use_every_parameter_and_restore_the_flags(
     for p in model.parameters():
         p.requires_grad_(False)
     try:
-        ctx = EvalContext(model=model, adapter=CausalLMAdapter(tokenizer), timeline=Timeline(steps=[], eval_sets=[]),
-                          checkpoint=0, cfg=EvalConfig(), run_dir=None)
+        ctx = EvalContext(
+            model=model,
+            adapter=CausalLMAdapter(tokenizer),
+            timeline=Timeline(steps=[], eval_sets=[]),
+            checkpoint=0,
+            cfg=EvalConfig(),
+            run_dir=None,
+        )
         norms, _ = example_grad_norms(ctx, ["Cal Dee was"], ["founded"])
         assert norms[0] > 0
         assert not any(p.requires_grad for p in model.parameters())

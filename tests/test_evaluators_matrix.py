@@ -16,14 +16,27 @@ def split(checkpoint, kind, step, em, n=10):
 
 # checkpoint -1 is the model before training; ckpt i also evaluates step i+1's sets (forward transfer)
 ROWS = [
-    split(-1, "unchanged", None, 0.0), split(-1, "new", 1, 0.05), split(-1, "updated", 1, 0.0),
-    split(-1, "new", 2, 0.0), split(-1, "updated", 2, 0.0, n=30),
-    split(0, "unchanged", None, 0.9), split(0, "new", 1, 0.1), split(0, "updated", 1, 0.0),
+    split(-1, "unchanged", None, 0.0),
+    split(-1, "new", 1, 0.05),
+    split(-1, "updated", 1, 0.0),
+    split(-1, "new", 2, 0.0),
+    split(-1, "updated", 2, 0.0, n=30),
+    split(0, "unchanged", None, 0.9),
+    split(0, "new", 1, 0.1),
+    split(0, "updated", 1, 0.0),
     split(0, "outdated", 1, 0.9),
-    split(1, "unchanged", None, 0.8), split(1, "new", 1, 0.9), split(1, "updated", 1, 0.8),
-    split(1, "outdated", 1, 0.1), split(1, "new", 2, 0.2), split(1, "updated", 2, 0.2, n=30),
-    split(2, "unchanged", None, 0.7), split(2, "new", 1, 0.6), split(2, "updated", 1, 0.5),
-    split(2, "outdated", 1, 0.3), split(2, "new", 2, 0.9), split(2, "updated", 2, 1.0, n=30),
+    split(1, "unchanged", None, 0.8),
+    split(1, "new", 1, 0.9),
+    split(1, "updated", 1, 0.8),
+    split(1, "outdated", 1, 0.1),
+    split(1, "new", 2, 0.2),
+    split(1, "updated", 2, 0.2, n=30),
+    split(2, "unchanged", None, 0.7),
+    split(2, "new", 1, 0.6),
+    split(2, "updated", 1, 0.5),
+    split(2, "outdated", 1, 0.3),
+    split(2, "new", 2, 0.9),
+    split(2, "updated", 2, 1.0, n=30),
 ]
 # learned: j=0 Unchanged; j=1 (New_1 + Updated_1)/2 (n 10 + 10); j=2 (New_2·10 + Updated_2·30)/40
 LEARNED = {0: {0: 0.9, 1: 0.05}, 1: {0: 0.8, 1: 0.85, 2: 0.2}, 2: {0: 0.7, 1: 0.55, 2: 0.975}}
@@ -79,8 +92,12 @@ def test_evaluator_reads_earlier_checkpoints_from_the_run_dir(tmp_path):
 
 
 def test_n0_sets_are_skipped_not_zero():
-    rows = [split(0, "unchanged", None, 0.9), split(1, "unchanged", None, 0.8), split(1, "new", 1, None, n=0),
-            split(1, "updated", 1, 0.6)]
+    rows = [
+        split(0, "unchanged", None, 0.9),
+        split(1, "unchanged", None, 0.8),
+        split(1, "new", 1, None, n=0),
+        split(1, "updated", 1, 0.6),
+    ]
     A = matrices(rows)
     assert A["learned"][1] == {0: 0.8, 1: 0.6}  # the empty New_1 does not drag the column to 0
     assert A["new"][1] == {1: None}

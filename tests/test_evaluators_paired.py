@@ -21,21 +21,34 @@ def probe(key, entity, year, answer, *, pair=None, stable=False, by_step=None):
     if by_step is not None:
         extra["answers_by_step"] = by_step
     question = cloze if year is None else extra["ts_template"].format(timestamp=year)
-    return {"id": key, "question": question, "answers": [answer], "set": "paired", "step": 1, "timestamp": year,
-            "pair_id": pair, "stable": stable, "extra": extra}
+    return {
+        "id": key,
+        "question": question,
+        "answers": [answer],
+        "set": "paired",
+        "step": 1,
+        "timestamp": year,
+        "pair_id": pair,
+        "stable": stable,
+        "extra": extra,
+    }
 
 
 def context(items, answers, checkpoint=1, **cfg):
-    timeline = Timeline(steps=[TimeStep(0, "2018"), TimeStep(1, "2019"), TimeStep(2, "2020")],
-                        eval_sets=[EvalSet("paired_1", "paired", 1, items)])
+    timeline = Timeline(
+        steps=[TimeStep(0, "2018"), TimeStep(1, "2019"), TimeStep(2, "2020")],
+        eval_sets=[EvalSet("paired_1", "paired", 1, items)],
+    )
     ctx = EvalContext(timeline=timeline, checkpoint=checkpoint, cfg=EvalConfig(**cfg), run_dir=None)
     ctx._answers.update(answers)  # the "model": any prompt not listed here would need a real model
     return ctx
 
 
 ITEMS = [
-    probe("p1-old", "Acme", "2018", "Ann", pair="p1"), probe("p1-new", "Acme", "2019", "Bob", pair="p1"),
-    probe("p2-old", "Brix", "2018", "Cal", pair="p2"), probe("p2-new", "Brix", "2019", "Dee", pair="p2"),
+    probe("p1-old", "Acme", "2018", "Ann", pair="p1"),
+    probe("p1-new", "Acme", "2019", "Bob", pair="p1"),
+    probe("p2-old", "Brix", "2018", "Cal", pair="p2"),
+    probe("p2-new", "Brix", "2019", "Dee", pair="p2"),
     probe("stable", "Cora", "2019", "Eve", stable=True),
     probe("now", "Acme", None, "Bob", by_step={"1": ["Bob"], "2": ["Fay"]}),
 ]
@@ -84,6 +97,7 @@ def test_no_pairs_gives_null_metrics_not_zero():
 
 # ---------------------------------------------------------------- §5 ablation
 
+
 def history_items():
     """One fact with a different answer each year, asked as of every year."""
     values = dict(zip(YEARS, ("Ann", "Bob", "Cal")))
@@ -124,7 +138,11 @@ def test_retimestamped_prompts():
     item = probe("x", "Acme", "2019", "Bob")
     assert retimestamped(item, "2018") == "As of 2018, the director of Acme is"
     assert retimestamped(item, None) == "The director of Acme is"
-    loaded = {"id": "y", "question": "Who led Acme in February 07, 2021?", "answers": ["Bob"],
-              "timestamp": "February 07, 2021"}
+    loaded = {
+        "id": "y",
+        "question": "Who led Acme in February 07, 2021?",
+        "answers": ["Bob"],
+        "timestamp": "February 07, 2021",
+    }
     assert retimestamped(loaded, "2019") == "Who led Acme in 2019?"
     assert retimestamped(loaded, None) == "Who led Acme?"

@@ -18,9 +18,15 @@ GROUPS = ("splits", "matrix", "paired", "ablation", "dimensions", "calibration",
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("full_eval")
-    cfg = tiny_cfg(run_dir, "eval=full", f"eval.evaluators=[{','.join(GROUPS[:-1])}]", "eval.max_new_tokens=4",
-                   "eval.position_items=8",
-                   "eval.grad_norm_items=4", "trainer.num_threads=1")
+    cfg = tiny_cfg(
+        run_dir,
+        "eval=full",
+        f"eval.evaluators=[{','.join(GROUPS[:-1])}]",
+        "eval.max_new_tokens=4",
+        "eval.position_items=8",
+        "eval.grad_norm_items=4",
+        "trainer.num_threads=1",
+    )
     summary = train(cfg)
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     return run_dir, summary, rows, cfg
@@ -78,12 +84,17 @@ def test_the_matrix_is_printed(run, capsys):
     assert "paired @ checkpoint 2" in text and "calibration @ checkpoint 2" in text
 
 
-@pytest.mark.parametrize("override, key", [
-    ("eval.evaluators=[splits,nope]", "nope"), ("eval.ablation_k=0", "eval.ablation_k"),
-    ("eval.overconfidence_tau=1.5", "eval.overconfidence_tau"), ("eval.grad_norm_items=-1", "eval.grad_norm_items"),
-    ("+eval.time_slices.early=[null]", "eval.time_slices.early"),
-    ("+eval.time_slices.early=[null,Febtember 2019]", "eval.time_slices.early"),
-])
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ("eval.evaluators=[splits,nope]", "nope"),
+        ("eval.ablation_k=0", "eval.ablation_k"),
+        ("eval.overconfidence_tau=1.5", "eval.overconfidence_tau"),
+        ("eval.grad_norm_items=-1", "eval.grad_norm_items"),
+        ("+eval.time_slices.early=[null]", "eval.time_slices.early"),
+        ("+eval.time_slices.early=[null,Febtember 2019]", "eval.time_slices.early"),
+    ],
+)
 def test_bad_eval_settings_fail_before_training(tmp_path, override, key):
     from evolve_train.errors import ConfigError
 
@@ -103,7 +114,6 @@ def test_every_shipped_eval_config_names_registered_evaluators(option):
     import yaml
 
     names = yaml.safe_load((Path(__file__).parents[1] / "configs/eval" / f"{option}.yaml").read_text())["evaluators"]
-    code = ("import sys; from evolve_train.evaluation.evaluator import check_evaluators; "
-            "check_evaluators(sys.argv[1:])")
+    code = "import sys; from evolve_train.evaluation.evaluator import check_evaluators; check_evaluators(sys.argv[1:])"
     result = subprocess.run([sys.executable, "-c", code, *names], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr

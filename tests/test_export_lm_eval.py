@@ -23,8 +23,13 @@ from evolve_train.evaluation.metrics import answer
 from evolve_train.export import lm_eval_utils
 from evolve_train.export.lm_eval import MANIFEST, export_from_overrides, export_lm_eval
 
-SMALL = ["data.world.n_entities=12", "data.world.new_entities_per_step=4", "data.world.n_people=10",
-         "data.world.n_cities=10", "eval.max_new_tokens=7"]
+SMALL = [
+    "data.world.n_entities=12",
+    "data.world.new_entities_per_step=4",
+    "data.world.n_people=10",
+    "data.world.n_cities=10",
+    "eval.max_new_tokens=7",
+]
 STOPS = ["\n", "Question:"]
 
 
@@ -40,8 +45,9 @@ def load_yaml(path: Path) -> dict:
 
 
 def small_timeline():
-    return build_timeline(DataConfig(world=WorldConfig(n_entities=12, new_entities_per_step=4, n_people=10,
-                                                       n_cities=10)))
+    return build_timeline(
+        DataConfig(world=WorldConfig(n_entities=12, new_entities_per_step=4, n_people=10, n_cities=10))
+    )
 
 
 @pytest.fixture(scope="module")
@@ -61,9 +67,53 @@ def shipped_utils(directory: Path):
 
 # --- utils.py: METRICS.md §1 without evolve_train --------------------------------------------------------------
 
-PIECES = ["The", "the", "a", "An", "AN", "an", "Paris", "paris", "theatre", "anna", "A.", "(the)", "1907", "U.S.A.",
-          "\u00a0", "\u3000", "\t", "\n", "  ", "-", "'", "\u2019", "\uff21\uff22", "\ufb01", "Ⅻ", "é", "e\u0301",
-          "İstanbul", "ß", "ǅ", "!?", "«", "»", "—", "…", "_", "x_y", "ﬀ", "²", "½", "Σ", "ς", "日本", ",", ";"]
+PIECES = [
+    "The",
+    "the",
+    "a",
+    "An",
+    "AN",
+    "an",
+    "Paris",
+    "paris",
+    "theatre",
+    "anna",
+    "A.",
+    "(the)",
+    "1907",
+    "U.S.A.",
+    "\u00a0",
+    "\u3000",
+    "\t",
+    "\n",
+    "  ",
+    "-",
+    "'",
+    "\u2019",
+    "\uff21\uff22",
+    "\ufb01",
+    "Ⅻ",
+    "é",
+    "e\u0301",
+    "İstanbul",
+    "ß",
+    "ǅ",
+    "!?",
+    "«",
+    "»",
+    "—",
+    "…",
+    "_",
+    "x_y",
+    "ﬀ",
+    "²",
+    "½",
+    "Σ",
+    "ς",
+    "日本",
+    ",",
+    ";",
+]
 
 
 def random_strings(n: int, seed: int = 0) -> list[str]:
@@ -96,8 +146,9 @@ def test_shipped_normalization_equals_the_package_one_on_many_strings():
 
 def test_shipped_utils_imports_only_the_standard_library():
     tree = ast.parse(Path(lm_eval_utils.__file__).read_text(encoding="utf-8"))
-    roots = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
-             for alias in node.names}
+    roots = {
+        alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names
+    }
     roots |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
     assert roots and roots <= set(sys.stdlib_module_names) | {"__future__"}, roots
 
@@ -127,6 +178,7 @@ def test_exported_stop_patterns_cut_as_a_run_does(tmp_path):
 
 
 # --- the task directory ----------------------------------------------------------------------------------------
+
 
 def test_a_task_per_set_with_our_prompt_stops_and_budget(exported):
     out, manifest = exported
@@ -253,22 +305,41 @@ def test_cli_exports_and_names_a_bad_override(tmp_path, capsys):
 
 # --- lm-eval's --log_samples as evolve-score predictions -------------------------------------------------------
 
+
 def generation_sample(doc_id, doc, raw, filtered, filter_name="answer"):
     """One line of samples_<task>_<date>.jsonl as lm-eval 0.4.13 writes it for a generate_until task."""
-    return {"doc_id": doc_id, "doc": doc, "target": doc["target"],
-            "arguments": {"gen_args_0": {"arg_0": doc["prompt"], "arg_1": {"until": ["\n"], "max_gen_toks": 7}}},
-            "resps": [[raw]], "filtered_resps": [filtered], "filter": filter_name,
-            "metrics": ["exact_match", "f1"], "doc_hash": "h", "prompt_hash": "p", "target_hash": "t",
-            "exact_match": 0, "f1": 0.0}
+    return {
+        "doc_id": doc_id,
+        "doc": doc,
+        "target": doc["target"],
+        "arguments": {"gen_args_0": {"arg_0": doc["prompt"], "arg_1": {"until": ["\n"], "max_gen_toks": 7}}},
+        "resps": [[raw]],
+        "filtered_resps": [filtered],
+        "filter": filter_name,
+        "metrics": ["exact_match", "f1"],
+        "doc_hash": "h",
+        "prompt_hash": "p",
+        "target_hash": "t",
+        "exact_match": 0,
+        "f1": 0.0,
+    }
 
 
 def choice_sample(doc_id, doc, lls):
     """...and for a multiple_choice task (log-likelihoods logged as strings)."""
-    return {"doc_id": doc_id, "doc": doc, "target": str(doc["label"]),
-            "arguments": {f"gen_args_{k}": {"arg_0": doc["prompt"], "arg_1": f" {c}"}
-                          for k, c in enumerate(doc["choices"])},
-            "resps": [[[str(ll), "False"]] for ll in lls], "filtered_resps": [[str(ll), "False"] for ll in lls],
-            "filter": "none", "metrics": ["acc", "acc_norm", "acc_bytes"], "acc": 0.0}
+    return {
+        "doc_id": doc_id,
+        "doc": doc,
+        "target": str(doc["label"]),
+        "arguments": {
+            f"gen_args_{k}": {"arg_0": doc["prompt"], "arg_1": f" {c}"} for k, c in enumerate(doc["choices"])
+        },
+        "resps": [[[str(ll), "False"]] for ll in lls],
+        "filtered_resps": [[str(ll), "False"] for ll in lls],
+        "filter": "none",
+        "metrics": ["acc", "acc_norm", "acc_bytes"],
+        "acc": 0.0,
+    }
 
 
 def write_jsonl(path, records):

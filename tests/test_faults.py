@@ -49,8 +49,15 @@ def run(run_dir: Path, method: str, *extra: str, fault: str | None = None) -> su
     env.pop("EVOLVE_TRAIN_FAULT", None)
     if fault:
         env["EVOLVE_TRAIN_FAULT"] = fault
-    return subprocess.run(command(run_dir, method, *extra), cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True, timeout=600)  # Hydra logs to stdout
+    return subprocess.run(
+        command(run_dir, method, *extra),
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=600,
+    )  # Hydra logs to stdout
 
 
 def weights(path: Path) -> dict:
@@ -98,24 +105,26 @@ def references(tmp_path_factory):
             assert done.returncode == 0, done.stdout[-3000:]
             made[method] = run_dir
         return made[method]
+
     return get
 
 
 CASES = [
     # (method, fault, what the rerun must say in its log)
-    ("full", "optimizer_step:27", "resuming time step 1 from the training state"),       # mid-step 1, from opt 4
-    ("full", "checkpoint_write:2", "resuming time step 1 from the training state"),      # writing steps/1
+    ("full", "optimizer_step:27", "resuming time step 1 from the training state"),  # mid-step 1, from opt 4
+    ("full", "checkpoint_write:2", "resuming time step 1 from the training state"),  # writing steps/1
     ("full", "optimizer_step:27:SIGINT", "resuming time step 1 from the training state"),  # Ctrl-C mid-step 1
-    ("lora", "optimizer_step:40", "resuming time step 2 from the training state"),       # mid-step 2 (adapter)
-    ("lora", "checkpoint_saved:2", "resuming time step 1 from the training state"),      # steps/1 not recorded
-    ("lora", "evaluate:3", "resuming time step 2 from the training state"),              # evaluating ckpt 2
+    ("lora", "optimizer_step:40", "resuming time step 2 from the training state"),  # mid-step 2 (adapter)
+    ("lora", "checkpoint_saved:2", "resuming time step 1 from the training state"),  # steps/1 not recorded
+    ("lora", "evaluate:3", "resuming time step 2 from the training state"),  # evaluating ckpt 2
     ("full", "optimizer_step:39:SIGTERM", "resuming time step 2 from the training state"),  # preempted in step 2
 ]
 
 
 @pytest.mark.parametrize("method, fault, resumed", CASES, ids=[f"{m}-{f}" for m, f, _ in CASES])
-def test_killed_run_rerun_with_the_same_command_matches_the_uninterrupted_run(references, tmp_path, method,
-                                                                              fault, resumed):
+def test_killed_run_rerun_with_the_same_command_matches_the_uninterrupted_run(
+    references, tmp_path, method, fault, resumed
+):
     reference = references(method)
     run_dir = tmp_path / "run"
     killed = run(run_dir, method, *STATES, fault=fault)

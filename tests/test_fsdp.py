@@ -33,29 +33,56 @@ SMALL = [*TINY, "model.n_layer=2"]  # two transformer blocks: fully_shard per bl
 ENV = {"ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1"}
 EM_TOLERANCE = 0.02
 SAME_AS_DDP = 1e-4
-VOLATILE = ("eval_seconds", "num_processes", "seconds", "prompts_per_process", "train_seconds",
-            "eval_tokens", "eval_flops", "retrieval_seconds", "index_seconds")  # evaluation's positions: padding and generation length follow the batching
+VOLATILE = (
+    "eval_seconds",
+    "num_processes",
+    "seconds",
+    "prompts_per_process",
+    "train_seconds",
+    "eval_tokens",
+    "eval_flops",
+    "retrieval_seconds",
+    "index_seconds",
+)  # evaluation's positions: padding and generation length follow the batching
 EVAL_TOKENS_TOLERANCE = 0.25
 
 
 def run(command: list[str], env: dict | None = None) -> str:
     """Run ``command`` from the repo root; its output (stdout + stderr); fails the test on a non-zero exit."""
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=500,
-                          env={**os.environ, "WANDB_MODE": "disabled", **(env or {})})
+    done = subprocess.run(
+        command,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=500,
+        env={**os.environ, "WANDB_MODE": "disabled", **(env or {})},
+    )
     assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-4000:])
     return done.stdout + done.stderr
 
 
 def launch(config: str = "fsdp") -> list[str]:
-    extra = ["--config_file", f"configs/accelerate/{config}.yaml"] if config else ["--multi_gpu",
-                                                                                   "--num_machines", "1"]
-    return [sys.executable, "-m", "accelerate.commands.launch", *extra, "--num_processes", "2",
-            "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(free_port())]
+    extra = ["--config_file", f"configs/accelerate/{config}.yaml"] if config else ["--multi_gpu", "--num_machines", "1"]
+    return [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        *extra,
+        "--num_processes",
+        "2",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        "--main_process_port",
+        str(free_port()),
+    ]
 
 
 def em_rows(run_dir: Path) -> list[tuple]:
-    return [(r["checkpoint"], r["group"], r.get("set"), r["em"]) for r in read_jsonl(run_dir / "metrics.jsonl")
-            if "em" in r]
+    return [
+        (r["checkpoint"], r["group"], r.get("set"), r["em"]) for r in read_jsonl(run_dir / "metrics.jsonl") if "em" in r
+    ]
 
 
 def check_loads(run_dir: Path, method: str) -> None:
@@ -96,8 +123,9 @@ def test_fsdp2_run_loads_and_matches_one_process(tmp_path, method):
         weights = load_file(sharded / f"steps/{k}/model.safetensors")
         to_ddp = relative_difference(load_file(ddp / f"steps/{k}/model.safetensors"), weights)
         to_single = relative_difference(load_file(single / f"steps/{k}/model.safetensors"), weights)
-        print(f"{method} step {k}: relative weight difference FSDP2 vs DDP {to_ddp:.2e}, vs one process "
-              f"{to_single:.4f}")
+        print(
+            f"{method} step {k}: relative weight difference FSDP2 vs DDP {to_ddp:.2e}, vs one process {to_single:.4f}"
+        )
         assert to_ddp < SAME_AS_DDP, k
     mine, reference = em_rows(sharded), em_rows(single)
     assert [r[:3] for r in mine] == [r[:3] for r in reference] and mine
@@ -140,8 +168,11 @@ def test_every_rank_evaluates_a_share_with_the_metrics_of_one_process(tmp_path):
     assert len(shares) == 3
     for share in shares:
         assert len(share) == 2 and all(0.4 <= n / sum(share) <= 0.6 for n in share), share
-    counted = [(mine["eval_tokens"], theirs["eval_tokens"]) for mine, theirs in zip(rows, reference)
-               if theirs.get("eval_tokens")]  # every rank's positions, summed: one process's, up to batching
+    counted = [
+        (mine["eval_tokens"], theirs["eval_tokens"])
+        for mine, theirs in zip(rows, reference)
+        if theirs.get("eval_tokens")
+    ]  # every rank's positions, summed: one process's, up to batching
     assert counted and all(abs(a / b - 1) <= EVAL_TOKENS_TOLERANCE for a, b in counted), counted
     rows, reference = without_volatile(rows), without_volatile(reference)
     assert [sorted(r) for r in rows] == [sorted(r) for r in reference]
@@ -165,9 +196,24 @@ SAMPLE = ROOT / "data" / "evolvingqa_sample"
 @pytest.mark.slow
 def test_qa_adaptation_runs_with_two_fsdp2_processes(tmp_path):
     run_dir = tmp_path / "qa"
-    run([*launch(), "train.py", *TINY, f"data.root={SAMPLE}", "data=evolvingqa", "data.steps=[20230101,'0102']",
-         "trainer.epochs_step0=2", "trainer.epochs=1", "eval.evaluators=[splits]", "eval.forward_transfer=false",
-         "eval.qa_adaptation.enabled=true", "eval.qa_adaptation.steps=4", f"hydra.run.dir={run_dir}"], ENV)
+    run(
+        [
+            *launch(),
+            "train.py",
+            *TINY,
+            f"data.root={SAMPLE}",
+            "data=evolvingqa",
+            "data.steps=[20230101,'0102']",
+            "trainer.epochs_step0=2",
+            "trainer.epochs=1",
+            "eval.evaluators=[splits]",
+            "eval.forward_transfer=false",
+            "eval.qa_adaptation.enabled=true",
+            "eval.qa_adaptation.steps=4",
+            f"hydra.run.dir={run_dir}",
+        ],
+        ENV,
+    )
     rows = read_jsonl(run_dir / "metrics.jsonl")
     assert {r["checkpoint"] for r in rows if r["group"] == "splits"} == {0, 1}
     assert {r["num_processes"] for r in rows} == {2}
@@ -183,17 +229,23 @@ def test_fsdp2_mid_step_state_resumes_to_the_same_weights(tmp_path):
     overrides = [*SMALL, "method=full", "trainer.batch_size=8", "trainer.save_every_n_steps=2"]
     run([*launch(), "train.py", *overrides, f"hydra.run.dir={reference}"], ENV)
     command = [*launch(), "train.py", *overrides, f"hydra.run.dir={resumed}"]
-    crashed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=500,
-                             env={**os.environ, "WANDB_MODE": "disabled", **ENV,
-                                  "EVOLVE_TRAIN_FAULT": "optimizer_step:27"})
+    crashed = subprocess.run(
+        command,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=500,
+        env={**os.environ, "WANDB_MODE": "disabled", **ENV, "EVOLVE_TRAIN_FAULT": "optimizer_step:27"},
+    )
     assert crashed.returncode != 0
     states = sorted(p.name for p in (resumed / "train_state").iterdir() if not p.name.startswith("."))
     assert states, "no mid-step state was saved before the kill"
     output = run(command, ENV)
     assert "resuming time step" in output and states[-1] in output
     for k in range(3):
-        difference = relative_difference(load_file(reference / f"steps/{k}/model.safetensors"),
-                                         load_file(resumed / f"steps/{k}/model.safetensors"))
+        difference = relative_difference(
+            load_file(reference / f"steps/{k}/model.safetensors"), load_file(resumed / f"steps/{k}/model.safetensors")
+        )
         assert difference < 1e-6, (k, difference)
     assert em_rows(resumed) == em_rows(reference)
 
@@ -207,8 +259,10 @@ def test_fsdp2_step0_cache_is_stored_and_loaded(tmp_path):
     run([*launch(), "train.py", *overrides, "method=full", f"hydra.run.dir={first}"], ENV)
     entries = [p for p in cache.iterdir() if not p.name.startswith(".")]
     assert len(entries) == 1 and (entries[0] / "model.safetensors").is_file()
-    output = run([*launch(), "train.py", *overrides, "method=lora", "method.lora.save_merged=true",
-                  f"hydra.run.dir={second}"], ENV)  # merged weights: check_loads reads them with transformers
+    output = run(
+        [*launch(), "train.py", *overrides, "method=lora", "method.lora.save_merged=true", f"hydra.run.dir={second}"],
+        ENV,
+    )  # merged weights: check_loads reads them with transformers
     assert output.count("loaded from the step-0 cache") == 2  # both processes
     assert len(re.findall(r"held (\d+) of (\d+) parameter values", output)) == 2 * 2  # steps 1 and 2 sharded
     a, b = load_file(first / "steps/0/model.safetensors"), load_file(second / "steps/0/model.safetensors")
@@ -229,6 +283,7 @@ def test_fsdp2_keeps_the_optimizer_state_across_steps_like_ddp(tmp_path):
     assert carried.keys() == load_file(ddp / "train_state/carry/2/optimizer.safetensors").keys()
     assert carried["transformer.wte.weight/step"].item() > 12  # counts every step's updates since step 0
     for k in (1, 2):
-        difference = relative_difference(load_file(ddp / f"steps/{k}/model.safetensors"),
-                                         load_file(sharded / f"steps/{k}/model.safetensors"))
+        difference = relative_difference(
+            load_file(ddp / f"steps/{k}/model.safetensors"), load_file(sharded / f"steps/{k}/model.safetensors")
+        )
         assert difference < SAME_AS_DDP, (k, difference)

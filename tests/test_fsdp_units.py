@@ -9,8 +9,7 @@ import torch
 
 from evolve_train.config import TrainerConfig
 from evolve_train.errors import ConfigError
-from evolve_train.training.distributed import (build_accelerator, fsdp2_requested, meta_skeleton,
-                                               unsharded_copy)
+from evolve_train.training.distributed import build_accelerator, fsdp2_requested, meta_skeleton, unsharded_copy
 
 
 def test_dist_timeout_goes_to_the_process_group_kwargs(monkeypatch):

@@ -14,20 +14,51 @@ from test_hygiene_compare import fake_run
 def hygiene_rows(checkpoint: int, flip: float | None, gap: float | None) -> list[dict]:
     rows = []
     if flip is not None:
-        rows.append({"group": "flip_rate", "checkpoint": checkpoint, "set": "splits", "set_name": "all",
-                     "set_step": None, "flip_rate": flip, "n": 10})
-        rows.append({"group": "flip_rate", "checkpoint": checkpoint - 1, "set": "splits", "set_name": "all",
-                     "set_step": None, "flip_rate": 0.9, "n": 10})  # an earlier checkpoint: ignored
+        rows.append(
+            {
+                "group": "flip_rate",
+                "checkpoint": checkpoint,
+                "set": "splits",
+                "set_name": "all",
+                "set_step": None,
+                "flip_rate": flip,
+                "n": 10,
+            }
+        )
+        rows.append(
+            {
+                "group": "flip_rate",
+                "checkpoint": checkpoint - 1,
+                "set": "splits",
+                "set_name": "all",
+                "set_step": None,
+                "flip_rate": 0.9,
+                "n": 10,
+            }
+        )  # an earlier checkpoint: ignored
     if gap is not None:
-        rows.append({"group": "contamination", "checkpoint": checkpoint, "set": "splits", "set_name": "all",
-                     "set_step": None, "contamination_gap": gap, "n": 10})
+        rows.append(
+            {
+                "group": "contamination",
+                "checkpoint": checkpoint,
+                "set": "splits",
+                "set_name": "all",
+                "set_step": None,
+                "contamination_gap": gap,
+                "n": 10,
+            }
+        )
     return rows
 
 
 def good_outcomes(n_right: int, n: int = 40) -> dict[str, dict[str, int]]:
     unchanged = {f"u{k}": int(k < n_right) for k in range(n)}
-    return {"unchanged": unchanged, "new_1": {"n1": 1, "n2": 0}, "new_2": {"n3": 1, "n4": 1, "n5": 1, "n6": 0},
-            "outdated_1": {"o1": 0}}
+    return {
+        "unchanged": unchanged,
+        "new_1": {"n1": 1, "n2": 0},
+        "new_2": {"n3": 1, "n4": 1, "n5": 1, "n6": 0},
+        "outdated_1": {"o1": 0},
+    }
 
 
 def check_line(output: str, name: str) -> tuple[str, str, str, str]:
@@ -71,8 +102,22 @@ def test_baseline_ci_low_must_exceed_the_threshold(runs, capsys):
 def test_slice_floors_by_set_kind_and_all(runs, capsys):
     run, _ = runs
     # new_1 = 0.5; new (item-weighted over new_1 + new_2) = (1 + 3)/6; all = (36 + 1 + 3)/46
-    assert main([str(run), "--contamination-gap-max", "none", "--slice-floor", "new_1=0.5",
-                 "--slice-floor", "new=0.7", "--slice-floor", "all=0.87"]) == 1
+    assert (
+        main(
+            [
+                str(run),
+                "--contamination-gap-max",
+                "none",
+                "--slice-floor",
+                "new_1=0.5",
+                "--slice-floor",
+                "new=0.7",
+                "--slice-floor",
+                "all=0.87",
+            ]
+        )
+        == 1
+    )
     out = capsys.readouterr().out
     assert check_line(out, "slice:new_1") == ("PASS", "0.5000", ">=", "0.5")
     assert check_line(out, "slice:new") == ("FAIL", "0.6667", ">=", "0.7")
@@ -85,8 +130,10 @@ def test_thresholds_come_from_the_runs_config_and_flags_override(runs, capsys):
     run, _ = runs
     hydra = Path(run) / ".hydra"
     hydra.mkdir()
-    (hydra / "config.yaml").write_text("eval:\n  gate:\n    flip_rate_max: 0.05\n    contamination_gap_max: 0.1\n"
-                                       "    slice_floors:\n      unchanged: 0.95\n")
+    (hydra / "config.yaml").write_text(
+        "eval:\n  gate:\n    flip_rate_max: 0.05\n    contamination_gap_max: 0.1\n"
+        "    slice_floors:\n      unchanged: 0.95\n"
+    )
     assert main([str(run)]) == 1
     out = capsys.readouterr().out
     assert check_line(out, "flip_rate") == ("FAIL", "0.0800", "<=", "0.05")

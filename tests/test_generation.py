@@ -10,8 +10,14 @@ from evolve_train.models.build import train_tokenizer
 from evolve_train.models.generation import greedy_decode
 
 TEXTS = [f"The director of Company{i} is Person{i % 7} and it is based in City{i % 5}." for i in range(50)]
-PROMPTS = ["Company3 is based in", "Who directs Company12?", "The director of Company40 in the year 2021 is",
-           "City", "Person4 lives in City2 and works for", "Q: Where is Company7 based?\nA:"]
+PROMPTS = [
+    "Company3 is based in",
+    "Who directs Company12?",
+    "The director of Company40 in the year 2021 is",
+    "City",
+    "Person4 lives in City2 and works for",
+    "Q: Where is Company7 based?\nA:",
+]
 
 
 @pytest.fixture(scope="module")
@@ -22,19 +28,34 @@ def tokenizer():
 def tiny_model(kind: str, tokenizer):
     torch.manual_seed(0)
     if kind == "gpt2":
-        config = GPT2Config(n_layer=2, n_embd=32, n_head=2, n_positions=64, vocab_size=len(tokenizer),
-                            pad_token_id=tokenizer.pad_token_id, activation_function="gelu")
+        config = GPT2Config(
+            n_layer=2,
+            n_embd=32,
+            n_head=2,
+            n_positions=64,
+            vocab_size=len(tokenizer),
+            pad_token_id=tokenizer.pad_token_id,
+            activation_function="gelu",
+        )
         return GPT2LMHeadModel(config).eval()
-    config = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-                         num_key_value_heads=1, vocab_size=len(tokenizer), max_position_embeddings=64,
-                         pad_token_id=tokenizer.pad_token_id)
+    config = LlamaConfig(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        vocab_size=len(tokenizer),
+        max_position_embeddings=64,
+        pad_token_id=tokenizer.pad_token_id,
+    )
     return LlamaForCausalLM(config).eval()
 
 
 def reference(model, encoded, stop_ids, pad_id, width):
     """transformers' greedy ``generate``, new tokens padded to ``width``."""
-    out = model.generate(**encoded, max_new_tokens=width, do_sample=False, num_beams=1, eos_token_id=stop_ids,
-                         pad_token_id=pad_id)[:, encoded["input_ids"].shape[1]:]
+    out = model.generate(
+        **encoded, max_new_tokens=width, do_sample=False, num_beams=1, eos_token_id=stop_ids, pad_token_id=pad_id
+    )[:, encoded["input_ids"].shape[1] :]
     return torch.nn.functional.pad(out, (0, width - out.shape[1]), value=pad_id)
 
 
@@ -44,16 +65,19 @@ def test_pruned_decoder_matches_generate_and_drops_finished_rows(tokenizer, kind
     tokenizer.padding_side = "left"
     encoded = tokenizer(PROMPTS, return_tensors="pt", padding=True, add_special_tokens=False)
     pad, width = tokenizer.pad_token_id, 8
-    free = greedy_decode(model, encoded["input_ids"], encoded["attention_mask"], max_new_tokens=width,
-                         stop_ids=[], pad_id=pad)
+    free = greedy_decode(
+        model, encoded["input_ids"], encoded["attention_mask"], max_new_tokens=width, stop_ids=[], pad_id=pad
+    )
     # Stop tokens chosen so that rows end at different steps: some early, some never.
     never = set(free[-1].tolist())
     stop_ids = sorted({next(t for t in free[row, :-1].tolist() if t not in never) for row in (0, 2)})
     batch_sizes = []
-    hook = model.register_forward_pre_hook(lambda m, a, kw: batch_sizes.append(kw["input_ids"].shape[0]),
-                                           with_kwargs=True)
-    ours = greedy_decode(model, encoded["input_ids"], encoded["attention_mask"], max_new_tokens=width,
-                         stop_ids=stop_ids, pad_id=pad)
+    hook = model.register_forward_pre_hook(
+        lambda m, a, kw: batch_sizes.append(kw["input_ids"].shape[0]), with_kwargs=True
+    )
+    ours = greedy_decode(
+        model, encoded["input_ids"], encoded["attention_mask"], max_new_tokens=width, stop_ids=stop_ids, pad_id=pad
+    )
     hook.remove()
     assert torch.equal(ours, reference(model, encoded, stop_ids, pad, width))
     assert (ours[0] == pad).any() and not (ours[-1] == pad).any()  # one row stopped early, one ran to the end
@@ -66,8 +90,9 @@ def test_adapter_generation_is_the_same_with_either_decoder(tokenizer, kind):
     model = tiny_model(kind, tokenizer)
     options = dict(batch_size=4, max_new_tokens=6, stop_strings=["\n", "."])
     adapter = CausalLMAdapter(tokenizer)
-    assert (adapter.generate(model, PROMPTS, decoder="pruned", **options)
-            == adapter.generate(model, PROMPTS, decoder="generate", **options))
+    assert adapter.generate(model, PROMPTS, decoder="pruned", **options) == adapter.generate(
+        model, PROMPTS, decoder="generate", **options
+    )
 
 
 @pytest.mark.parametrize("decoder", ["pruned", "generate"])
@@ -80,9 +105,15 @@ def test_adapter_generation_equals_transformers_generate_one_prompt_at_a_time(to
     stop_ids = adapter.stop_ids(stops)
     for prompt, answer in zip(PROMPTS, ours):
         ids = torch.tensor([tokenizer(prompt, add_special_tokens=False)["input_ids"]])
-        out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=6, do_sample=False,
-                             eos_token_id=stop_ids, pad_token_id=tokenizer.pad_token_id)
-        assert answer == tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
+        out = model.generate(
+            input_ids=ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=6,
+            do_sample=False,
+            eos_token_id=stop_ids,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+        assert answer == tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True)
 
 
 def test_unknown_decoder_is_refused(tokenizer):

@@ -10,8 +10,13 @@ from transformers import GPT2Config, GPT2LMHeadModel
 
 from evolve_train.config import EvalConfig
 from evolve_train.errors import ConfigError
-from evolve_train.evaluation.evaluators.heldout import (GENERAL_FILE, heldout_evaluator, heldout_files, text_loss,
-                                                        token_windows)
+from evolve_train.evaluation.evaluators.heldout import (
+    GENERAL_FILE,
+    heldout_evaluator,
+    heldout_files,
+    text_loss,
+    token_windows,
+)
 from evolve_train.models.adapter import make_adapter
 from evolve_train.models.build import train_tokenizer
 
@@ -28,7 +33,9 @@ def model(vocab: int) -> GPT2LMHeadModel:
 
 def test_the_loss_is_the_models_own_mean_token_loss(tokenizer):
     lm = model(len(tokenizer))
-    windows = token_windows(make_adapter(tokenizer, False), "One short document.\n\nAnother document, a little longer than the first.", 8)
+    windows = token_windows(
+        make_adapter(tokenizer, False), "One short document.\n\nAnother document, a little longer than the first.", 8
+    )
     assert all(1 < len(w) <= 8 for w in windows) and sum(len(w) for w in windows) > 8
     total, count = text_loss(lm, windows, batch_size=2)
     expected_total, expected_count = 0.0, 0
@@ -44,8 +51,12 @@ def test_evaluator_rows_and_config_errors(tokenizer, tmp_path):
 
     custom = tmp_path / "news.txt"
     custom.write_text("The bridge opened.\n\nThe river rose.\n")
-    ctx = SimpleNamespace(model=model(len(tokenizer)), adapter=make_adapter(tokenizer, False), checkpoint=2,
-                          cfg=EvalConfig(heldout_text=["general", str(custom)], heldout_window=32))
+    ctx = SimpleNamespace(
+        model=model(len(tokenizer)),
+        adapter=make_adapter(tokenizer, False),
+        checkpoint=2,
+        cfg=EvalConfig(heldout_text=["general", str(custom)], heldout_window=32),
+    )
     rows = heldout_evaluator(ctx)
     assert [r["set_name"] for r in rows] == ["heldout_general", "news"]
     for row in rows:
@@ -61,7 +72,15 @@ def test_heldout_rows_reach_the_wandb_curves_and_the_summary():
     from evolve_train.evaluation.evaluators.report import groups_summary
     from evolve_train.tracking.wandb_logger import eval_payload
 
-    row = {"group": "heldout", "checkpoint": 1, "set": "heldout", "set_name": "heldout_general", "set_step": None,
-           "n": 10, "loss": 2.0, "perplexity": math.exp(2.0)}
+    row = {
+        "group": "heldout",
+        "checkpoint": 1,
+        "set": "heldout",
+        "set_name": "heldout_general",
+        "set_step": None,
+        "n": 10,
+        "loss": 2.0,
+        "perplexity": math.exp(2.0),
+    }
     assert eval_payload(1, [row])["heldout/heldout_general/perplexity"] == pytest.approx(math.exp(2.0))
     assert groups_summary([row])["heldout"]["1"]["heldout_general"]["perplexity"] == pytest.approx(math.exp(2.0))

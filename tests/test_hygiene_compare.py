@@ -20,18 +20,37 @@ def write_jsonl(path: Path, rows) -> Path:
     return path
 
 
-def fake_run(path: Path, outcomes: dict[str, dict[str, int]], checkpoint: int = 2, extra_rows=(),
-             predictions: dict[str, dict[str, str]] | None = None) -> Path:
+def fake_run(
+    path: Path,
+    outcomes: dict[str, dict[str, int]],
+    checkpoint: int = 2,
+    extra_rows=(),
+    predictions: dict[str, dict[str, str]] | None = None,
+) -> Path:
     """A finished run dir whose final checkpoint has ``outcomes`` {column: {id: 0/1}}."""
     rows = []
     for column, by_id in outcomes.items():
         kind, _, step = column.partition("_")
         em = sum(by_id.values()) / len(by_id)
-        rows.append({"group": "splits", "checkpoint": checkpoint, "set": kind, "set_name": column,
-                     "set_step": int(step) if step else None, "n": len(by_id), "em": em, "f1": em})
-        write_jsonl(path / "predictions" / f"step_{checkpoint}" / f"{column}.jsonl",
-                    [{"id": i, "prediction": (predictions or {}).get(column, {}).get(i, "p"), "correct": c}
-                     for i, c in by_id.items()])
+        rows.append(
+            {
+                "group": "splits",
+                "checkpoint": checkpoint,
+                "set": kind,
+                "set_name": column,
+                "set_step": int(step) if step else None,
+                "n": len(by_id),
+                "em": em,
+                "f1": em,
+            }
+        )
+        write_jsonl(
+            path / "predictions" / f"step_{checkpoint}" / f"{column}.jsonl",
+            [
+                {"id": i, "prediction": (predictions or {}).get(column, {}).get(i, "p"), "correct": c}
+                for i, c in by_id.items()
+            ],
+        )
     write_jsonl(path / "metrics.jsonl", rows + list(extra_rows))
     (path / "summary.json").write_text(json.dumps({"method": path.name, "seed": 0, "experiment": "t"}))
     return path
@@ -39,11 +58,24 @@ def fake_run(path: Path, outcomes: dict[str, dict[str, int]], checkpoint: int = 
 
 # ---------------------------------------------------------------- compare_runs
 
+
 def test_compare_runs_per_split_by_hand(tmp_path):
-    a = fake_run(tmp_path / "a", {"unchanged": {"u1": 1, "u2": 1, "u3": 0, "u4": 0},
-                                  "new_1": {"n1": 1, "n2": 1}, "outdated_1": {"o1": 1, "o2": 0}})
-    b = fake_run(tmp_path / "b", {"unchanged": {"u1": 1, "u2": 0, "u3": 0, "u4": 0},
-                                  "new_1": {"n1": 1, "n2": 1}, "outdated_1": {"o1": 0, "o2": 0}})
+    a = fake_run(
+        tmp_path / "a",
+        {
+            "unchanged": {"u1": 1, "u2": 1, "u3": 0, "u4": 0},
+            "new_1": {"n1": 1, "n2": 1},
+            "outdated_1": {"o1": 1, "o2": 0},
+        },
+    )
+    b = fake_run(
+        tmp_path / "b",
+        {
+            "unchanged": {"u1": 1, "u2": 0, "u3": 0, "u4": 0},
+            "new_1": {"n1": 1, "n2": 1},
+            "outdated_1": {"o1": 0, "o2": 0},
+        },
+    )
     result = compare_runs(a, b, B=500)
     u = result["unchanged"]
     assert u["diff"] == 0.25 and (u["em_a"], u["em_b"], u["n"]) == (0.5, 0.25, 4)
@@ -69,6 +101,7 @@ def test_compare_runs_refuses_different_question_sets(tmp_path):
 
 # ---------------------------------------------------------------- refresh
 
+
 def test_saturated_ids_by_hand():
     golds = {"q1": ["Paris"], "q2": ["Oslo"], "q3": ["Rome"], "q4": ["Bern"]}
     ref_a = [{"q1": ["paris"], "q2": ["Oslo"], "q3": ["Rome"]}, {"q1": ["The Paris"], "q2": ["Lima"], "q3": ["Rome"]}]
@@ -81,26 +114,38 @@ def test_saturated_ids_by_hand():
 
 
 def test_refresh_cli_over_checkpoints_and_prediction_files(tmp_path, capsys):
-    gold = write_jsonl(tmp_path / "gold.jsonl", [
-        {"id": "a", "question": "Qa", "answers": ["x"], "split": "private"},
-        {"id": "b", "question": "Qb", "answers": ["y", "why"], "split": "private"},
-        {"id": "c", "question": "Qc", "answers": ["z"], "split": "private"},
-    ])
+    gold = write_jsonl(
+        tmp_path / "gold.jsonl",
+        [
+            {"id": "a", "question": "Qa", "answers": ["x"], "split": "private"},
+            {"id": "b", "question": "Qb", "answers": ["y", "why"], "split": "private"},
+            {"id": "c", "question": "Qc", "answers": ["z"], "split": "private"},
+        ],
+    )
     run = tmp_path / "run"
     write_jsonl(run / "predictions" / "step_-1" / "unchanged.jsonl", [{"id": "a", "prediction": "no"}])  # ignored
-    write_jsonl(run / "predictions" / "step_0" / "unchanged.jsonl",
-                [{"id": "a", "prediction": "no"}, {"id": "b", "prediction": "no"}, {"id": "c", "prediction": "no"}])
-    write_jsonl(run / "predictions" / "step_1" / "unchanged.jsonl", [{"id": "a", "prediction": "x"},
-                                                                     {"id": "b", "prediction": "why"}])
+    write_jsonl(
+        run / "predictions" / "step_0" / "unchanged.jsonl",
+        [{"id": "a", "prediction": "no"}, {"id": "b", "prediction": "no"}, {"id": "c", "prediction": "no"}],
+    )
+    write_jsonl(
+        run / "predictions" / "step_1" / "unchanged.jsonl",
+        [{"id": "a", "prediction": "x"}, {"id": "b", "prediction": "why"}],
+    )
     write_jsonl(run / "predictions" / "step_1" / "new_1.jsonl", [{"id": "c", "prediction": "z"}])
-    write_jsonl(run / "predictions" / "step_2" / "unchanged.jsonl", [{"id": "a", "prediction": "X."},
-                                                                     {"id": "b", "prediction": "y"},
-                                                                     {"id": "c", "prediction": "z"}])
+    write_jsonl(
+        run / "predictions" / "step_2" / "unchanged.jsonl",
+        [{"id": "a", "prediction": "X."}, {"id": "b", "prediction": "y"}, {"id": "c", "prediction": "z"}],
+    )
     reruns = tmp_path / "reruns"  # a reference of repeated prediction files
-    write_jsonl(reruns / "attempt_0.jsonl", [{"id": "a", "prediction": "x"}, {"id": "b", "prediction": "no"},
-                                             {"id": "c", "prediction": "z"}])
-    write_jsonl(reruns / "attempt_1.jsonl", [{"id": "a", "prediction": "x"}, {"id": "b", "prediction": "y"},
-                                             {"id": "c", "prediction": "z"}])
+    write_jsonl(
+        reruns / "attempt_0.jsonl",
+        [{"id": "a", "prediction": "x"}, {"id": "b", "prediction": "no"}, {"id": "c", "prediction": "z"}],
+    )
+    write_jsonl(
+        reruns / "attempt_1.jsonl",
+        [{"id": "a", "prediction": "x"}, {"id": "b", "prediction": "y"}, {"id": "c", "prediction": "z"}],
+    )
     out = tmp_path / "kept.jsonl"
     args = ["refresh", "--references", str(run), str(reruns), "--attempts", "2", "--gold", str(gold), "--out", str(out)]
     assert data_main(args) == 0
@@ -108,12 +153,15 @@ def test_refresh_cli_over_checkpoints_and_prediction_files(tmp_path, capsys):
     assert [json.loads(line)["id"] for line in out.read_text().splitlines()] == ["b"]
     assert "kept 1 of 3 items (2 dropped" in capsys.readouterr().out
     note = json.loads((tmp_path / "kept.jsonl.note.json").read_text())
-    assert note["references"] == [{"path": str(run), "attempts": ["checkpoint 1", "checkpoint 2"]},
-                                  {"path": str(reruns), "attempts": ["attempt_0.jsonl", "attempt_1.jsonl"]}]
+    assert note["references"] == [
+        {"path": str(run), "attempts": ["checkpoint 1", "checkpoint 2"]},
+        {"path": str(reruns), "attempts": ["attempt_0.jsonl", "attempt_1.jsonl"]},
+    ]
     assert note["dropped"] == ["a", "c"] and note["attempts"] == 2 and len(note["date"]) == 10
     # three checkpoints: step 0 was wrong everywhere -> nothing saturated in run
-    assert data_main(["refresh", "--references", str(run), "--attempts", "3", "--gold", str(gold),
-                      "--out", str(out)]) == 0
+    assert (
+        data_main(["refresh", "--references", str(run), "--attempts", "3", "--gold", str(gold), "--out", str(out)]) == 0
+    )
     assert len(out.read_text().splitlines()) == 3
 
 
@@ -122,10 +170,14 @@ def test_refresh_errors_are_one_line_naming_the_reference(tmp_path, capsys):
     reruns = tmp_path / "reruns"
     write_jsonl(reruns / "attempt_0.jsonl", [{"id": "a", "prediction": "x"}])
     out = tmp_path / "kept.jsonl"
-    assert data_main(["refresh", "--references", str(reruns), "--attempts", "2", "--gold", str(gold),
-                      "--out", str(out)]) == 2
+    assert (
+        data_main(["refresh", "--references", str(reruns), "--attempts", "2", "--gold", str(gold), "--out", str(out)])
+        == 2
+    )
     assert f"reference {reruns} has 1 attempt(s)" in capsys.readouterr().err and not out.exists()
     write_jsonl(reruns / "attempt_1.jsonl", [{"id": "a", "generation": "x"}])
-    assert data_main(["refresh", "--references", str(reruns), "--attempts", "2", "--gold", str(gold),
-                      "--out", str(out)]) == 2
+    assert (
+        data_main(["refresh", "--references", str(reruns), "--attempts", "2", "--gold", str(gold), "--out", str(out)])
+        == 2
+    )
     assert "attempt_1.jsonl, line 1, field 'prediction'" in capsys.readouterr().err

@@ -11,9 +11,14 @@ from evolve_train.config import EvalConfig
 from evolve_train.data.timeline import EvalSet, TimeStep, Timeline
 from evolve_train.errors import ConfigError
 from evolve_train.evaluation.evaluator import EVALUATORS, EvalContext
-from evolve_train.evaluation.evaluators import hygiene
-from evolve_train.evaluation.evaluators.hygiene import (check_config, check_rewrites, contamination_evaluator,
-                                                        flip_rate_evaluator, gap_stats, perturbations)
+from evolve_train.evaluation.evaluators.hygiene import (
+    check_config,
+    check_rewrites,
+    contamination_evaluator,
+    flip_rate_evaluator,
+    gap_stats,
+    perturbations,
+)
 from evolve_train.run import train
 from helpers import tiny_cfg
 
@@ -23,6 +28,7 @@ def test_the_evaluators_are_registered_by_name():
 
 
 # ---------------------------------------------------------------- gap
+
 
 def test_gap_with_equal_variants_is_acc_original_minus_mean_variant_accuracy():
     stats = gap_stats([1, 1, 0, 1], [[1, 0, 0], [1, 1, 1], [0, 0, 0], [0, 0, 1]])
@@ -42,28 +48,45 @@ def test_gap_with_unequal_variants_averages_each_question_first_and_empty_is_nul
 
 # ---------------------------------------------------------------- variants
 
+
 def test_heldout_variants_come_first_and_rewrites_apply_to_items_without_them():
-    world = {"id": "a", "question": "The director of X is", "answers": ["Y"],
-             "extra": {"variants": ["Heading X is", "The director of X is", "X answers to its director,", "V3"]}}
-    assert perturbations(world, [], 3) == [("variant0", "Heading X is"), ("variant2", "X answers to its director,"),
-                                           ("variant3", "V3")]  # a copy of the original is no variant
-    rewrites = check_rewrites([{"pattern": r"^Who is (.*)\?$", "replacement": r"Tell me who \1 is."},
-                               {"name": "brief", "template": "{question} Answer briefly."}])
+    world = {
+        "id": "a",
+        "question": "The director of X is",
+        "answers": ["Y"],
+        "extra": {"variants": ["Heading X is", "The director of X is", "X answers to its director,", "V3"]},
+    }
+    assert perturbations(world, [], 3) == [
+        ("variant0", "Heading X is"),
+        ("variant2", "X answers to its director,"),
+        ("variant3", "V3"),
+    ]  # a copy of the original is no variant
+    rewrites = check_rewrites(
+        [
+            {"pattern": r"^Who is (.*)\?$", "replacement": r"Tell me who \1 is."},
+            {"name": "brief", "template": "{question} Answer briefly."},
+        ]
+    )
     loaded = {"id": "b", "question": "Who is the CEO of X?", "answers": ["Z"]}
-    assert perturbations(loaded, rewrites, 3) == [("rewrite0", "Tell me who the CEO of X is."),
-                                                  ("brief", "Who is the CEO of X? Answer briefly.")]
+    assert perturbations(loaded, rewrites, 3) == [
+        ("rewrite0", "Tell me who the CEO of X is."),
+        ("brief", "Who is the CEO of X? Answer briefly."),
+    ]
     other = {"id": "c", "question": "When was X founded?", "answers": ["1990"]}
     assert perturbations(other, rewrites, 3) == [("brief", "When was X founded? Answer briefly.")]  # no match
     assert perturbations(other, rewrites, 0) == []
 
 
-@pytest.mark.parametrize("rewrites, message", [
-    ([{"pattern": "("}], "needs a 'replacement'"),
-    ([{"pattern": "(", "replacement": "x"}], "invalid regular expression"),
-    ([{"template": "Answer briefly."}], "must contain {question}"),
-    ([{"pattern": "a", "replacement": "b", "template": "{question}"}], "either 'pattern'"),
-    ([{"regex": "a"}], "unknown key"),
-])
+@pytest.mark.parametrize(
+    "rewrites, message",
+    [
+        ([{"pattern": "("}], "needs a 'replacement'"),
+        ([{"pattern": "(", "replacement": "x"}], "invalid regular expression"),
+        ([{"template": "Answer briefly."}], "must contain {question}"),
+        ([{"pattern": "a", "replacement": "b", "template": "{question}"}], "either 'pattern'"),
+        ([{"regex": "a"}], "unknown key"),
+    ],
+)
 def test_bad_rewrites_fail_naming_the_entry(rewrites, message):
     with pytest.raises(ConfigError, match=r"eval.contamination.rewrites\[0\].*" + message.replace("{", r"\{")):
         check_rewrites(rewrites)
@@ -79,6 +102,7 @@ def test_config_checks():
 
 # ---------------------------------------------------------------- the evaluators on scripted answers
 
+
 @dataclass
 class ScriptedContext(EvalContext):
     script: dict = None
@@ -88,20 +112,41 @@ class ScriptedContext(EvalContext):
 
 
 def _item(item_id, question, gold, variants, kind="unchanged", split="private"):
-    return {"id": item_id, "question": question, "answers": [gold], "set": kind, "split": split,
-            "extra": {"variants": variants}}
+    return {
+        "id": item_id,
+        "question": question,
+        "answers": [gold],
+        "set": kind,
+        "split": split,
+        "extra": {"variants": variants},
+    }
 
 
 def scripted(tmp_path, cfg=None):
-    unchanged = [_item("u1", "U1 is", "a", ["U1 v0", "U1 v1"]), _item("u2", "U2 is", "b", ["U2 v0", "U2 v1"]),
-                 _item("u3", "U3 is", "c", [])]
+    unchanged = [
+        _item("u1", "U1 is", "a", ["U1 v0", "U1 v1"]),
+        _item("u2", "U2 is", "b", ["U2 v0", "U2 v1"]),
+        _item("u3", "U3 is", "c", []),
+    ]
     updated = [_item("p1", "P1 is", "new", ["P1 v0", "P1 v1"], kind="updated")]
     outdated = [_item("o1", "P1 is", "old", ["P1 v0", "P1 v1"], kind="outdated")]
-    sets = [EvalSet("unchanged", "unchanged", None, unchanged), EvalSet("updated_1", "updated", 1, updated),
-            EvalSet("outdated_1", "outdated", 1, outdated), EvalSet("updated_2", "updated", 2, updated)]
-    script = {"Q: U1 is": "a", "Q: U1 v0": "a", "Q: U1 v1": "zz",      # u1: right, variants 1/2
-              "Q: U2 is": "b", "Q: U2 v0": "x", "Q: U2 v1": "y",      # u2: right, variants 0/2
-              "Q: P1 is": "new", "Q: P1 v0": "new", "Q: P1 v1": "New."}  # p1: right, variants 2/2 (normalized)
+    sets = [
+        EvalSet("unchanged", "unchanged", None, unchanged),
+        EvalSet("updated_1", "updated", 1, updated),
+        EvalSet("outdated_1", "outdated", 1, outdated),
+        EvalSet("updated_2", "updated", 2, updated),
+    ]
+    script = {
+        "Q: U1 is": "a",
+        "Q: U1 v0": "a",
+        "Q: U1 v1": "zz",  # u1: right, variants 1/2
+        "Q: U2 is": "b",
+        "Q: U2 v0": "x",
+        "Q: U2 v1": "y",  # u2: right, variants 0/2
+        "Q: P1 is": "new",
+        "Q: P1 v0": "new",
+        "Q: P1 v1": "New.",
+    }  # p1: right, variants 2/2 (normalized)
     tl = Timeline(steps=[TimeStep(0, "0"), TimeStep(1, "1")], eval_sets=sets, prompt_template="Q: {question}")
     return ScriptedContext(timeline=tl, checkpoint=1, cfg=cfg or EvalConfig(), run_dir=tmp_path, script=script)
 
@@ -121,8 +166,13 @@ def test_contamination_per_split_and_pooled_by_hand(tmp_path):
     spot = [json.loads(line) for line in (tmp_path / "contamination_spotcheck.jsonl").read_text().splitlines()]
     assert len(spot) == 6 and {r["set"] for r in spot} == {"unchanged", "updated_1"}  # outdated not spot-checked
     first = next(r for r in spot if r["id"] == "u1" and r["variant"] == "variant1")
-    assert (first["original"], first["perturbed"], first["gold"], first["prediction_perturbed"],
-            first["label_preserved"]) == ("U1 is", "U1 v1", ["a"], "zz", None)
+    assert (
+        first["original"],
+        first["perturbed"],
+        first["gold"],
+        first["prediction_perturbed"],
+        first["label_preserved"],
+    ) == ("U1 is", "U1 v1", ["a"], "zz", None)
 
 
 def test_spotcheck_keeps_other_checkpoints_and_its_size(tmp_path):
@@ -157,9 +207,14 @@ def test_flip_rate_uses_k_templates(tmp_path):
 def test_sampled_flip_rate_takes_the_majority_of_n_repeats(tmp_path):
     cfg = EvalConfig()
     cfg.flip_rate.samples, cfg.flip_rate.templates = 3, 2
-    samples = {"Q: U1 is": ["a", "b", "a"], "Q: U1 v0": ["b", "a", "a"],   # majorities a, a: no flip
-               "Q: U2 is": ["b", "b", "x"], "Q: U2 v0": ["x", "x", "b"],   # b vs x: flip
-               "Q: P1 is": ["new"] * 3, "Q: P1 v0": ["new", "old", "new"]}
+    samples = {
+        "Q: U1 is": ["a", "b", "a"],
+        "Q: U1 v0": ["b", "a", "a"],  # majorities a, a: no flip
+        "Q: U2 is": ["b", "b", "x"],
+        "Q: U2 v0": ["x", "x", "b"],  # b vs x: flip
+        "Q: P1 is": ["new"] * 3,
+        "Q: P1 v0": ["new", "old", "new"],
+    }
 
     class SamplingAdapter:  # EvalContext.samples asks the model's adapter for n samples per prompt
         def sample(self, model, prompts, *, n, **kwargs):
@@ -182,30 +237,52 @@ def test_adapter_sampling_returns_n_generations_per_prompt():
     tokenizer = train_tokenizer(texts, 120, "gpt2")
     model = build_model(ModelConfig(n_layer=1, n_embd=16, n_head=2, vocab_size=120), tokenizer)
     adapter = CausalLMAdapter(tokenizer)
-    out = adapter.sample(model, ["The director of Acme is", "Acme is based in"], n=3, temperature=1.0, seed=0,
-                         max_new_tokens=3)
+    out = adapter.sample(
+        model, ["The director of Acme is", "Acme is based in"], n=3, temperature=1.0, seed=0, max_new_tokens=3
+    )
     assert len(out) == 2 and all(len(group) == 3 for group in out)
-    again = adapter.sample(model, ["The director of Acme is", "Acme is based in"], n=3, temperature=1.0, seed=0,
-                           max_new_tokens=3)
+    again = adapter.sample(
+        model, ["The director of Acme is", "Acme is based in"], n=3, temperature=1.0, seed=0, max_new_tokens=3
+    )
     assert out == again  # seeded
 
 
 # ---------------------------------------------------------------- a real run
 
+
 def test_a_run_reports_gap_and_flip_rate_per_split_per_checkpoint_and_records_private_evaluations(tmp_path):
     run_dir = tmp_path / "run"
-    train(tiny_cfg(run_dir, "data.world.n_steps=2", "eval.evaluators=[splits,contamination,flip_rate]",
-                   "trainer.num_threads=1", "eval.forward_transfer=false"))
+    train(
+        tiny_cfg(
+            run_dir,
+            "data.world.n_steps=2",
+            "eval.evaluators=[splits,contamination,flip_rate]",
+            "trainer.num_threads=1",
+            "eval.forward_transfer=false",
+        )
+    )
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     for group, key in (("contamination", "contamination_gap"), ("flip_rate", "flip_rate")):
         got = {(r["checkpoint"], r["set_name"]) for r in rows if r["group"] == group and r[key] is not None}
-        assert got == {(0, "unchanged"), (0, "all"), (1, "unchanged"), (1, "new_1"), (1, "updated_1"),
-                       (1, "outdated_1"), (1, "all")}
+        assert got == {
+            (0, "unchanged"),
+            (0, "all"),
+            (1, "unchanged"),
+            (1, "new_1"),
+            (1, "updated_1"),
+            (1, "outdated_1"),
+            (1, "all"),
+        }
     k = {r["k"] for r in rows if r["group"] == "flip_rate" and r["n"]}
     assert k == {4}  # the original and the 3 held-out phrasings
     private = [json.loads(line) for line in (run_dir / "private_evaluations.jsonl").read_text().splitlines()]
-    assert {(r["checkpoint"], r["set"]) for r in private} == {(0, "unchanged"), (1, "unchanged"), (1, "new_1"),
-                                                             (1, "updated_1"), (1, "outdated_1")}
+    assert {(r["checkpoint"], r["set"]) for r in private} == {
+        (0, "unchanged"),
+        (1, "unchanged"),
+        (1, "new_1"),
+        (1, "updated_1"),
+        (1, "outdated_1"),
+    }
     splits = {(r["checkpoint"], r["set_name"]): r["n"] for r in rows if r["group"] == "splits"}
     for record in private:
         assert 0 < record["count"] <= splits[(record["checkpoint"], record["set"])] == record["n"]

@@ -38,12 +38,22 @@ def hydra_cfg(*overrides: str):
 
 # --- the result-affecting config and its fingerprint --------------------------------------------------------
 
+
 def test_result_config_is_flat_and_leaves_out_only_the_documented_keys():
     config = identity.result_config(cfg_of())
     assert config["trainer.lr"] == 2e-3 and config["method.lora.r"] == 8 and config["seed"] == 0
     assert config["data.fields"] == {} and isinstance(config["eval.evaluators"], list)  # dicts/lists: one leaf each
-    for key in ("trainer.num_threads", "trainer.log_every", "eval.batch_size", "resume", "run_dir",
-                "logger.backends", "logger.wandb.project", "eval.gate.flip_rate_max", "data.cache_dir"):
+    for key in (
+        "trainer.num_threads",
+        "trainer.log_every",
+        "eval.batch_size",
+        "resume",
+        "run_dir",
+        "logger.backends",
+        "logger.wandb.project",
+        "eval.gate.flip_rate_max",
+        "data.cache_dir",
+    ):
         assert key not in config, key
     assert all(isinstance(k, str) and not identity.may_differ(k) for k in config)
 
@@ -51,11 +61,26 @@ def test_result_config_is_flat_and_leaves_out_only_the_documented_keys():
 def test_fingerprint_follows_result_affecting_keys_only():
     base = identity.identity(cfg_of())
     assert identity.identity(cfg_of())["fingerprint"] == base["fingerprint"]
-    for same in ("eval.batch_size=3", "trainer.num_threads=2", "logger.backends=[disk,console]",
-                 "trainer.log_every=5", "run_dir=/elsewhere", "resume=false", "+extra.note=hi"):
+    for same in (
+        "eval.batch_size=3",
+        "trainer.num_threads=2",
+        "logger.backends=[disk,console]",
+        "trainer.log_every=5",
+        "run_dir=/elsewhere",
+        "resume=false",
+        "+extra.note=hi",
+    ):
         assert identity.identity(cfg_of(same))["fingerprint"] == base["fingerprint"], same
-    for changed in ("trainer.lr=0.5", "method=lora", "method.lora.r=4", "seed=1", "data.world.change_share=0.5",
-                    "model.n_embd=64", "eval.max_items_per_set=3", "trainer.mixed_precision=bf16"):
+    for changed in (
+        "trainer.lr=0.5",
+        "method=lora",
+        "method.lora.r=4",
+        "seed=1",
+        "data.world.change_share=0.5",
+        "model.n_embd=64",
+        "eval.max_items_per_set=3",
+        "trainer.mixed_precision=bf16",
+    ):
         assert identity.identity(cfg_of(changed))["fingerprint"] != base["fingerprint"], changed
 
 
@@ -78,8 +103,16 @@ def test_check_resume_lists_every_changed_key_with_old_and_new_values(tmp_path):
 def test_check_resume_allows_the_same_config_and_keys_that_may_differ(tmp_path):
     state = recorded_state()
     identity.check_resume(tmp_path, cfg_of(), state)
-    identity.check_resume(tmp_path, cfg_of("eval.batch_size=2", "logger.backends=[disk,console]",
-                                           "trainer.num_threads=2", "trainer.save_every_n_steps=5"), state)
+    identity.check_resume(
+        tmp_path,
+        cfg_of(
+            "eval.batch_size=2",
+            "logger.backends=[disk,console]",
+            "trainer.num_threads=2",
+            "trainer.save_every_n_steps=5",
+        ),
+        state,
+    )
 
 
 def test_check_resume_with_resume_false_is_left_to_check_run_dir(tmp_path):
@@ -139,11 +172,26 @@ def test_state_json_round_trips_the_identity(tmp_path):
 
 # --- the run dir ----------------------------------------------------------------------------------------------
 
+
 def test_run_tag_names_result_affecting_overrides_only():
     assert identity.run_tag([]) == ""
-    assert identity.run_tag(["seed=3", "method=lora", "experiment=lora_vs_full", "logger=wandb",
-                             "logger.backends=[disk]", "eval.batch_size=8", "trainer.num_threads=2",
-                             "hydra.run.dir=x", "resume=false", "+extra.note=x"]) == ""
+    assert (
+        identity.run_tag(
+            [
+                "seed=3",
+                "method=lora",
+                "experiment=lora_vs_full",
+                "logger=wandb",
+                "logger.backends=[disk]",
+                "eval.batch_size=8",
+                "trainer.num_threads=2",
+                "hydra.run.dir=x",
+                "resume=false",
+                "+extra.note=x",
+            ]
+        )
+        == ""
+    )
     tag = identity.run_tag(["method.lora.r=4"])
     assert tag.startswith("method.lora.r=4_") and tag.endswith("/")
 
@@ -157,8 +205,13 @@ def test_run_tag_is_canonical_and_distinguishes_values():
 
 def test_run_tag_is_filesystem_safe_and_bounded():
     long_path = "data.root=/very/long/" + "x" * 300 + "/release with spaces"
-    tags = [identity.run_tag([long_path]), identity.run_tag(TINY), identity.run_tag(["data.root=/a/b"]),
-            identity.run_tag(["data.root=/a_b"]), identity.run_tag(["~eval.time_slices"])]
+    tags = [
+        identity.run_tag([long_path]),
+        identity.run_tag(TINY),
+        identity.run_tag(["data.root=/a/b"]),
+        identity.run_tag(["data.root=/a_b"]),
+        identity.run_tag(["~eval.time_slices"]),
+    ]
     assert len(set(tags)) == len(tags)  # sanitised alike, still different (the hash)
     for tag in tags:
         name = tag.rstrip("/")
@@ -195,6 +248,7 @@ def test_hydra_does_not_overwrite_the_record_of_a_run_it_will_refuse(tmp_path):
 
 # --- the step-0 cache key -------------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def tokenizer():
     return train_tokenizer(["the director of Orvane was Ada Brill", "in 2019 it was Tom Vey"], 300)
@@ -208,20 +262,52 @@ def key(tokenizer, *overrides, num_processes=1, step0=STEP0, runtime=RUNTIME):
     return step0_key(cfg_of(*overrides), tokenizer, num_processes, step0, runtime)
 
 
-@pytest.mark.parametrize("changed", [
-    "seed=1", "data.world.seed=3", "data.world.n_entities=13", "data.objective=clm", "data.kind=temporal_qa",
-    "model.n_embd=64", "model.arch=t5", "model.dropout=0.1", "trainer.lr=0.5", "trainer.epochs_step0=9",
-    "trainer.batch_size=8", "trainer.grad_accum=2", "trainer.seq_len=64", "trainer.warmup_steps=3",
-    "trainer.weight_decay=0.1", "trainer.grad_clip=0.5", "trainer.mixed_precision=bf16", "trainer.compile=true",
-    "method.at_step0=true"])
+@pytest.mark.parametrize(
+    "changed",
+    [
+        "seed=1",
+        "data.world.seed=3",
+        "data.world.n_entities=13",
+        "data.objective=clm",
+        "data.kind=temporal_qa",
+        "model.n_embd=64",
+        "model.arch=t5",
+        "model.dropout=0.1",
+        "trainer.lr=0.5",
+        "trainer.epochs_step0=9",
+        "trainer.batch_size=8",
+        "trainer.grad_accum=2",
+        "trainer.seq_len=64",
+        "trainer.warmup_steps=3",
+        "trainer.weight_decay=0.1",
+        "trainer.grad_clip=0.5",
+        "trainer.mixed_precision=bf16",
+        "trainer.compile=true",
+        "method.at_step0=true",
+    ],
+)
 def test_step0_key_misses_when_a_setting_step0_depends_on_changes(tokenizer, changed):
     assert key(tokenizer, changed) != key(tokenizer)
 
 
-@pytest.mark.parametrize("same", [
-    "method=lora", "method=ewc", "method.lora.r=4", "method.replay.ratio=0.5", "trainer.epochs=9",
-    "trainer.log_every=7", "trainer.num_threads=2", "trainer.save_every_n_steps=3", "eval.max_new_tokens=3",
-    "eval.batch_size=2", "logger.backends=[disk,console]", "data.cache_dir=/tmp/elsewhere", "resume=false"])
+@pytest.mark.parametrize(
+    "same",
+    [
+        "method=lora",
+        "method=ewc",
+        "method.lora.r=4",
+        "method.replay.ratio=0.5",
+        "trainer.epochs=9",
+        "trainer.log_every=7",
+        "trainer.num_threads=2",
+        "trainer.save_every_n_steps=3",
+        "eval.max_new_tokens=3",
+        "eval.batch_size=2",
+        "logger.backends=[disk,console]",
+        "data.cache_dir=/tmp/elsewhere",
+        "resume=false",
+    ],
+)
 def test_step0_key_hits_when_only_later_steps_or_bookkeeping_change(tokenizer, same):
     assert key(tokenizer, same) == key(tokenizer)
 
@@ -229,8 +315,10 @@ def test_step0_key_hits_when_only_later_steps_or_bookkeeping_change(tokenizer, s
 def test_step0_key_follows_the_shape_step0_runs(tokenizer):
     assert key(tokenizer, "trainer.schedule=cosine") != key(tokenizer)
     # with trainer.step0_schedule set, trainer.schedule shapes the later steps only: one step 0 for the sweep
-    shared = [key(tokenizer, f"trainer.schedule={kind}", "trainer.step0_schedule=linear")
-              for kind in ("linear", "cosine", "wsd", "infinite")]
+    shared = [
+        key(tokenizer, f"trainer.schedule={kind}", "trainer.step0_schedule=linear")
+        for kind in ("linear", "cosine", "wsd", "infinite")
+    ]
     assert set(shared) == {key(tokenizer)}
     assert key(tokenizer, "trainer.step0_schedule=cosine") == key(tokenizer, "trainer.schedule=cosine")
 
@@ -253,15 +341,20 @@ def test_step0_key_covers_tokenizer_corpus_processes_and_device(tokenizer):
 
 # --- end to end: train.py on one run dir --------------------------------------------------------------------
 
+
 def train_py(run_dir: Path, *overrides: str) -> subprocess.CompletedProcess:
     command = [sys.executable, "train.py", f"hydra.run.dir={run_dir}", *TINY, *overrides]
-    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "WANDB_MODE": "disabled"})
+    return subprocess.run(
+        command, cwd=ROOT, capture_output=True, text=True, timeout=300, env={**os.environ, "WANDB_MODE": "disabled"}
+    )
 
 
 def file_hashes(folder: Path) -> dict[str, str]:
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 @pytest.fixture(scope="module")

@@ -41,7 +41,7 @@ def _from_base(module: str, node: ast.ImportFrom, is_package: bool) -> str:
     if not node.level:
         return node.module or ""
     package = module.split(".") if is_package else module.split(".")[:-1]
-    base = package[:len(package) - (node.level - 1)]
+    base = package[: len(package) - (node.level - 1)]
     return ".".join(base + ([node.module] if node.module else []))
 
 
@@ -139,8 +139,10 @@ def test_relative_and_from_imports_resolve_to_modules(tmp_path):
     for name in ("__init__", "top", "sub/__init__", "sub/one", "sub/two"):
         (root / f"{name}.py").write_text("")
     modules = module_names(root)
-    code = ("from . import two\nfrom .. import top\nfrom evolve_train.sub import one, helper\n"
-            "def late():\n    import evolve_train.top.missing\n    from .two import thing\n")
+    code = (
+        "from . import two\nfrom .. import top\nfrom evolve_train.sub import one, helper\n"
+        "def late():\n    import evolve_train.top.missing\n    from .two import thing\n"
+    )
     (root / "sub" / "one.py").write_text(code)
     found = imports_of(f"{PACKAGE}.sub.one", root / "sub" / "one.py", modules)
     assert found == {f"{PACKAGE}.sub.two", f"{PACKAGE}.top", f"{PACKAGE}.sub"}
@@ -149,6 +151,8 @@ def test_relative_and_from_imports_resolve_to_modules(tmp_path):
 def test_the_package_has_no_import_cycle():
     graph = import_graph()
     assert len(graph) > 50 and f"{PACKAGE}.run" in graph
-    cycles = [f"{' -> '.join(a_cycle(graph, component))}  (all {len(component)} modules of this knot: "
-              f"{', '.join(component)})" for component in strongly_connected(graph)]
+    cycles = [
+        f"{' -> '.join(a_cycle(graph, component))}  (all {len(component)} modules of this knot: {', '.join(component)})"
+        for component in strongly_connected(graph)
+    ]
     assert not cycles, "import cycles (module-level and function-level imports):\n" + "\n".join(cycles)

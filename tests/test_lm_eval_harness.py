@@ -24,13 +24,24 @@ from helpers import TINY, tiny_cfg
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(importlib.util.find_spec("lm_eval") is None,
-                       reason="lm-evaluation-harness is not installed (pip install -e '.[lmeval]'; CI installs it)"),
+    pytest.mark.skipif(
+        importlib.util.find_spec("lm_eval") is None,
+        reason="lm-evaluation-harness is not installed (pip install -e '.[lmeval]'; CI installs it)",
+    ),
 ]
 
-LEARNS = ["data.world.n_entities=20", "data.world.n_steps=2", "trainer.epochs_step0=120", "trainer.epochs=60",
-          "model.n_embd=64", "model.n_layer=2", "trainer.lr=3e-3", "eval.evaluators=[splits,calibration]",
-          "eval.forward_transfer=false", "eval.position_items=8"]
+LEARNS = [
+    "data.world.n_entities=20",
+    "data.world.n_steps=2",
+    "trainer.epochs_step0=120",
+    "trainer.epochs=60",
+    "model.n_embd=64",
+    "model.n_layer=2",
+    "trainer.lr=3e-3",
+    "eval.evaluators=[splits,calibration]",
+    "eval.forward_transfer=false",
+    "eval.position_items=8",
+]
 TASKS = ("evolve_unchanged", "evolve_paired_1_mc")
 
 
@@ -40,11 +51,34 @@ def _rows(run_dir: Path) -> dict:
 
 
 def _lm_eval(checkpoint: Path, tasks_dir: Path, out: Path, cache: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-           "HF_DATASETS_CACHE": str(cache), "TOKENIZERS_PARALLELISM": "false"}
-    command = [sys.executable, "-m", "lm_eval", "--model", "hf", "--model_args", f"pretrained={checkpoint}",
-               "--tasks", ",".join(TASKS), "--include_path", str(tasks_dir), "--device", "cpu", "--batch_size", "64",
-               "--log_samples", "--output_path", str(out)]
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "HF_DATASETS_CACHE": str(cache),
+        "TOKENIZERS_PARALLELISM": "false",
+    }
+    command = [
+        sys.executable,
+        "-m",
+        "lm_eval",
+        "--model",
+        "hf",
+        "--model_args",
+        f"pretrained={checkpoint}",
+        "--tasks",
+        ",".join(TASKS),
+        "--include_path",
+        str(tasks_dir),
+        "--device",
+        "cpu",
+        "--batch_size",
+        "64",
+        "--log_samples",
+        "--output_path",
+        str(out),
+    ]
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
 
 
@@ -72,10 +106,14 @@ def test_lm_eval_exact_match_equals_our_em_on_the_checkpoint(harness):
 
 def test_lm_eval_generates_our_predictions_item_by_item(harness):
     run_dir, _, _, samples = harness
-    ours = {r["id"]: r["prediction"] for r in map(json.loads, (run_dir / "predictions" / "step_1" / "unchanged.jsonl")
-                                                  .read_text().splitlines())}
-    theirs = {s["doc"]["id"]: s["filtered_resps"][0] for s in map(json.loads, samples["evolve_unchanged"]
-                                                                  .read_text().splitlines())}
+    ours = {
+        r["id"]: r["prediction"]
+        for r in map(json.loads, (run_dir / "predictions" / "step_1" / "unchanged.jsonl").read_text().splitlines())
+    }
+    theirs = {
+        s["doc"]["id"]: s["filtered_resps"][0]
+        for s in map(json.loads, samples["evolve_unchanged"].read_text().splitlines())
+    }
     assert theirs == ours
 
 

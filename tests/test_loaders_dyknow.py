@@ -18,14 +18,15 @@ from evolve_train.errors import ConfigError, DataError
 def timeline(root, cuts, **dyknow):
     extra = {k: dyknow.pop(k) for k in ("time_prefix", "keep_history") if k in dyknow}
     extra.setdefault("heldout_share", 0.0)  # the corpora as the loader writes them (held-out slices: test_slices.py)
-    return build_timeline(DataConfig(kind="dyknow", root=str(root), dyknow=DyKnowConfig(cuts=cuts, **dyknow),
-                                     **extra))
+    return build_timeline(DataConfig(kind="dyknow", root=str(root), dyknow=DyKnowConfig(cuts=cuts, **dyknow), **extra))
 
 
 def facts_of(eval_set):
     """(fact key, answers) of each item, sorted."""
-    return sorted(((i["extra"]["category"], i["extra"]["entity"], i["extra"]["relation"]), tuple(i["answers"]))
-                  for i in eval_set.items)
+    return sorted(
+        ((i["extra"]["category"], i["extra"]["entity"], i["extra"]["relation"]), tuple(i["answers"]))
+        for i in eval_set.items
+    )
 
 
 def sets(tl):
@@ -39,16 +40,20 @@ def root(tmp_path):
 
 # ---------------------------------------------------------------- answers
 
-@pytest.mark.parametrize("raw, start, end, point", [
-    ("A |S: +2001-02-03T00:00:00Z |E: +2004-05-06T00:00:00Z", date(2001, 2, 3), date(2004, 5, 6), None),
-    ("A |S: +2001-02-03T00:00:00Z", date(2001, 2, 3), None, None),                    # no E: valid at the dump
-    ("A |E: +2001-02-03T00:00:00Z", None, date(2001, 2, 3), None),                    # no S: from the beginning
-    ("A |P: +2001-02-03T00:00:00Z", None, None, date(2001, 2, 3)),                    # only P
-    ("A |S: +2001-00-00T00:00:00Z |P: +2009-06-01T00:00:00Z", date(2001, 7, 1), None, date(2009, 6, 1)),
-    ("A |S: +2001-04-00T00:00:00Z", date(2001, 4, 15), None, None),                   # unknown day: the 15th
-    ("A |E: +2001-12-00T00:00:00Z |S: +2000-00-00T00:00:00Z", date(2000, 7, 1), date(2001, 12, 15), None),
-    ("A |S: +2011-00-00T00:00:00Z |E: +2011-01-01T00:00:00Z", date(2011, 1, 1), date(2011, 1, 1), None),
-])
+
+@pytest.mark.parametrize(
+    "raw, start, end, point",
+    [
+        ("A |S: +2001-02-03T00:00:00Z |E: +2004-05-06T00:00:00Z", date(2001, 2, 3), date(2004, 5, 6), None),
+        ("A |S: +2001-02-03T00:00:00Z", date(2001, 2, 3), None, None),  # no E: valid at the dump
+        ("A |E: +2001-02-03T00:00:00Z", None, date(2001, 2, 3), None),  # no S: from the beginning
+        ("A |P: +2001-02-03T00:00:00Z", None, None, date(2001, 2, 3)),  # only P
+        ("A |S: +2001-00-00T00:00:00Z |P: +2009-06-01T00:00:00Z", date(2001, 7, 1), None, date(2009, 6, 1)),
+        ("A |S: +2001-04-00T00:00:00Z", date(2001, 4, 15), None, None),  # unknown day: the 15th
+        ("A |E: +2001-12-00T00:00:00Z |S: +2000-00-00T00:00:00Z", date(2000, 7, 1), date(2001, 12, 15), None),
+        ("A |S: +2011-00-00T00:00:00Z |E: +2011-01-01T00:00:00Z", date(2011, 1, 1), date(2011, 1, 1), None),
+    ],
+)
 def test_every_answer_form(raw, start, end, point):
     value = parse_answer(raw)
     assert (value.text, value.start, value.end, value.point) == ("A", start, end, point)
@@ -98,12 +103,16 @@ def test_malformed_answer_of_an_entry_without_relation(tmp_path):
         read_facts(write_fixture(tmp_path / "bad", facts))
 
 
-@pytest.mark.parametrize("mutate, message", [
-    (lambda f: f["orgs"]["Acme Org"]["treasurer"].pop("questions"), "'questions' must be a non-empty object"),
-    (lambda f: f["orgs"]["Acme Org"]["treasurer"].update(answers=[]), "'answers' must be a non-empty list"),
-    (lambda f: f["orgs"]["Acme Org"]["treasurer"]["questions"].update(generic=""), "prompt 'generic' must be"),
-    (lambda f: f["orgs"].update({"Empty": {}}), "entity 'Empty'"),
-], ids=["no questions", "no answers", "empty prompt", "empty entity"])
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda f: f["orgs"]["Acme Org"]["treasurer"].pop("questions"), "'questions' must be a non-empty object"),
+        (lambda f: f["orgs"]["Acme Org"]["treasurer"].update(answers=[]), "'answers' must be a non-empty list"),
+        (lambda f: f["orgs"]["Acme Org"]["treasurer"]["questions"].update(generic=""), "prompt 'generic' must be"),
+        (lambda f: f["orgs"].update({"Empty": {}}), "entity 'Empty'"),
+    ],
+    ids=["no questions", "no answers", "empty prompt", "empty entity"],
+)
 def test_malformed_entries(tmp_path, mutate, message):
     facts = copy.deepcopy(FACTS)
     mutate(facts)
@@ -118,6 +127,7 @@ def test_states_at_the_cuts_match_the_hand_count(root):
 
 
 # ---------------------------------------------------------------- splits at two cut lists
+
 
 def test_splits_at_three_cuts_match_the_hand_count(root):
     got = sets(timeline(root, ["2000", "2005", "2010"]))
@@ -135,11 +145,18 @@ def test_splits_at_two_cuts_match_the_hand_count(root):
     got = sets(timeline(root, ["2003", "2010"]))
     assert facts_of(got["unchanged"]) == [(F3, ("King Kay",))]
     assert facts_of(got["new_1"]) == [(F6, ("Lee Lamb",))]
-    assert facts_of(got["updated_1"]) == sorted([
-        (F1, ("Bob Brand",)), (F2, ("Eve Ernst",)), (F4, ("Club Two", "Nation Team")), (F5, ("Hana Hill",)),
-        (F7, ("Ivy Owl",))])
-    assert facts_of(got["outdated_1"]) == sorted([
-        (F1, ("Alice Arden",)), (F2, ("Dora Dane",)), (F4, ("Club One",)), (F5, ("Gus Grant",)), (F7, ("Jay Jay",))])
+    assert facts_of(got["updated_1"]) == sorted(
+        [
+            (F1, ("Bob Brand",)),
+            (F2, ("Eve Ernst",)),
+            (F4, ("Club Two", "Nation Team")),
+            (F5, ("Hana Hill",)),
+            (F7, ("Ivy Owl",)),
+        ]
+    )
+    assert facts_of(got["outdated_1"]) == sorted(
+        [(F1, ("Alice Arden",)), (F2, ("Dora Dane",)), (F4, ("Club One",)), (F5, ("Gus Grant",)), (F7, ("Jay Jay",))]
+    )
     assert sorted(got) == ["new_1", "outdated_1", "paired_0", "paired_1", "unchanged", "updated_1"]
 
 
@@ -158,9 +175,11 @@ def test_items_follow_the_contract_and_pair_updated_with_outdated(root):
     assert president["extra"]["cloze"] == "The President of Freedonia is"
     assert president["base_question"] == "Who is the President of Freedonia?"  # from qa_generated.json
     assert president["extra"]["variant_wordings"] == ["rephrased_1", "rephrased_2", "qa_generated"]
-    assert president["extra"]["variants"] == ["As of 2005, the name of the current President of Freedonia is",
-                                              "As of 2005, the position of the President of Freedonia is currently "
-                                              "held by", "As of 2005, who is the President of Freedonia?"]
+    assert president["extra"]["variants"] == [
+        "As of 2005, the name of the current President of Freedonia is",
+        "As of 2005, the position of the President of Freedonia is currently held by",
+        "As of 2005, who is the President of Freedonia?",
+    ]
     assert got["unchanged"].items[0]["timestamp"] == "2000" and got["unchanged"].items[0]["stable"] is True
 
 
@@ -195,11 +214,16 @@ def test_dev_private_split_is_per_fact_and_seeded(root):
 
 # ---------------------------------------------------------------- corpora
 
+
 def test_step0_states_every_fact_and_later_steps_are_diffs_restating_the_entity(root):
     tl = timeline(root, ["2000", "2005", "2010"])
     step0 = " ".join(t["text"] for t in tl.steps[0].texts).lower()
-    for sentence in ("the President of Freedonia is Alice Arden.", "The Prime Minister of Freedonia is Carl Cole.",
-                     "The team Ann Runner currently plays for is Club One.", "The mascot of Odd Entity is Jay Jay."):
+    for sentence in (
+        "the President of Freedonia is Alice Arden.",
+        "The Prime Minister of Freedonia is Carl Cole.",
+        "The team Ann Runner currently plays for is Club One.",
+        "The mascot of Odd Entity is Jay Jay.",
+    ):
         assert sentence.lower() in step0
     assert "acme org" not in step0  # no fact of it has a value in 2000
     step1 = tl.steps[1]
@@ -224,10 +248,12 @@ def test_entry_with_unseen_prompt_names_trains_its_first_and_holds_out_the_rest(
     tl = timeline(root, ["2000", "2005", "2010"])
     mascot = [p for p in tl.steps[0].pairs if p["entity"] == "Odd Entity"]
     assert [(p["wording"], p["input"]) for p in mascot] == [
-        ("alpha", "As of 2000, the mascot of Odd Entity is <mask>.")]
+        ("alpha", "As of 2000, the mascot of Odd Entity is <mask>.")
+    ]
     assert "has as its mascot" not in " ".join(t["text"] for t in tl.steps[0].texts)
-    item = next(i for i in sets(timeline(root, ["2003", "2010"]))["updated_1"].items
-                if i["extra"]["entity"] == "Odd Entity")
+    item = next(
+        i for i in sets(timeline(root, ["2003", "2010"]))["updated_1"].items if i["extra"]["entity"] == "Odd Entity"
+    )
     assert item["extra"]["wording"] == "alpha" and item["extra"]["variant_wordings"] == ["beta"]
     only_beta = timeline(root, ["2000", "2005", "2010"], train_wordings=["beta"])
     assert {p["wording"] for p in only_beta.steps[0].pairs if p["entity"] == "Odd Entity"} == {"beta"}
@@ -271,11 +297,14 @@ def test_without_qa_file_the_cloze_is_the_base_question(tmp_path):
     assert item["base_question"] == item["extra"]["cloze"] and "qa_generated" not in item["extra"]["variant_wordings"]
 
 
-@pytest.mark.parametrize("cuts, message", [
-    (["2005", "2000"], re.escape("strictly increasing: cut 1 (2000) is not after cut 0 (2005)")),
-    (["2005", "2005-01-01"], "strictly increasing"),
-    (["soon"], r"data.dyknow.cuts\[0\]: unparseable timestamp 'soon'"),
-])
+@pytest.mark.parametrize(
+    "cuts, message",
+    [
+        (["2005", "2000"], re.escape("strictly increasing: cut 1 (2000) is not after cut 0 (2005)")),
+        (["2005", "2005-01-01"], "strictly increasing"),
+        (["soon"], r"data.dyknow.cuts\[0\]: unparseable timestamp 'soon'"),
+    ],
+)
 def test_bad_cuts_fail_naming_the_cut(cuts, message):
     with pytest.raises(ConfigError, match=message):
         parse_cuts(cuts)
@@ -296,6 +325,7 @@ def test_bad_config_fails_before_loading(tmp_path, root):
 
 # ---------------------------------------------------------------- evolve-data dyknow-counts
 
+
 def test_dyknow_counts_prints_the_hand_count_per_step(root, capsys):
     from evolve_train.cli.data import main
 
@@ -304,9 +334,9 @@ def test_dyknow_counts_prints_the_hand_count_per_step(root, capsys):
     assert lines[0].split()[:4] == ["step", "cut", "pairs", "docs"]
     cells = [line.split() for line in lines[1:]]
     assert [c[:2] for c in cells] == [["0", "2000"], ["1", "2005"], ["2", "2010"]]
-    assert "".join(cells[0][4:]) == "1(0+1)---"               # unchanged: F3
-    assert "".join(cells[1][4:]) == "-1(0+1)2(0+2)2(0+2)"      # new F5; updated/outdated F1, F2
-    assert "".join(cells[2][4:]) == "-1(0+1)2(0+2)2(0+2)"      # new F6; updated/outdated F2, F4
+    assert "".join(cells[0][4:]) == "1(0+1)---"  # unchanged: F3
+    assert "".join(cells[1][4:]) == "-1(0+1)2(0+2)2(0+2)"  # new F5; updated/outdated F1, F2
+    assert "".join(cells[2][4:]) == "-1(0+1)2(0+2)2(0+2)"  # new F6; updated/outdated F2, F4
     assert main(["dyknow-counts", "--root", str(root), "--cuts", "2003", "2010", "--dev-share", "1"]) == 0
     cells = [line.split() for line in capsys.readouterr().out.splitlines()[1:]]
     assert "".join(cells[1][4:]) == "-1(1+0)5(5+0)5(5+0)"

@@ -24,8 +24,9 @@ def rows(name: str) -> list[dict]:
 
 
 def sample_timeline(**overrides):
-    return build_timeline(DataConfig(kind="evolvingqa", root=str(SAMPLE),
-                                     prompt_template="Question: {question}\nAnswer:", **overrides))
+    return build_timeline(
+        DataConfig(kind="evolvingqa", root=str(SAMPLE), prompt_template="Question: {question}\nAnswer:", **overrides)
+    )
 
 
 def test_sample_maps_onto_the_splits():
@@ -76,14 +77,23 @@ def test_sample_is_small_and_regenerates_byte_identically(tmp_path):
 
 def test_trains_one_step_and_evaluates_on_the_sample(tmp_path):
     run_dir = tmp_path / "run"
-    train(tiny_cfg(run_dir, "data=evolvingqa", f"data.root={SAMPLE}", "data.steps=[20230101]",
-                   "trainer.epochs_step0=1", "trainer.num_threads=1"))
+    train(
+        tiny_cfg(
+            run_dir,
+            "data=evolvingqa",
+            f"data.root={SAMPLE}",
+            "data.steps=[20230101]",
+            "trainer.epochs_step0=1",
+            "trainer.num_threads=1",
+        )
+    )
     assert (run_dir / "steps" / "0").is_dir() and not (run_dir / "steps" / "1").exists()
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     splits = [row for row in metrics if row.get("group") == "splits"]
     assert [(row["set_name"], row["n"]) for row in splits] == [("unchanged", len(rows("unchanged_eval.csv")))]
-    predictions = [json.loads(line) for line in
-                   (run_dir / "predictions" / "step_0" / "unchanged.jsonl").read_text().splitlines()]
+    predictions = [
+        json.loads(line) for line in (run_dir / "predictions" / "step_0" / "unchanged.jsonl").read_text().splitlines()
+    ]
     first = rows("unchanged_eval.csv")[0]
     assert predictions[0]["prompt"] == f"Question: {first['question']}\nAnswer:"
     assert predictions[0]["golds"] == [first["answer"]]

@@ -31,9 +31,15 @@ def world_release(root: Path) -> dict:
     for (org, rel), value in sorted(world.states[1].items()):
         question = RELATIONS_BY_NAME[rel].question.format(e=org)
         old = world.states[0].get((org, rel))
+
         def row(k, gold, when):
-            return {"qid": f"{org}/{rel}/{k}", "edited_question": question, "gold": [gold, gold.upper()],
-                    "asked_on": when}
+            return {
+                "qid": f"{org}/{rel}/{k}",
+                "edited_question": question,
+                "gold": [gold, gold.upper()],
+                "asked_on": when,
+            }
+
         if old is None:
             rows.append(row(1, value, DATES[1]))
             counts["new"] += 1
@@ -49,13 +55,23 @@ def world_release(root: Path) -> dict:
 
 def test_items_land_in_the_splits_by_timestamp_and_pairing(tmp_path):
     counts = world_release(tmp_path)
-    timeline = build_timeline(DataConfig(kind="temporal_qa", root=str(tmp_path), fields=FIELDS,
-                                         train_files={"2018": ["train_2018.jsonl"], "2019": ["train_2019.jsonl"]},
-                                         eval_files=["qa.jsonl"]))
+    timeline = build_timeline(
+        DataConfig(
+            kind="temporal_qa",
+            root=str(tmp_path),
+            fields=FIELDS,
+            train_files={"2018": ["train_2018.jsonl"], "2019": ["train_2019.jsonl"]},
+            eval_files=["qa.jsonl"],
+        )
+    )
     sets = {s.name: s for s in timeline.eval_sets}
     assert {name: len(s.items) for name, s in sets.items()} == {
-        "unchanged": counts["unchanged"], "new_1": counts["new"], "updated_1": counts["updated"],
-        "outdated_1": counts["updated"], "paired_1": 2 * counts["updated"]}
+        "unchanged": counts["unchanged"],
+        "new_1": counts["new"],
+        "updated_1": counts["updated"],
+        "outdated_1": counts["updated"],
+        "paired_1": 2 * counts["updated"],
+    }
     dated = {item["id"]: item["timestamp"] for item in sets["paired_1"].items}
     assert sorted(set(dated.values())) == sorted(DATES)  # both members, each at its own date
     for new, old in zip(sets["updated_1"].items, sets["outdated_1"].items):
@@ -67,13 +83,19 @@ def test_items_land_in_the_splits_by_timestamp_and_pairing(tmp_path):
 def test_explicit_sets_and_pair_ids():
     from evolve_train.data.loaders.temporal_qa import _derive_sets
 
-    items = [QAItem(id="u", question="Who leads Acme?", answers=["Bo"], set="updated", step=1, pair_id="p"),
-             QAItem(id="o", question="Who leads Acme?", answers=["Ann"], set="outdated", step=1, pair_id="p"),
-             QAItem(id="n", question="Who leads Zeta?", answers=["Cy"], step=1),
-             QAItem(id="s", question="Who founded Acme?", answers=["Di"], step=0)]
+    items = [
+        QAItem(id="u", question="Who leads Acme?", answers=["Bo"], set="updated", step=1, pair_id="p"),
+        QAItem(id="o", question="Who leads Acme?", answers=["Ann"], set="outdated", step=1, pair_id="p"),
+        QAItem(id="n", question="Who leads Zeta?", answers=["Cy"], step=1),
+        QAItem(id="s", question="Who founded Acme?", answers=["Di"], step=0),
+    ]
     records = _derive_sets([(item, {"file": "f", "line": k}) for k, item in enumerate(items, 1)])
     assert [(r["id"], r["set"], r["step"]) for r in records] == [
-        ("u", "updated", 1), ("o", "outdated", 1), ("n", "new", 1), ("s", "unchanged", None)]
+        ("u", "updated", 1),
+        ("o", "outdated", 1),
+        ("n", "new", 1),
+        ("s", "unchanged", None),
+    ]
 
 
 def test_evaluates_a_checkpoint_on_mapped_fields_full_dates_and_aliases(tmp_path):
@@ -81,10 +103,21 @@ def test_evaluates_a_checkpoint_on_mapped_fields_full_dates_and_aliases(tmp_path
     root.mkdir()
     counts = world_release(root)
     run_dir = tmp_path / "run"
-    train(tiny_cfg(run_dir, "data=temporal_qa", f"data.root={root}", "+data.train_files.2018=[train_2018.jsonl]",
-                   "+data.train_files.2019=[train_2019.jsonl]", "data.eval_files=[qa.jsonl]",
-                   *[f"data.fields.{key}={source}" for key, source in FIELDS.items()],
-                   "trainer.epochs_step0=1", "trainer.num_threads=1", "trainer.epochs=1", "eval.max_new_tokens=4"))
+    train(
+        tiny_cfg(
+            run_dir,
+            "data=temporal_qa",
+            f"data.root={root}",
+            "+data.train_files.2018=[train_2018.jsonl]",
+            "+data.train_files.2019=[train_2019.jsonl]",
+            "data.eval_files=[qa.jsonl]",
+            *[f"data.fields.{key}={source}" for key, source in FIELDS.items()],
+            "trainer.epochs_step0=1",
+            "trainer.num_threads=1",
+            "trainer.epochs=1",
+            "eval.max_new_tokens=4",
+        )
+    )
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     splits = {(r["checkpoint"], r["set_name"]): r for r in rows if r.get("group") == "splits"}
     assert splits[(1, "updated_1")]["n"] == splits[(1, "outdated_1")]["n"] == counts["updated"]

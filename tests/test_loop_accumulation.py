@@ -31,9 +31,17 @@ def test_grad_accum_steps_once_per_window_like_a_plain_accumulation_loop():
     cfg = trainer_cfg(batch_size=8, grad_accum=2)
     with one_thread():
         ours = tiny_gpt2()
-        result = train_time_step(ours, examples, step=1, epochs=2, cfg=cfg, method=method("full"),
-                                 accelerator=Accelerator(cpu=True, gradient_accumulation_steps=2), collate_fn=lambda rows: collate(rows, PAD),
-                                 seed=5)
+        result = train_time_step(
+            ours,
+            examples,
+            step=1,
+            epochs=2,
+            cfg=cfg,
+            method=method("full"),
+            accelerator=Accelerator(cpu=True, gradient_accumulation_steps=2),
+            collate_fn=lambda rows: collate(rows, PAD),
+            seed=5,
+        )
         theirs = tiny_gpt2()
         planned = reference(theirs, examples, cfg, seed=5, epochs=2)
     assert result.optimizer_steps == planned == 8  # 2 epochs x 8 micro-batches / 2

@@ -68,9 +68,20 @@ def test_distillation_counts_only_the_loss_tokens_and_shifts_like_the_lm_loss():
     student, teacher = torch.randn(2, 5, 7), torch.randn(2, 5, 7)
     labels = torch.full((2, 5), -100)
     labels[0, 3], labels[1, 1] = 4, 2  # predicted from positions 2 and 0
-    expected = torch.stack([torch.nn.functional.kl_div(torch.log_softmax(student[i, j] / 2, -1),
-                                                       torch.log_softmax(teacher[i, j] / 2, -1), log_target=True,
-                                                       reduction="sum") for i, j in ((0, 2), (1, 0))]).mean() * 4
+    expected = (
+        torch.stack(
+            [
+                torch.nn.functional.kl_div(
+                    torch.log_softmax(student[i, j] / 2, -1),
+                    torch.log_softmax(teacher[i, j] / 2, -1),
+                    log_target=True,
+                    reduction="sum",
+                )
+                for i, j in ((0, 2), (1, 0))
+            ]
+        ).mean()
+        * 4
+    )
     assert distillation(student, teacher, labels, temperature=2.0).item() == pytest.approx(expected.item(), rel=1e-6)
     changed = student.clone()
     changed[0, 4] += 5.0  # a position whose prediction is not a loss token
@@ -86,7 +97,10 @@ def test_lwf_keeps_the_model_closer_to_the_previous_step_and_combines_with_lora(
         start = tiny_gpt2()
         before = snapshot(start)
         drifts = {}
-        for name, strategies, sections in (("full", ("full",), {}), ("lwf", ("full", "lwf"), {"lwf": {"weight": 20.0}})):
+        for name, strategies, sections in (
+            ("full", ("full",), {}),
+            ("lwf", ("full", "lwf"), {"lwf": {"weight": 20.0}}),
+        ):
             model = tiny_gpt2()
             trained, _ = run_step(model, new, method(*strategies, **sections), make_history([old]), step=1)
             with torch.no_grad():

@@ -7,8 +7,18 @@ import copy
 import pytest
 import torch
 from datasets import Dataset
-from method_fixtures import (PAD, drift, make_history, method, one_thread, run_step, snapshot, tiny_gpt2, token_rows,
-                             train)
+from method_fixtures import (
+    PAD,
+    drift,
+    make_history,
+    method,
+    one_thread,
+    run_step,
+    snapshot,
+    tiny_gpt2,
+    token_rows,
+    train,
+)
 
 from evolve_train.errors import ConfigError
 from evolve_train.methods.regularizers import EWC, L2Init
@@ -113,8 +123,11 @@ def test_lora_stack_keeps_training_one_adapter_and_resume_matches(pretrained, tm
     adapter_after_1 = {n: p.detach().clone() for n, p in m.strategies[0]._adapter_state.items()}
 
     continued = m.prepare_model(merged, 2)
-    base_now = {n.replace("base_model.model.", "").replace(".base_layer", ""): p
-                for n, p in continued.named_parameters() if "lora_" not in n}
+    base_now = {
+        n.replace("base_model.model.", "").replace(".base_layer", ""): p
+        for n, p in continued.named_parameters()
+        if "lora_" not in n
+    }
     for name, p in pretrained.named_parameters():  # the frozen base is the pre-LoRA model again
         assert torch.allclose(base_now[name], p, atol=1e-6), name
     live = {n: p for n, p in continued.named_parameters() if "lora_" in n}
@@ -129,19 +142,31 @@ def test_lora_stack_keeps_training_one_adapter_and_resume_matches(pretrained, tm
         assert n1 == n2 and torch.equal(p1, p2), n1
 
 
-@pytest.mark.parametrize("arch, expected", [
-    ("llama", {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}),
-    ("t5", {"q", "k", "v", "o", "wi", "wo"}),
-])
+@pytest.mark.parametrize(
+    "arch, expected",
+    [
+        ("llama", {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}),
+        ("t5", {"q", "k", "v", "o", "wi", "wo"}),
+    ],
+)
 def test_lora_default_targets_per_architecture(arch, expected):
     from transformers import LlamaConfig, LlamaForCausalLM, T5Config, T5ForConditionalGeneration
 
     if arch == "llama":
-        model = LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                                             num_attention_heads=2, num_key_value_heads=2))
+        model = LlamaForCausalLM(
+            LlamaConfig(
+                vocab_size=64,
+                hidden_size=32,
+                intermediate_size=64,
+                num_hidden_layers=1,
+                num_attention_heads=2,
+                num_key_value_heads=2,
+            )
+        )
     else:
-        model = T5ForConditionalGeneration(T5Config(vocab_size=64, d_model=32, d_ff=64, d_kv=16, num_layers=1,
-                                                    num_heads=2, decoder_start_token_id=0))
+        model = T5ForConditionalGeneration(
+            T5Config(vocab_size=64, d_model=32, d_ff=64, d_kv=16, num_layers=1, num_heads=2, decoder_start_token_id=0)
+        )
     peft = method("lora").prepare_model(model, 1)
     assert {n.rsplit(".", 1)[-1] for n in lora_layers(peft)} == expected
     assert all("lora_" in n for n, p in peft.named_parameters() if p.requires_grad)
@@ -197,8 +222,10 @@ def test_ewc_weights_the_pull_by_the_fisher_and_reduces_drift(pretrained):
         return sum((f * (params[n].detach() - start[n]) ** 2).sum() for n, f in zip(names, fisher)).item()
 
     d_full, d_ewc = drift(full, start), drift(pulled, start)
-    print(f"\ndrift: full {d_full:.3f}, ewc {d_ewc:.3f}; Fisher-weighted: "
-          f"full {fisher_drift(full):.4f}, ewc {fisher_drift(pulled):.4f}")
+    print(
+        f"\ndrift: full {d_full:.3f}, ewc {d_ewc:.3f}; Fisher-weighted: "
+        f"full {fisher_drift(full):.4f}, ewc {fisher_drift(pulled):.4f}"
+    )
     assert d_ewc < d_full
     assert fisher_drift(pulled) < 0.5 * fisher_drift(full)
 
@@ -206,10 +233,10 @@ def test_ewc_weights_the_pull_by_the_fisher_and_reduces_drift(pretrained):
 def test_penalty_annealing_follows_recadam_sigmoid():
     m = method("full", "l2_init", l2_init={"coef": 2.0, "anneal_t0": 100, "anneal_k": 0.1})
     strategy = m.strategies[1]
-    assert strategy.weight(0) == pytest.approx(2.0 * (1 - 1 / (1 + torch.e ** 10)), rel=1e-6)
+    assert strategy.weight(0) == pytest.approx(2.0 * (1 - 1 / (1 + torch.e**10)), rel=1e-6)
     assert strategy.weight(100) == pytest.approx(1.0)
     assert strategy.weight(1000) < 1e-6
-    assert method("full", "l2_init").strategies[1].weight(10 ** 6) == 1.0  # no annealing by default
+    assert method("full", "l2_init").strategies[1].weight(10**6) == 1.0  # no annealing by default
 
 
 # ---------------------------------------------------------------- replay
@@ -232,7 +259,8 @@ def test_replay_mixes_the_configured_share_from_earlier_steps():
     assert [sum(origin(r) == k for r in mixed["input_ids"]) for k in range(3)] == [20, 0, 40]
 
     big = method("full", "replay", replay={"ratio": 3.0, "source": "initial"}).mix_examples(
-        2, current, make_history([step0, step1]))
+        2, current, make_history([step0, step1])
+    )
     replayed = [tuple(r) for r in big["input_ids"] if origin(r) == 0]
     assert len(replayed) == 120 and all(replayed.count(r) == 4 for r in set(replayed))  # whole pool, 4 times
 
@@ -301,20 +329,23 @@ def test_freeze_more_blocks_than_the_model_has_names_the_key():
 # ---------------------------------------------------------------- config and composition
 
 
-@pytest.mark.parametrize("strategies, sections, key", [
-    (["lora"], {"lora": {"across_steps": "sideways"}}, "method.lora.across_steps"),
-    (["lora"], {"lora": {"r": 0}}, "method.lora.r"),
-    (["lora"], {"lora": {"dropout": 1.0}}, "method.lora.dropout"),
-    (["full", "replay"], {"replay": {"decay": 0.0}}, "method.replay.decay"),
-    (["full", "replay"], {"replay": {"source": "future"}}, "method.replay.source"),
-    (["full", "replay"], {"replay": {"ratio": -1}}, "method.replay.ratio"),
-    (["full", "l2_init"], {"l2_init": {"coef": -1}}, "method.l2_init.coef"),
-    (["full", "ewc"], {"ewc": {"fisher_batches": 0}}, "method.ewc.fisher_batches"),
-    (["full", "freeze"], {}, "method.freeze"),
-    (["full", "magic"], {}, "method.strategies"),
-    (["lora", "lora"], {}, "method.strategies"),
-    (["full", "lora"], {}, "method.strategies"),
-])
+@pytest.mark.parametrize(
+    "strategies, sections, key",
+    [
+        (["lora"], {"lora": {"across_steps": "sideways"}}, "method.lora.across_steps"),
+        (["lora"], {"lora": {"r": 0}}, "method.lora.r"),
+        (["lora"], {"lora": {"dropout": 1.0}}, "method.lora.dropout"),
+        (["full", "replay"], {"replay": {"decay": 0.0}}, "method.replay.decay"),
+        (["full", "replay"], {"replay": {"source": "future"}}, "method.replay.source"),
+        (["full", "replay"], {"replay": {"ratio": -1}}, "method.replay.ratio"),
+        (["full", "l2_init"], {"l2_init": {"coef": -1}}, "method.l2_init.coef"),
+        (["full", "ewc"], {"ewc": {"fisher_batches": 0}}, "method.ewc.fisher_batches"),
+        (["full", "freeze"], {}, "method.freeze"),
+        (["full", "magic"], {}, "method.strategies"),
+        (["lora", "lora"], {}, "method.strategies"),
+        (["full", "lora"], {}, "method.strategies"),
+    ],
+)
 def test_bad_method_config_names_the_key(strategies, sections, key):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         method(*strategies, **sections)
@@ -444,8 +475,13 @@ def test_anchors_of_sharded_parameters_stay_sharded():
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, "-c", DTENSOR_CHECK], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    done = subprocess.run(
+        [sys.executable, "-c", DTENSOR_CHECK],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     assert done.returncode == 0 and "ok" in done.stdout, done.stderr[-3000:]
 
 
@@ -466,8 +502,12 @@ def test_ewc_fisher_on_packed_rows_keeps_documents_apart_under_attention_reset()
 
     def fisher(doc_a, attention_reset):
         with one_thread():
-            return torch.cat([f.flatten() for f in diagonal_fisher(model, params, row(doc_a), PAD, 1, 1,
-                                                                   attention_reset=attention_reset)])
+            return torch.cat(
+                [
+                    f.flatten()
+                    for f in diagonal_fisher(model, params, row(doc_a), PAD, 1, 1, attention_reset=attention_reset)
+                ]
+            )
 
     a, changed = [2, 3, 4, 5, 6], [7, 8, 7, 8, 7]
     assert torch.equal(fisher(a, True), fisher(changed, True))

@@ -56,8 +56,11 @@ def test_lora_stack_run_resumes_bitwise_and_every_checkpoint_loads(tmp_path):
     with_adapter = PeftModel.from_pretrained(base, straight / "steps/2/adapter")  # stack: adapter on the step-0 base
     probe = torch.tensor([[5, 17, 42, 8, 99, 3]])
     with torch.no_grad():
-        assert torch.allclose(with_adapter(input_ids=probe).logits,
-                              load_model(str(resumed / "steps/2"), ModelConfig())(input_ids=probe).logits, atol=1e-4)
+        assert torch.allclose(
+            with_adapter(input_ids=probe).logits,
+            load_model(str(resumed / "steps/2"), ModelConfig())(input_ids=probe).logits,
+            atol=1e-4,
+        )
 
 
 def test_lora_merge_checkpoints_without_merged_weights_rebuild_bitwise(tmp_path):
@@ -74,8 +77,9 @@ def test_lora_merge_checkpoints_without_merged_weights_rebuild_bitwise(tmp_path)
     from evolve_train.run import train as run_train
 
     run = tmp_path / "run"
-    run_train(tiny_cfg(run, "method=lora", "method.step0_cache=null", "trainer.num_threads=1",
-                       "method.lora.save_merged=true"))
+    run_train(
+        tiny_cfg(run, "method=lora", "method.step0_cache=null", "trainer.num_threads=1", "method.lora.save_merged=true")
+    )
     lean = tmp_path / "lean"
     shutil.copytree(run / "steps", lean / "steps")
     for k in (1, 2):
@@ -84,8 +88,9 @@ def test_lora_merge_checkpoints_without_merged_weights_rebuild_bitwise(tmp_path)
         merged = load_file(run / "steps" / str(k) / "model.safetensors")
         rebuilt = load_model(str(lean / "steps" / str(k)), ModelConfig()).state_dict()
         assert all(torch.equal(rebuilt[key], merged[key]) for key in merged), k
-        on_base = PeftModel.from_pretrained(load_model(str(lean / "steps" / str(k - 1)), ModelConfig()),
-                                            str(lean / "steps" / str(k) / "adapter")).merge_and_unload()
+        on_base = PeftModel.from_pretrained(
+            load_model(str(lean / "steps" / str(k - 1)), ModelConfig()), str(lean / "steps" / str(k) / "adapter")
+        ).merge_and_unload()
         assert all(torch.equal(on_base.state_dict()[key], merged[key]) for key in merged), k
     shutil.rmtree(lean / "steps" / "0")
     with pytest.raises(FileNotFoundError, match="last full checkpoint"):

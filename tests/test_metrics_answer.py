@@ -2,8 +2,15 @@
 
 import pytest
 
-from evolve_train.evaluation.metrics import (cut_at_stop, exact_match, f1, get_metric, list_metrics, normalize,
-                                             register_metric)
+from evolve_train.evaluation.metrics import (
+    cut_at_stop,
+    exact_match,
+    f1,
+    get_metric,
+    list_metrics,
+    normalize,
+    register_metric,
+)
 from evolve_train.evaluation.metrics.registry import UnknownMetricError
 
 

@@ -4,9 +4,18 @@ import math
 
 import pytest
 
-from evolve_train.evaluation.metrics import (brier, calibration_summary, cyclic_rotations, ece, mc_accuracy,
-                                             mc_accuracy_norm, mc_predict, overconfident_error_rate,
-                                             position_consistency, softmax)
+from evolve_train.evaluation.metrics import (
+    brier,
+    calibration_summary,
+    cyclic_rotations,
+    ece,
+    mc_accuracy,
+    mc_accuracy_norm,
+    mc_predict,
+    overconfident_error_rate,
+    position_consistency,
+    softmax,
+)
 
 
 def test_mc_predict_ties_go_to_the_first_option():
@@ -67,10 +76,22 @@ def test_calibration_summary_hand_computed():
     # ECE: bin 7: 1/2·|1 − 0.75| = 0.125; bin 9: 1/2·|0 − 0.9| = 0.45 → 0.575
     # Brier: q1 0.25² + 0.25² = 0.125; q2 0.9² + 0.9² = 1.62 → mean 0.8725
     summary = calibration_summary([[0.0, math.log(3)], [math.log(9), 0.0]], [["x", "y"], ["x", "y"]], [1, 1])
-    assert summary == {"acc": 0.5, "acc_norm": 0.5, "ece": pytest.approx(0.575), "brier": pytest.approx(0.8725),
-                       "overconfident_error_rate": 1.0, "n": 2}
+    assert summary == {
+        "acc": 0.5,
+        "acc_norm": 0.5,
+        "ece": pytest.approx(0.575),
+        "brier": pytest.approx(0.8725),
+        "overconfident_error_rate": 1.0,
+        "n": 2,
+    }
 
 
 def test_calibration_summary_empty_group():
-    assert calibration_summary([], [], []) == {"acc": None, "acc_norm": None, "ece": None, "brier": None,
-                                               "overconfident_error_rate": None, "n": 0}
+    assert calibration_summary([], [], []) == {
+        "acc": None,
+        "acc_norm": None,
+        "ece": None,
+        "brier": None,
+        "overconfident_error_rate": None,
+        "n": 0,
+    }

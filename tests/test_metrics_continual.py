@@ -74,8 +74,13 @@ def test_fuar_zero_gain_is_none():
 def test_continual_summary_is_json_able_and_matches_the_functions():
     summary = continual_summary(A, A_INIT)
     assert set(summary) == {"0", "1", "2"}
-    assert summary["0"] == {"avg_acc": pytest.approx(0.8), "bwt": None, "fwt": None,
-                            "forgetting": {}, "forgetting_max": {}}
+    assert summary["0"] == {
+        "avg_acc": pytest.approx(0.8),
+        "bwt": None,
+        "fwt": None,
+        "forgetting": {},
+        "forgetting_max": {},
+    }
     assert summary["2"]["bwt"] == pytest.approx(-0.25)
     assert summary["2"]["fwt"] == pytest.approx(-0.05)
     assert summary["2"]["forgetting"]["0"] == pytest.approx(0.1)

@@ -3,8 +3,14 @@
 import numpy as np
 import pytest
 
-from evolve_train.evaluation.metrics import (bootstrap_ci_bounds, cohen_kappa, contamination_gap, flip_rate,
-                                             paired_bootstrap_diff, release_gate)
+from evolve_train.evaluation.metrics import (
+    bootstrap_ci_bounds,
+    cohen_kappa,
+    contamination_gap,
+    flip_rate,
+    paired_bootstrap_diff,
+    release_gate,
+)
 
 
 def test_percentile_positions():
@@ -77,8 +83,10 @@ def test_release_gate_passes_and_reports_each_check():
     gate = release_gate({"flip_rate": 0.05, "contamination_gap": 0.03, "bootstrap_ci_low": 0.01})
     assert gate["passed"] is True
     assert [(c["name"], c["value"], c["threshold"], c["passed"]) for c in gate["checks"]] == [
-        ("flip_rate", 0.05, 0.10, True), ("contamination_gap", 0.03, 0.03, True),  # ≤ is inclusive
-        ("bootstrap_ci_low", 0.01, 0.0, True)]
+        ("flip_rate", 0.05, 0.10, True),
+        ("contamination_gap", 0.03, 0.03, True),  # ≤ is inclusive
+        ("bootstrap_ci_low", 0.01, 0.0, True),
+    ]
 
 
 def test_release_gate_fails_on_each_threshold():
@@ -94,7 +102,10 @@ def test_release_gate_slice_floors_and_disabled_checks():
     thresholds = {"contamination_gap_max": None, "ci_low_min": None, "slice_floors": {"2019": 0.5, "2020": 0.5}}
     gate = release_gate({"flip_rate": 0.0, "slices": {"2019": 0.4, "2020": 0.5}}, thresholds)
     assert [(c["name"], c["passed"]) for c in gate["checks"]] == [
-        ("flip_rate", True), ("slice:2019", False), ("slice:2020", True)]
+        ("flip_rate", True),
+        ("slice:2019", False),
+        ("slice:2020", True),
+    ]
     assert gate["passed"] is False
     with pytest.raises(ValueError, match="unknown release-gate threshold"):
         release_gate({}, {"flip_max": 0.1})

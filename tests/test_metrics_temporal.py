@@ -3,11 +3,23 @@
 import pytest
 
 from evolve_train.data.qa_items import QAItem
-from evolve_train.evaluation.metrics import (accuracy_per_dimension, build_pairs, confusion_index,
-                                             dimension_summary, draw_other_timestamps, error_share,
-                                             explicit_pairs, old_knowledge_retention, pair_asymmetry,
-                                             shuffled_timestamp, stable_items, time_accuracy, timestamp_ablation,
-                                             timestamp_invariance, update_adoption)
+from evolve_train.evaluation.metrics import (
+    accuracy_per_dimension,
+    build_pairs,
+    confusion_index,
+    dimension_summary,
+    draw_other_timestamps,
+    error_share,
+    explicit_pairs,
+    old_knowledge_retention,
+    pair_asymmetry,
+    shuffled_timestamp,
+    stable_items,
+    time_accuracy,
+    timestamp_ablation,
+    timestamp_invariance,
+    update_adoption,
+)
 from evolve_train.evaluation.metrics.stats import bootstrap_mean_ci, paired_bootstrap_diff
 from evolve_train.evaluation.metrics.temporal import adoption_per_pair, confusion_per_pair
 
@@ -64,19 +76,30 @@ def test_base_question_field_groups_differently_worded_questions():
 
 
 def test_explicit_pair_ids_are_ordered_by_timestamp():
-    items = [item("n", "q new", ["B"], "2021", pair_id="p"), item("o", "q old", ["A"], "2019", pair_id="p"),
-             item("single", "q", ["C"], "2019", pair_id="lonely")]
+    items = [
+        item("n", "q new", ["B"], "2021", pair_id="p"),
+        item("o", "q old", ["A"], "2019", pair_id="p"),
+        item("single", "q", ["C"], "2019", pair_id="lonely"),
+    ]
     assert ids(explicit_pairs(items)) == [("o", "n")]
 
 
 # -- update adoption, confusion, asymmetry --------------------------------------------------------------------
 
-PAIRS = [(item(f"o{k}", "q", [old], "2019"), item(f"n{k}", "q", [new], "2020"))
-         for k, (old, new) in enumerate([("Ann", "Bob"), ("Cy", "Dee"), ("Eve", "Fay"), ("Gus", "Hal")], 1)]
-PREDICTIONS = {"o1": "Ann", "n1": "Bob",  # both right
-               "o2": "Dee", "n2": "Dee",  # old question answered with the new answer
-               "o3": "Eve", "n3": "Eve",  # new question answered with the old answer
-               "o4": "Gus", "n4": "zzz"}  # one right, one wrong, but no confusion
+PAIRS = [
+    (item(f"o{k}", "q", [old], "2019"), item(f"n{k}", "q", [new], "2020"))
+    for k, (old, new) in enumerate([("Ann", "Bob"), ("Cy", "Dee"), ("Eve", "Fay"), ("Gus", "Hal")], 1)
+]
+PREDICTIONS = {
+    "o1": "Ann",
+    "n1": "Bob",  # both right
+    "o2": "Dee",
+    "n2": "Dee",  # old question answered with the new answer
+    "o3": "Eve",
+    "n3": "Eve",  # new question answered with the old answer
+    "o4": "Gus",
+    "n4": "zzz",
+}  # one right, one wrong, but no confusion
 
 
 def test_update_adoption_needs_both_right():
@@ -107,8 +130,12 @@ def test_missing_prediction_names_the_item():
 
 # -- time accuracy and retention -------------------------------------------------------------------------------
 
-TIMED = [item("a", "q a", ["x"], "2019"), item("b", "q b", ["y"], "2019-05-03"),
-         item("c", "q c", ["z"], "February 07, 2021"), item("d", "q d", ["w"])]
+TIMED = [
+    item("a", "q a", ["x"], "2019"),
+    item("b", "q b", ["y"], "2019-05-03"),
+    item("c", "q c", ["z"], "February 07, 2021"),
+    item("d", "q d", ["w"]),
+]
 TIMED_PREDICTIONS = {"a": "x", "b": "wrong", "c": "z", "d": "w"}
 
 
@@ -120,12 +147,18 @@ def test_time_accuracy_default_one_slice_per_year():
 def test_time_accuracy_configured_slices_with_an_empty_one():
     slices = {"early": ("2019", "2020"), "gap": ("2020", "2021"), "late": ("2021", None)}
     assert time_accuracy(TIMED, TIMED_PREDICTIONS, slices) == {
-        "early": {"em": 0.5, "n": 2}, "gap": {"em": None, "n": 0}, "late": {"em": 1.0, "n": 1}}
+        "early": {"em": 0.5, "n": 2},
+        "gap": {"em": None, "n": 0},
+        "late": {"em": 1.0, "n": 1},
+    }
 
 
 def test_retention_uses_the_stable_flag_when_present():
-    items = [item("s1", "q1", ["a"], "2019", stable=True), item("s2", "q2", ["b"], "2020", stable=True),
-             item("u", "q3", ["c"], "2020", stable=False)]
+    items = [
+        item("s1", "q1", ["a"], "2019", stable=True),
+        item("s2", "q2", ["b"], "2020", stable=True),
+        item("u", "q3", ["c"], "2020", stable=False),
+    ]
     assert old_knowledge_retention(items, {"s1": "a", "s2": "nope", "u": "c"}) == {"em": 0.5, "n": 2}
     nothing_stable = [item("u", "q3", ["c"], "2020", stable=False)]
     assert old_knowledge_retention(nothing_stable, {"u": "c"}) == {"em": None, "n": 0}
@@ -148,6 +181,7 @@ def test_retention_infers_stable_groups_without_a_flag():
 
 
 # -- §5 timestamp ablation -------------------------------------------------------------------------------------
+
 
 def test_timestamp_ablation_scores_every_group_against_the_true_gold():
     items = [item(f"t{k}", "q", [gold], "2019") for k, gold in enumerate("abcd")] + [item("u", "q", ["e"])]
@@ -199,14 +233,19 @@ def test_shuffled_timestamp_differs_from_its_own_and_is_seeded():
 
 # -- §6 dimensions ---------------------------------------------------------------------------------------------
 
+
 def test_accuracy_per_dimension_and_error_share():
     dims = ["version_awareness", "version_awareness", "event_ordering", "event_ordering", None]
     correct = [1, 0, 0, 0, 0]  # the item without a dimension is left out
     assert accuracy_per_dimension(dims, correct) == {
-        "event_ordering": {"em": 0.0, "n": 2}, "version_awareness": {"em": 0.5, "n": 2}}
+        "event_ordering": {"em": 0.0, "n": 2},
+        "version_awareness": {"em": 0.5, "n": 2},
+    }
     # 3 wrong answers with a dimension: 1 in version_awareness, 2 in event_ordering
-    assert error_share(dims, correct) == {"event_ordering": pytest.approx(2 / 3),
-                                          "version_awareness": pytest.approx(1 / 3)}
+    assert error_share(dims, correct) == {
+        "event_ordering": pytest.approx(2 / 3),
+        "version_awareness": pytest.approx(1 / 3),
+    }
     assert dimension_summary(dims, correct)["event_ordering"]["error_share"] == pytest.approx(2 / 3)
 
 

@@ -21,8 +21,11 @@ class Boom(Exception):
 def moments(trainer) -> dict[str, torch.Tensor]:
     """The optimizer's state by parameter name, read straight from ``torch.optim.AdamW.state``."""
     optimizer = getattr(trainer.optimizer, "optimizer", trainer.optimizer)
-    return {f"{name}/{key}": value.detach().clone() for name, p in trainer.unwrapped.named_parameters()
-            for key, value in optimizer.state.get(p, {}).items()}
+    return {
+        f"{name}/{key}": value.detach().clone()
+        for name, p in trainer.unwrapped.named_parameters()
+        for key, value in optimizer.state.get(p, {}).items()
+    }
 
 
 @pytest.fixture
@@ -38,6 +41,7 @@ def recorded(monkeypatch):
     def recording_run(self):
         run(self)
         seen["end"][self.step] = moments(self)
+
     monkeypatch.setattr(StepTrainer, "begin", recording_begin)
     monkeypatch.setattr(StepTrainer, "run", recording_run)
     monkeypatch.setattr(faults, "_arrivals", {})
@@ -80,6 +84,7 @@ def test_the_carried_moments_survive_a_resume_between_steps(tmp_path, recorded, 
             calls["n"] += 1
             if calls["n"] == 3:  # step 2's evaluation: step 2 is trained again on resume, from carry/1
                 raise Boom(where)
+
     monkeypatch.setattr(faults, "point", point)
     with pytest.raises(Boom):
         train(tiny_cfg(run_dir, *settings))

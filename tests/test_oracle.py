@@ -53,9 +53,11 @@ def test_oracle_trains_on_the_union_with_step0s_epochs_and_reports_its_compute(t
     assert all(torch.equal(a[k], b[k]) for k in a)  # step 0 is the ordinary step 0
     rows = [json.loads(line) for line in (oracle / "metrics.jsonl").read_text().splitlines()]
     assert {r["method"] for r in rows} == {"oracle"}
-    assert {r["set"] for r in rows if r["checkpoint"] == 2 and "set" in r} == \
-        {r["set"] for r in (json.loads(line) for line in (continual / "metrics.jsonl").read_text().splitlines())
-         if r["checkpoint"] == 2 and "set" in r}  # evaluated on the same sets
+    assert {r["set"] for r in rows if r["checkpoint"] == 2 and "set" in r} == {
+        r["set"]
+        for r in (json.loads(line) for line in (continual / "metrics.jsonl").read_text().splitlines())
+        if r["checkpoint"] == 2 and "set" in r
+    }  # evaluated on the same sets
 
 
 def test_the_experiment_overlay_selects_the_oracle(tmp_path):
@@ -77,8 +79,17 @@ def test_the_oracle_refuses_a_corpus_that_already_keeps_history(tmp_path):
 def test_oracle_steps_run_step_0s_lr_curve(tmp_path):
     """From scratch, each oracle step warms up and peaks like step 0, whatever rewarm and the AR peak say."""
     run_dir = tmp_path / "oracle"
-    train(tiny_cfg(run_dir, *FAST, "method=oracle", "trainer.rewarm=none", "trainer.peak_schedule=cosine_over_steps",
-                   "trainer.log_every=1", "data.world.n_steps=2"))
+    train(
+        tiny_cfg(
+            run_dir,
+            *FAST,
+            "method=oracle",
+            "trainer.rewarm=none",
+            "trainer.peak_schedule=cosine_over_steps",
+            "trainer.log_every=1",
+            "data.world.n_steps=2",
+        )
+    )
     log = [json.loads(line) for line in (run_dir / "train_log.jsonl").read_text().splitlines()]
     first = {k: next(r["lr"] for r in log if r["time_step"] == k and r["optimizer_step"] == 1) for k in (0, 1)}
     assert first[1] == first[0] == pytest.approx(2e-3 * 2 / 2)  # update 1 of warmup 2 at lr 2e-3 (peak 1)

@@ -21,8 +21,13 @@ from evolve_train.config import TrainerConfig
 from evolve_train.errors import ConfigError
 from evolve_train.training.examples import LengthGroupedBatches, collate
 from evolve_train.training.loop import check_attention_reset, planned_steps_for_method, train_time_step
-from evolve_train.training.packing import (IGNORE, TokenBudgetBatches, chunk_documents, pack_documents,
-                                           padding_efficiency)
+from evolve_train.training.packing import (
+    IGNORE,
+    TokenBudgetBatches,
+    chunk_documents,
+    pack_documents,
+    padding_efficiency,
+)
 from evolve_train.training.telemetry import Throughput, flops_per_token
 
 EOS = 1
@@ -34,14 +39,16 @@ def lengths_of(n: int, seed: int) -> list[int]:
 
 # ---------------------------------------------------------------- token-budget batches
 
+
 @pytest.mark.parametrize("processes", [1, 2, 3])
 def test_budget_batches_are_fixed_for_a_seed_cover_every_row_once_and_fit_the_budget(processes):
     lengths = lengths_of(500, 0)
     batches = TokenBudgetBatches(lengths, 256, seed=7, num_processes=processes)
     first = batches.epoch(0)
     assert first == TokenBudgetBatches(list(lengths), 256, seed=7, num_processes=processes).epoch(0)
-    assert first != batches.epoch(1) and first != TokenBudgetBatches(lengths, 256, seed=8,
-                                                                      num_processes=processes).epoch(0)
+    assert first != batches.epoch(1) and first != TokenBudgetBatches(
+        lengths, 256, seed=8, num_processes=processes
+    ).epoch(0)
     assert sorted(i for batch in first for i in batch) == list(range(len(lengths)))
     for batch in first:
         for process in range(processes):
@@ -83,9 +90,18 @@ def test_the_loop_trains_the_planned_budget_batches_and_logs_throughput():
     cfg = trainer_cfg(tokens_per_batch=64, seq_len=32, log_every=2)
     rows = []
     with one_thread():
-        result = train_time_step(tiny_gpt2(), examples, step=1, epochs=2, cfg=cfg, method=method("full"),
-                                 accelerator=Accelerator(cpu=True), collate_fn=lambda r: collate(r, PAD), seed=5,
-                                 log_fn=rows.append)
+        result = train_time_step(
+            tiny_gpt2(),
+            examples,
+            step=1,
+            epochs=2,
+            cfg=cfg,
+            method=method("full"),
+            accelerator=Accelerator(cpu=True),
+            collate_fn=lambda r: collate(r, PAD),
+            seed=5,
+            log_fn=rows.append,
+        )
     lengths = [len(r) for r in examples["input_ids"]]
     batches = TokenBudgetBatches(lengths, 64, seed=5)
     assert result.optimizer_steps == batches.count(0) + batches.count(1)
@@ -101,6 +117,7 @@ def test_tokens_per_batch_below_seq_len_is_refused_naming_both_keys():
 
 # ---------------------------------------------------------------- packed documents
 
+
 def test_packed_rows_are_full_but_the_last_and_keep_each_documents_positions_and_labels():
     docs = [[5, 6, 7], [8, 9], [10, 11, 12, 13, 14, 15], [16]]
     rows = pack_documents(docs, seq_len=6, eos_id=EOS, prefix=[2])
@@ -112,8 +129,11 @@ def test_packed_rows_are_full_but_the_last_and_keep_each_documents_positions_and
     labels = [t for r in rows["labels"] for t in r]
     assert labels == [IGNORE, 5, 6, 7, EOS, IGNORE, 8, 9, EOS, IGNORE, 10, 11, 12, 13, 14, 15, EOS, IGNORE, 16, EOS]
     plain = pack_documents([[5, 6], [7]], seq_len=8, eos_id=EOS)  # no BOS: the first text token is no target
-    assert plain == {"input_ids": [[5, 6, EOS, 7, EOS]], "labels": [[IGNORE, 6, EOS, IGNORE, EOS]],
-                     "position_ids": [[0, 1, 2, 0, 1]]}
+    assert plain == {
+        "input_ids": [[5, 6, EOS, 7, EOS]],
+        "labels": [[IGNORE, 6, EOS, IGNORE, EOS]],
+        "position_ids": [[0, 1, 2, 0, 1]],
+    }
 
 
 def test_packing_wastes_less_than_padded_chunks():
@@ -128,9 +148,19 @@ def test_packing_wastes_less_than_padded_chunks():
 
 def tiny_llama() -> LlamaForCausalLM:
     torch.manual_seed(0)
-    return LlamaForCausalLM(LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                        num_attention_heads=4, num_key_value_heads=2, vocab_size=64,
-                                        max_position_embeddings=64, pad_token_id=PAD, attn_implementation="sdpa"))
+    return LlamaForCausalLM(
+        LlamaConfig(
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            vocab_size=64,
+            max_position_embeddings=64,
+            pad_token_id=PAD,
+            attn_implementation="sdpa",
+        )
+    )
 
 
 def gpt2_eager():
@@ -196,6 +226,7 @@ def test_attention_reset_refuses_an_attention_implementation_that_would_ignore_i
 
 # ---------------------------------------------------------------- telemetry
 
+
 def test_flops_per_token_follow_the_stated_formula():
     model = tiny_gpt2(n_layer=2)
     embeddings = model.transformer.wte.weight.numel() + model.transformer.wpe.weight.numel()
@@ -212,6 +243,7 @@ def test_flops_per_token_follow_the_stated_formula():
 
 # ---------------------------------------------------------------- resume under a token budget
 
+
 def test_a_crash_mid_epoch_under_a_token_budget_resumes_to_the_same_run_bitwise(tmp_path, monkeypatch, caplog):
     """The fixed-row resume check of tests/test_reliability.py, with ``trainer.tokens_per_batch``."""
     import json
@@ -224,14 +256,18 @@ def test_a_crash_mid_epoch_under_a_token_budget_resumes_to_the_same_run_bitwise(
     from evolve_train.training import faults
     from evolve_train.training.train_state import MANIFEST, list_states
 
-    budget = [*FAST, "data.world.n_steps=1",  # one time step: step 0 only
-               "trainer.tokens_per_batch=256", "trainer.save_every_n_steps=3"]
+    budget = [
+        *FAST,
+        "data.world.n_steps=1",  # one time step: step 0 only
+        "trainer.tokens_per_batch=256",
+        "trainer.save_every_n_steps=3",
+    ]
     monkeypatch.setattr(faults, "_arrivals", {})
     train(tiny_cfg(tmp_path / "reference", *budget))
     crash_at(monkeypatch, "optimizer_step", 26)  # step 0 (19 batches an epoch): in its second epoch
     with pytest.raises(Exception, match="optimizer_step:26"):
         train(tiny_cfg(tmp_path / "run", *budget))
-    (_, _, state), = [s for s in list_states(tmp_path / "run") if s[1] == 24]
+    ((_, _, state),) = [s for s in list_states(tmp_path / "run") if s[1] == 24]
     progress = json.loads((state / MANIFEST).read_text())["progress"]
     assert progress["epoch"] >= 1 and progress["next_batch"] > 0  # mid-epoch, past the first one
     monkeypatch.undo()
@@ -255,8 +291,16 @@ def test_a_clm_run_trains_on_packed_documents_with_attention_reset_and_logs_thro
 
     from evolve_train.run import train
 
-    train(tiny_cfg(tmp_path, "data.objective=clm", "data.world.n_steps=1", "eval.evaluators=[splits]",
-                   "trainer.seq_len=64", "trainer.num_threads=1"))
+    train(
+        tiny_cfg(
+            tmp_path,
+            "data.objective=clm",
+            "data.world.n_steps=1",
+            "eval.evaluators=[splits]",
+            "trainer.seq_len=64",
+            "trainer.num_threads=1",
+        )
+    )
     log = [json.loads(line) for line in (tmp_path / "train_log.jsonl").read_text().splitlines()]
     assert log and all(r["tokens_per_s"] > 0 and r["loss"] == r["loss"] for r in log)
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]

@@ -26,8 +26,13 @@ def test_lora_vs_full_in_bf16_predicts_the_same_at_step0(tmp_path):
     """One arm trains step 0 (its model went through ``accelerator.prepare``), the other loads it from the
     step-0 cache: the same weights evaluated under the same bf16 autocast give the same predictions."""
     sweep = tmp_path / "sweep"
-    runs = run_sweep(sweep, "experiment=lora_vs_full", "trainer.mixed_precision=bf16", "data.world.n_steps=2",
-                     "eval.eval_initial=true")
+    runs = run_sweep(
+        sweep,
+        "experiment=lora_vs_full",
+        "trainer.mixed_precision=bf16",
+        "data.world.n_steps=2",
+        "eval.eval_initial=true",
+    )
     assert [run.relative_to(sweep).parts[0] for run in runs] == ["full", "lora"]
     assert "loaded from the step-0 cache" in (runs[1] / "train.log").read_text()
     full, lora = (predictions(run, 0) for run in runs)
@@ -42,8 +47,7 @@ def test_resume_and_a_step0_cache_hit_keep_gradient_checkpointing(tmp_path):
 
     from evolve_train.run import ContinualRun, train
 
-    settings = ("model.gradient_checkpointing=true", f"method.step0_cache={tmp_path / 'cache'}",
-                "data.world.n_steps=2")
+    settings = ("model.gradient_checkpointing=true", f"method.step0_cache={tmp_path / 'cache'}", "data.world.n_steps=2")
     train(tiny_cfg(tmp_path / "first", *settings))  # trains step 0 and stores it in the cache
 
     hit = ContinualRun(tiny_cfg(tmp_path / "hit", *settings, "method=lora")).setup()

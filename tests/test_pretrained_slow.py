@@ -28,8 +28,15 @@ def test_fetch_smollm2_then_initial_train_save_resume_and_evaluate(tmp_path, mon
     assert f"already fetched in {model_dir}" in capsys.readouterr().out
 
     run_dir = tmp_path / "run"
-    overrides = ["model=smollm2_135m", "data.world.n_steps=1", "trainer.epochs_step0=1", "trainer.lr=3e-4",
-                 "trainer.mixed_precision=bf16", "eval.evaluators=[splits,heldout]", "eval.forward_transfer=false"]
+    overrides = [
+        "model=smollm2_135m",
+        "data.world.n_steps=1",
+        "trainer.epochs_step0=1",
+        "trainer.lr=3e-4",
+        "trainer.mixed_precision=bf16",
+        "eval.evaluators=[splits,heldout]",
+        "eval.forward_transfer=false",
+    ]
     train(tiny_cfg(run_dir, *overrides))
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert {r["checkpoint"] for r in rows} == {-1, 0}  # the base model first, on by default for a pretrained model

@@ -14,8 +14,15 @@ from evolve_train.run import train
 from helpers import tiny_cfg
 
 SAMPLE = Path(__file__).resolve().parents[1] / "data" / "evolvingqa_sample"
-FAST = ["data=evolvingqa", "data.steps=[20230101,'0102']", "trainer.epochs_step0=2", "trainer.epochs=1",
-        "trainer.num_threads=1", "eval.evaluators=[splits]", "eval.forward_transfer=false"]
+FAST = [
+    "data=evolvingqa",
+    "data.steps=[20230101,'0102']",
+    "trainer.epochs_step0=2",
+    "trainer.epochs=1",
+    "trainer.num_threads=1",
+    "eval.evaluators=[splits]",
+    "eval.forward_transfer=false",
+]
 ADAPT = ["eval.qa_adaptation.enabled=true", "eval.qa_adaptation.steps=12"]
 
 
@@ -58,12 +65,14 @@ def test_adaptation_trains_a_copy_for_the_configured_steps(tmp_path):
     assert any(not torch.equal(before[k], v) for k, v in copy.state_dict().items())
     logged = []
     from evolve_train.training import loop
+
     original = loop.train_time_step
 
     def spy(*args, **kwargs):
         result = original(*args, **kwargs)
         logged.append(result.optimizer_steps)
         return result
+
     loop.train_time_step = spy
     try:
         adaptation.adapted(model, adapter, checkpoint=0, accelerator=Accelerator())

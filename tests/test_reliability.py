@@ -24,8 +24,14 @@ from evolve_train.run import train
 from evolve_train.training import faults
 from evolve_train.training.checkpoint import estimate_bytes, gathered_state_dict, save_checkpoint
 from evolve_train.training.nonfinite import NonFiniteLossError
-from evolve_train.training.train_state import (MANIFEST, join_tensors, list_states, rng_state, set_rng_state,
-                                               split_tensors)
+from evolve_train.training.train_state import (
+    MANIFEST,
+    join_tensors,
+    list_states,
+    rng_state,
+    set_rng_state,
+    split_tensors,
+)
 from helpers import tiny_cfg
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -90,14 +96,14 @@ def crash_at(monkeypatch, name: str, count: int) -> None:
             seen["n"] += 1
             if seen["n"] == count:
                 raise Boom(f"{name}:{count}")
+
     monkeypatch.setattr(faults, "point", point)
 
 
 # -- mid-step states -------------------------------------------------------------------------------
 
 
-def test_crash_mid_step_resumes_from_the_newest_complete_state_and_matches(reference, tmp_path, monkeypatch,
-                                                                            caplog):
+def test_crash_mid_step_resumes_from_the_newest_complete_state_and_matches(reference, tmp_path, monkeypatch, caplog):
     run_dir = tmp_path / "run"
     crash_at(monkeypatch, "optimizer_step", STEP0_BATCHES + 9)  # step 1, optimizer step 9
     with pytest.raises(Boom):
@@ -137,8 +143,7 @@ def test_states_hold_tensors_and_json_only_and_round_trip_optimizer_and_rng(tmp_
     model(torch.randn(4, 3)).sum().backward()
     optimizer.step()
     tensors: dict = {}
-    meta = split_tensors({"optimizer": optimizer.state_dict(), "rng": rng_state(), "inf": float("inf")},
-                         tensors, "x")
+    meta = split_tensors({"optimizer": optimizer.state_dict(), "rng": rng_state(), "inf": float("inf")}, tensors, "x")
     expected = (torch.rand(3), __import__("random").random())  # the draws right after the capture
     text = json.dumps(meta, allow_nan=False)  # strict JSON
     from safetensors.torch import save_file
@@ -173,6 +178,7 @@ def poison_forward(monkeypatch, at_call: int, kind: str = "loss") -> None:
                 else:
                     out.loss.register_hook(lambda grad: grad * float("nan"))
         return out
+
     monkeypatch.setattr(GPT2LMHeadModel, "forward", forward)
 
 
@@ -300,6 +306,7 @@ def test_a_full_disk_during_a_checkpoint_leaves_no_half_checkpoint_and_resumes(r
             (Path(directory) / "model.safetensors").write_bytes(b"\0" * 100)
             raise OSError(errno.ENOSPC, "No space left on device")
         return original(self, directory, *args, **kwargs)
+
     monkeypatch.setattr(GPT2LMHeadModel, "save_pretrained", save_pretrained)
     with pytest.raises(OSError, match="disk is full"):
         train(tiny_cfg(run_dir, *FAST))
@@ -316,6 +323,7 @@ def test_a_full_disk_during_a_training_state_leaves_nothing_half_written(tmp_pat
 
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
+
     monkeypatch.setattr(safetensors.torch, "save_file", full)
     with pytest.raises(OSError, match="could not write the training state"):
         train(tiny_cfg(tmp_path / "run", *FAST, "trainer.save_every_n_steps=4"))
@@ -327,6 +335,7 @@ def test_save_checkpoint_cleans_up_after_any_failure(tmp_path):
         def save_pretrained(self, directory, **_):
             (Path(directory) / "model.safetensors").write_bytes(b"partial")
             raise RuntimeError("killed by a bug")
+
     with pytest.raises(RuntimeError):
         save_checkpoint(tmp_path, 3, Broken(), tokenizer=None)
     assert list((tmp_path / "steps").iterdir()) == []
@@ -335,17 +344,21 @@ def test_save_checkpoint_cleans_up_after_any_failure(tmp_path):
 # -- configuration -------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("override, needle", [
-    ("trainer.keep_last_states=0", "trainer.keep_last_states"),
-    ("trainer.save_every_n_steps=-1", "trainer.save_every_n_steps"),
-])
+@pytest.mark.parametrize(
+    "override, needle",
+    [
+        ("trainer.keep_last_states=0", "trainer.keep_last_states"),
+        ("trainer.save_every_n_steps=-1", "trainer.save_every_n_steps"),
+    ],
+)
 def test_reliability_settings_are_validated(tmp_path, override, needle):
     with pytest.raises(ConfigError, match=needle.replace(".", r"\.")):
         train(tiny_cfg(tmp_path / "run", override))
 
 
-@pytest.mark.parametrize("name, mode", [("ddp", "multi_gpu"), ("fsdp", "use_fsdp"),
-                                        ("deepspeed_zero2", "use_deepspeed")])
+@pytest.mark.parametrize(
+    "name, mode", [("ddp", "multi_gpu"), ("fsdp", "use_fsdp"), ("deepspeed_zero2", "use_deepspeed")]
+)
 def test_accelerate_configs_parse_and_select_their_backend(name, mode):
     from accelerate.commands.launch import _validate_launch_command, launch_command_parser
 
@@ -382,6 +395,7 @@ def test_deepspeed_config_gets_the_trainer_micro_batch():
 
     class Fake:
         state = type("State", (), {"deepspeed_plugin": plugin})()
+
     configure_deepspeed(Fake(), 24)
     assert plugin.deepspeed_config["train_micro_batch_size_per_gpu"] == 24
 

@@ -23,38 +23,79 @@ from evolve_train.run import train
 from evolve_train.tracking.disk import read_jsonl
 from helpers import tiny_cfg
 
-SETS = {0: ["unchanged"], 1: ["unchanged", "new_1", "updated_1", "outdated_1"],
-        2: ["unchanged", "new_1", "updated_1", "outdated_1", "new_2", "updated_2", "outdated_2"]}
+SETS = {
+    0: ["unchanged"],
+    1: ["unchanged", "new_1", "updated_1", "outdated_1"],
+    2: ["unchanged", "new_1", "updated_1", "outdated_1", "new_2", "updated_2", "outdated_2"],
+}
 
 
-def make_run(run_dir: Path, seed: int, method: str = "full", skill: float = 0.6, n: int = 40,
-             paired: bool = True) -> Path:
+def make_run(
+    run_dir: Path, seed: int, method: str = "full", skill: float = 0.6, n: int = 40, paired: bool = True
+) -> Path:
     """A finished run dir in the framework's layout with random (seeded) per-item outcomes."""
     rng = random.Random(f"{method}/{seed}")
     rows, em = [], {}
     for ckpt, columns in SETS.items():
         for column in columns:
             kind, _, step = column.partition("_")
-            items = [{"id": f"{column}/q{i}", "prompt": f"Q{i}", "generation": "x", "prediction": "x",
-                      "golds": ["y"], "correct": int(rng.random() < skill * (0.5 if kind == "outdated" else 1)),
-                      "f1": 0.0} for i in range(n)]
+            items = [
+                {
+                    "id": f"{column}/q{i}",
+                    "prompt": f"Q{i}",
+                    "generation": "x",
+                    "prediction": "x",
+                    "golds": ["y"],
+                    "correct": int(rng.random() < skill * (0.5 if kind == "outdated" else 1)),
+                    "f1": 0.0,
+                }
+                for i in range(n)
+            ]
             folder = run_dir / "predictions" / f"step_{ckpt}"
             folder.mkdir(parents=True, exist_ok=True)
             (folder / f"{column}.jsonl").write_text("".join(json.dumps(i) + "\n" for i in items))
             value = sum(i["correct"] for i in items) / n
             em.setdefault(str(ckpt), {})[column] = value
-            rows.append({"group": "splits", "checkpoint": ckpt, "set": kind, "set_name": column,
-                         "set_step": int(step) if step else None, "n": n, "em": value, "f1": value,
-                         "method": method, "seed": seed, "train_seconds": 1.0, "train_tokens": 100})
+            rows.append(
+                {
+                    "group": "splits",
+                    "checkpoint": ckpt,
+                    "set": kind,
+                    "set_name": column,
+                    "set_step": int(step) if step else None,
+                    "n": n,
+                    "em": value,
+                    "f1": value,
+                    "method": method,
+                    "seed": seed,
+                    "train_seconds": 1.0,
+                    "train_tokens": 100,
+                }
+            )
         if paired and ckpt > 0:
-            rows.append({"group": "paired", "checkpoint": ckpt, "set": "pairs", "set_name": "pairs", "set_step": None,
-                         "n": 10, "update_adoption": rng.random(), "confusion_index": rng.random(),
-                         "method": method, "seed": seed})
+            rows.append(
+                {
+                    "group": "paired",
+                    "checkpoint": ckpt,
+                    "set": "pairs",
+                    "set_name": "pairs",
+                    "set_step": None,
+                    "n": 10,
+                    "update_adoption": rng.random(),
+                    "confusion_index": rng.random(),
+                    "method": method,
+                    "seed": seed,
+                }
+            )
     (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (run_dir / "summary.json").write_text(json.dumps({"run_dir": str(run_dir), "experiment": "synth",
-                                                      "method": method, "seed": seed, "em": em, "f1": em}))
-    train_log = [{"time_step": t, "optimizer_step": s, "loss": 5.0 - t - s / 10, "lr": 1e-3, "tokens": 10 * s}
-                 for t in SETS for s in (2, 4, 6)]
+    (run_dir / "summary.json").write_text(
+        json.dumps({"run_dir": str(run_dir), "experiment": "synth", "method": method, "seed": seed, "em": em, "f1": em})
+    )
+    train_log = [
+        {"time_step": t, "optimizer_step": s, "loss": 5.0 - t - s / 10, "lr": 1e-3, "tokens": 10 * s}
+        for t in SETS
+        for s in (2, 4, 6)
+    ]
     (run_dir / "train_log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in train_log))
     return run_dir
 
@@ -80,11 +121,13 @@ def test_cli_on_two_tiny_runs_writes_plots_and_reports(tiny_runs, tmp_path, caps
     assert "2 run(s)" in capsys.readouterr().out
     pngs = sorted(p.name for p in out.glob("*.png"))
     groups = {r["group"] for r in read_jsonl(tiny_runs[0] / "metrics.jsonl")}
-    assert pngs == sorted(["forgetting_curves.png", "matrix_full_seed0.png", "matrix_full_seed1.png",
-                           "training_loss.png"] + ["paired_metrics.png"] * ("paired" in groups)
-                          + ["heldout_metrics.png"] * ("heldout" in groups)
-                          + ["slices_full_seed0.png", "slices_full_seed1.png"] * ("slices" in groups)
-                          + ["retention_vs_flops.png"])
+    assert pngs == sorted(
+        ["forgetting_curves.png", "matrix_full_seed0.png", "matrix_full_seed1.png", "training_loss.png"]
+        + ["paired_metrics.png"] * ("paired" in groups)
+        + ["heldout_metrics.png"] * ("heldout" in groups)
+        + ["slices_full_seed0.png", "slices_full_seed1.png"] * ("slices" in groups)
+        + ["retention_vs_flops.png"]
+    )
     assert all((out / p).stat().st_size > 5000 for p in pngs)
     html = (out / "report.html").read_text()
     assert html.count("data:image/png;base64,") == len(pngs) == html.count("<img")
@@ -93,8 +136,11 @@ def test_cli_on_two_tiny_runs_writes_plots_and_reports(tiny_runs, tmp_path, caps
     for name in pngs:
         assert f"]({name})" in markdown
     assert "full/seed0" in markdown and "full/seed1" in markdown and "Paired differences" in markdown
-    final = {r["set_name"]: r["em"] for r in read_jsonl(tiny_runs[1] / "metrics.jsonl")
-             if r["checkpoint"] == 2 and r["group"] == "splits"}
+    final = {
+        r["set_name"]: r["em"]
+        for r in read_jsonl(tiny_runs[1] / "metrics.jsonl")
+        if r["checkpoint"] == 2 and r["group"] == "splits"
+    }
     assert f"| full/seed1 | 2 | {final['unchanged']:.3f} |" in markdown
 
 
@@ -103,16 +149,23 @@ def test_temporal_table_quotes_each_runs_final_values_with_their_intervals(tiny_
     markdown = (tmp_path / "r" / "report.md").read_text()
     assert "## Temporal metrics" in markdown
     for run_dir, label in zip(tiny_runs, ("full/seed0", "full/seed1")):
-        final = {r["group"]: r for r in read_jsonl(run_dir / "metrics.jsonl")
-                 if r["checkpoint"] == 2 and r.get("set_name") == "all" and r["group"] in ("paired", "ablation")}
+        final = {
+            r["group"]: r
+            for r in read_jsonl(run_dir / "metrics.jsonl")
+            if r["checkpoint"] == 2 and r.get("set_name") == "all" and r["group"] in ("paired", "ablation")
+        }
         cells = []
-        for group, name in (("paired", "update_adoption"), ("paired", "confusion_index"),
-                            ("ablation", "timestamp_reliance")):
+        for group, name in (
+            ("paired", "update_adoption"),
+            ("paired", "confusion_index"),
+            ("ablation", "timestamp_reliance"),
+        ):
             value, (low, high) = final[group][name], final[group][f"{name}_ci"]
             assert low <= value <= high
             cells.append(f"{value:.3f} [{low:.3f}, {high:.3f}]")
-        assert (f"| {label} | 2 | {final['paired']['n_pairs']} | {final['ablation']['n']} | "
-                + " | ".join(cells) + " |") in markdown
+        assert (
+            f"| {label} | 2 | {final['paired']['n_pairs']} | {final['ablation']['n']} | " + " | ".join(cells) + " |"
+        ) in markdown
 
 
 def test_tiny_runs_plotted_points_and_cis_match_files(tiny_runs, tmp_path):
@@ -124,19 +177,30 @@ def test_tiny_runs_plotted_points_and_cis_match_files(tiny_runs, tmp_path):
     assert len(result["diffs"]) == 8  # 7 eval sets, then `all` (Unchanged + New + Updated pooled)
     pooled = ({}, {})
     for diff in result["diffs"][:-1]:
-        a, b = ({json.loads(l)["id"]: json.loads(l)["correct"]
-                 for l in (d / "predictions" / "step_2" / f"{diff.column}.jsonl").read_text().splitlines()}
-                for d in tiny_runs)
+        a, b = (
+            {
+                json.loads(line)["id"]: json.loads(line)["correct"]
+                for line in (d / "predictions" / "step_2" / f"{diff.column}.jsonl").read_text().splitlines()
+            }
+            for d in tiny_runs
+        )
         direct = paired_bootstrap_diff(a, b, B=300, seed=3)
-        assert (diff.diff, diff.ci_low, diff.ci_high, diff.n) == (direct["diff"], direct["ci_low"],
-                                                                  direct["ci_high"], direct["n"])
+        assert (diff.diff, diff.ci_low, diff.ci_high, diff.n) == (
+            direct["diff"],
+            direct["ci_low"],
+            direct["ci_high"],
+            direct["n"],
+        )
         if not diff.column.startswith("outdated"):
             for into, outcomes in zip(pooled, (a, b)):
                 into.update({f"{diff.column}/{k}": v for k, v in outcomes.items()})
     direct = paired_bootstrap_diff(*pooled, B=300, seed=3)
     assert result["diffs"][-1].column == "all"
     assert (result["diffs"][-1].diff, result["diffs"][-1].ci_low, result["diffs"][-1].n) == (
-        direct["diff"], direct["ci_low"], direct["n"])
+        direct["diff"],
+        direct["ci_low"],
+        direct["n"],
+    )
 
 
 def test_plotted_series_equal_metrics(synth, tmp_path):
@@ -146,8 +210,9 @@ def test_plotted_series_equal_metrics(synth, tmp_path):
     for label, run_dir in labels.items():
         rows = read_jsonl(run_dir / "metrics.jsonl")
         for column in SETS[2]:
-            expected = sorted((r["checkpoint"], r["em"]) for r in rows if r.get("set_name") == column
-                              and r["group"] == "splits")
+            expected = sorted(
+                (r["checkpoint"], r["em"]) for r in rows if r.get("set_name") == column and r["group"] == "splits"
+            )
             xs, ys = result["series"]["forgetting"][column][label]
             assert list(zip(xs, ys)) == [(float(k), v) for k, v in expected]
         matrix = result["series"][f"matrix/{label}"]
@@ -165,11 +230,17 @@ def test_report_cis_equal_direct_bootstrap(synth, tmp_path):
     markdown = (tmp_path / "r" / "report.md").read_text()
     assert [d.column for d in result["diffs"]] == SETS[2] + ["all"]
     for diff in result["diffs"][:-1]:
-        a, b = ({r["id"]: r["correct"] for r in read_jsonl(d / "predictions" / "step_2" / f"{diff.column}.jsonl")}
-                for d in synth)
+        a, b = (
+            {r["id"]: r["correct"] for r in read_jsonl(d / "predictions" / "step_2" / f"{diff.column}.jsonl")}
+            for d in synth
+        )
         direct = paired_bootstrap_diff(a, b, B=500, seed=7)
-        assert (diff.diff, diff.ci_low, diff.ci_high, diff.n) == (direct["diff"], direct["ci_low"],
-                                                                  direct["ci_high"], direct["n"])
+        assert (diff.diff, diff.ci_low, diff.ci_high, diff.n) == (
+            direct["diff"],
+            direct["ci_low"],
+            direct["ci_high"],
+            direct["n"],
+        )
         assert f"[{direct['ci_low']:+.3f}, {direct['ci_high']:+.3f}]" in markdown
     assert any(d.diff != 0 for d in result["diffs"]) and any(d.significant for d in result["diffs"])
 
@@ -235,10 +306,22 @@ def screenshot(chromium: str, html: Path, shot: Path, size: tuple[int, int] = (1
     import matplotlib.image as mpimg
     import numpy as np
 
-    command = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-               "--disable-background-networking", "--disable-component-update", "--disable-sync",
-               "--disable-dev-shm-usage", f"--user-data-dir={shot.parent / 'chromium-profile'}",
-               f"--screenshot={shot}", f"--window-size={size[0]},{size[1]}", html.resolve().as_uri()]
+    command = [
+        chromium,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-dev-shm-usage",
+        f"--user-data-dir={shot.parent / 'chromium-profile'}",
+        f"--screenshot={shot}",
+        f"--window-size={size[0]},{size[1]}",
+        html.resolve().as_uri(),
+    ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=180)
     assert shot.exists(), f"no screenshot (rc {done.returncode}): {done.stderr[-800:]}"
     pixels = mpimg.imread(shot)[..., :3]

@@ -30,8 +30,15 @@ def item(key, set_kind, step, question, answer):
 
 SETS = [
     EvalSet("unchanged", "unchanged", None, [item("u", "unchanged", None, "Acme was founded in", "1900")]),
-    EvalSet("new_1", "new", 1, [item("n-dune", "new", 1, "The director of Dune is", "Eve"),
-                                item("n-zeta", "new", 1, "The director of Zeta is", "Ugo")]),
+    EvalSet(
+        "new_1",
+        "new",
+        1,
+        [
+            item("n-dune", "new", 1, "The director of Dune is", "Eve"),
+            item("n-zeta", "new", 1, "The director of Zeta is", "Ugo"),
+        ],
+    ),
     EvalSet("updated_1", "updated", 1, [item("a", "updated", 1, "The director of Acme is", "Bob")]),
     EvalSet("outdated_1", "outdated", 1, [item("a", "outdated", 1, "The director of Acme is", "Ann")]),
     EvalSet("updated_2", "updated", 2, [item("b", "updated", 2, "The director of Brix is", "Fay")]),
@@ -41,8 +48,9 @@ SETS = [
 
 
 def timeline():
-    steps = [TimeStep(k, str(2018 + k), texts=[{"doc_id": f"d{n}", "text": t} for n, t in enumerate(DOCS[k])])
-             for k in DOCS]
+    steps = [
+        TimeStep(k, str(2018 + k), texts=[{"doc_id": f"d{n}", "text": t} for n, t in enumerate(DOCS[k])]) for k in DOCS
+    ]
     return Timeline(steps=steps, eval_sets=SETS)
 
 
@@ -115,8 +123,11 @@ def test_records_name_only_passages_of_steps_up_to_the_store(tmp_path):
     assert len(files) > 10
     for path in files:
         step_dir, folder = path.parts[-3], path.parts[-2]
-        store = int(folder.removeprefix("open_book_store")) if folder.startswith("open_book_store") else \
-            int(step_dir.removeprefix("step_"))
+        store = (
+            int(folder.removeprefix("open_book_store"))
+            if folder.startswith("open_book_store")
+            else int(step_dir.removeprefix("step_"))
+        )
         for record in map(json.loads, path.read_text().splitlines()):
             assert all(p["step"] <= store for p in record["retrieved"]), (path, record)
 
@@ -185,8 +196,11 @@ def test_sentences_split_documents_and_carry_the_step_date():
     assert sentences("A b. C d! E f? g") == ["A b.", "C d!", "E f?", "g"]
     index = RetrievalIndex(timeline(), RetrievalConfig(passages="sentences"))
     first = index.by_step[0]
-    assert [p.text for p in first] == ["The director of Acme is Ann.", "Acme was founded in 1900.",
-                                       "The director of Brix is Cal."]
+    assert [p.text for p in first] == [
+        "The director of Acme is Ann.",
+        "Acme was founded in 1900.",
+        "The director of Brix is Cal.",
+    ]
     assert {p.date for p in first} == {"2018"} and first[1].id == "0/d0#1"
 
 
@@ -206,8 +220,10 @@ def test_passage_files_one_per_step_or_one_with_steps(tmp_path):
     files = [write(tmp_path / f"p{k}.jsonl", [{"text": f"Passage of step {k}."}]) for k in range(3)]
     per_step = load_passage_files(files, steps)
     assert [[(p.step, p.date) for p in ps] for ps in per_step] == [[(0, "2018")], [(1, "2019")], [(2, "2020")]]
-    one = write(tmp_path / "all.jsonl", [{"text": "x one", "step": "2019", "date": "2019-06-01", "id": "a"},
-                                         {"text": "x two", "step": 2}])
+    one = write(
+        tmp_path / "all.jsonl",
+        [{"text": "x one", "step": "2019", "date": "2019-06-01", "id": "a"}, {"text": "x two", "step": 2}],
+    )
     per_step = load_passage_files([one], steps)
     assert [len(ps) for ps in per_step] == [0, 1, 1]
     assert per_step[1][0].date == "2019-06-01" and per_step[1][0].id == "a"
@@ -215,9 +231,14 @@ def test_passage_files_one_per_step_or_one_with_steps(tmp_path):
     assert RetrievalIndex(timeline(), cfg).store(0).passages == []  # step 0 has no passage: nothing to find
 
 
-@pytest.mark.parametrize("records, field", [([{"text": "ok", "step": 0}, {"txt": "no"}], "text"),
-                                            ([{"text": "ok", "step": 7}], "step"),
-                                            ([{"text": "no step"}], "step")])
+@pytest.mark.parametrize(
+    "records, field",
+    [
+        ([{"text": "ok", "step": 0}, {"txt": "no"}], "text"),
+        ([{"text": "ok", "step": 7}], "step"),
+        ([{"text": "no step"}], "step"),
+    ],
+)
 def test_a_bad_passage_record_names_file_line_and_field(tmp_path, records, field):
     path = write(tmp_path / "bad.jsonl", records)
     with pytest.raises(DataError) as err:
@@ -233,11 +254,18 @@ def test_passage_file_count_and_presence_are_checked(tmp_path):
         load_passage_files([str(tmp_path / "missing.jsonl")], timeline().steps)
 
 
-@pytest.mark.parametrize("settings, message", [
-    ({"passages": "files"}, "passage_files"), ({"passage_files": ["x.jsonl"]}, "passage_files"),
-    ({"template": "{passages} only"}, "{question}"), ({"passage_template": "{date}"}, "{text}"),
-    ({"template": "{passages} {question} {nope}"}, "format string"), ({"k": 0}, "eval.retrieval.k"),
-    ({"scope": "future"}, "eval.retrieval.scope")])
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        ({"passages": "files"}, "passage_files"),
+        ({"passage_files": ["x.jsonl"]}, "passage_files"),
+        ({"template": "{passages} only"}, "{question}"),
+        ({"passage_template": "{date}"}, "{text}"),
+        ({"template": "{passages} {question} {nope}"}, "format string"),
+        ({"k": 0}, "eval.retrieval.k"),
+        ({"scope": "future"}, "eval.retrieval.scope"),
+    ],
+)
 def test_bad_retrieval_settings_name_the_key(settings, message):
     with pytest.raises(ConfigError, match="eval.retrieval") as err:
         RetrievalConfig(**settings)
@@ -250,9 +278,18 @@ def test_bad_retrieval_settings_name_the_key(settings, message):
 def dated_timeline():
     texts = {0: "In 2018, the director of Acme is Ann.", 1: "In 2019, the director of Acme is Bob."}
     steps = [TimeStep(k, str(2018 + k), texts=[{"doc_id": "d", "text": texts[k]}]) for k in texts]
-    probes = [{"id": f"p-{year}", "question": f"In {year}, the director of Acme is", "answers": [gold],
-               "set": "paired", "step": 1, "timestamp": str(year), "pair_id": "p"}
-              for year, gold in ((2018, "Ann"), (2019, "Bob"))]
+    probes = [
+        {
+            "id": f"p-{year}",
+            "question": f"In {year}, the director of Acme is",
+            "answers": [gold],
+            "set": "paired",
+            "step": 1,
+            "timestamp": str(year),
+            "pair_id": "p",
+        }
+        for year, gold in ((2018, "Ann"), (2019, "Bob"))
+    ]
     return Timeline(steps=steps, eval_sets=[EvalSet("paired_1", "paired", 1, probes)])
 
 
@@ -286,8 +323,14 @@ def test_passages_are_cut_to_fit_the_model_positions():
     model_cfg = ModelConfig(n_layer=1, n_embd=32, n_head=2, vocab_size=300, n_positions=48)
     model = build_model(model_cfg, tokenizer)
     adapter = build_adapter(model_cfg, tokenizer)
-    steps = [TimeStep(0, "2018", texts=[{"doc_id": "long", "text": long_docs[0]}] +
-                      [{"doc_id": f"d{n}", "text": t} for n, t in enumerate(DOCS[0])])]
+    steps = [
+        TimeStep(
+            0,
+            "2018",
+            texts=[{"doc_id": "long", "text": long_docs[0]}]
+            + [{"doc_id": f"d{n}", "text": t} for n, t in enumerate(DOCS[0])],
+        )
+    ]
     tl = Timeline(steps=steps, eval_sets=[SETS[0], EvalSet("updated_0", "updated", 0, SETS[2].items)])
     cfg = EvalConfig(evaluators=["retrieval"], max_new_tokens=6, retrieval=RetrievalConfig(k=3))
     ctx = EvalContext(timeline=tl, checkpoint=0, cfg=cfg, model=model, adapter=adapter)

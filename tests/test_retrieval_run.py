@@ -58,8 +58,11 @@ def test_prompts_fit_the_model_and_no_later_passage_is_retrieved(run):
     assert files
     cut = 0
     for path in files:
-        store = int(path.parent.name.removeprefix("open_book_store")) if "store" in path.parent.name else \
-            int(path.parent.parent.name.removeprefix("step_"))
+        store = (
+            int(path.parent.name.removeprefix("open_book_store"))
+            if "store" in path.parent.name
+            else int(path.parent.parent.name.removeprefix("step_"))
+        )
         for record in map(json.loads, path.read_text().splitlines()):
             assert len(tokenizer(record["prompt"], add_special_tokens=False)["input_ids"]) + 4 <= 64
             assert all(p["step"] <= store for p in record["retrieved"])
@@ -71,8 +74,9 @@ def test_summary_console_and_wandb_keys(run, capsys):
     run_dir, summary, rows = run
     part = summary["retrieval"]
     assert sorted(part["checkpoints"]) == ["0", "1", "2"] and sorted(part["initial"]) == ["0", "1", "2"]
-    assert part["checkpoints"]["2"][ALL]["em_open"] == next(r["em_open"] for r in rows if r["group"] == "retrieval"
-                                                             and r["checkpoint"] == 2 and r["set_name"] == ALL)
+    assert part["checkpoints"]["2"][ALL]["em_open"] == next(
+        r["em_open"] for r in rows if r["group"] == "retrieval" and r["checkpoint"] == 2 and r["set_name"] == ALL
+    )
     assert json.loads((run_dir / "summary.json").read_text())["retrieval"] == part
     payload = eval_payload(2, [r for r in rows if r["checkpoint"] == 2])
     assert "retrieval/all/em_open" in payload and "retrieval/updated_2/recall@k" in payload
@@ -94,7 +98,8 @@ def test_report_plots_closed_vs_open_per_split_and_tabulates(run, tmp_path):
     assert ys[1] == pytest.approx(expected)
     assert drawn[ALL]["initial + retrieval"][0] == [0.0, 1.0, 2.0]
     assert drawn[ALL]["closed"][1] == pytest.approx(
-        [next(r["em"] for r in open_rows(rows) if r["checkpoint"] == k and r["set_name"] == ALL) for k in range(3)])
+        [next(r["em"] for r in open_rows(rows) if r["checkpoint"] == k and r["set_name"] == ALL) for k in range(3)]
+    )
     markdown = (tmp_path / "report" / "report.md").read_text()
     assert "## Retrieval (open-book)" in markdown and "open_book.png" in markdown
     assert "initial + retrieval EM" in markdown and (tmp_path / "report" / "open_book.png").stat().st_size > 0
@@ -105,8 +110,9 @@ def test_report_plots_closed_vs_open_per_split_and_tabulates(run, tmp_path):
 def test_a_bad_passage_file_fails_before_training(tmp_path):
     bad = tmp_path / "passages.jsonl"
     bad.write_text('{"text": "fine", "step": 0}\n{"step": 1}\n')
-    cfg = tiny_cfg(tmp_path / "run", EVALUATORS, "eval.retrieval.passages=files",
-                   f"eval.retrieval.passage_files=[{bad}]")
+    cfg = tiny_cfg(
+        tmp_path / "run", EVALUATORS, "eval.retrieval.passages=files", f"eval.retrieval.passage_files=[{bad}]"
+    )
     with pytest.raises(DataError, match="line 2, field 'text'"):
         train(cfg)
     assert not (tmp_path / "run" / "steps").exists() and not (tmp_path / "run" / "metrics.jsonl").exists()

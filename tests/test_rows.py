@@ -21,8 +21,7 @@ def test_gate_and_report_give_the_same_difference_and_ci(tmp_path, capsys):
     run = make_run(tmp_path / "runs" / "lora", seed=0, method="lora", skill=0.7)
     base = make_run(tmp_path / "runs" / "full", seed=0, method="full", skill=0.5)
     flags = ["--bootstrap", "400", "--seed", "3"]
-    gate_main([str(run), "--baseline", str(base), "--flip-rate-max", "none", "--contamination-gap-max", "none",
-               *flags])
+    gate_main([str(run), "--baseline", str(base), "--flip-rate-max", "none", "--contamination-gap-max", "none", *flags])
     gate_out = capsys.readouterr().out
     assert report_main([str(run), str(base), "--out", str(tmp_path / "report"), *flags]) == 0
     markdown = (tmp_path / "report" / "report.md").read_text()
@@ -30,8 +29,12 @@ def test_gate_and_report_give_the_same_difference_and_ci(tmp_path, capsys):
     found = re.search(r"diff ([-+]\d\.\d{4}), 95% CI \[([-+]\d\.\d{4}), ([-+]\d\.\d{4})\]", gate_out)
     assert found, gate_out
     gate_numbers = [float(x) for x in found.groups()]
-    row = re.search(r"^\| lora/seed0 \| full/seed0 \| all \| \d+ \| [\d.]+ \| [\d.]+ \| ([-+][\d.]+) \| "
-                    r"\[([-+][\d.]+), ([-+][\d.]+)\] \|", markdown, re.M)
+    row = re.search(
+        r"^\| lora/seed0 \| full/seed0 \| all \| \d+ \| [\d.]+ \| [\d.]+ \| ([-+][\d.]+) \| "
+        r"\[([-+][\d.]+), ([-+][\d.]+)\] \|",
+        markdown,
+        re.M,
+    )
     assert row, markdown
     assert [float(x) for x in row.groups()] == [round(x, 3) for x in gate_numbers]
     assert any(abs(x) > 0.01 for x in gate_numbers)  # a difference that could disagree
@@ -58,8 +61,21 @@ def test_read_metrics_names_the_file_line_and_field(tmp_path):
 
 
 def test_disk_logger_writes_rows_byte_for_byte_in_key_order(tmp_path):
-    first = [{"group": "splits", "checkpoint": 0, "set": "unchanged", "set_name": "unchanged", "set_step": None,
-              "n": 2, "em": 0.5, "f1": 0.75, "method": "full", "seed": 0, "train_seconds": 1.5}]
+    first = [
+        {
+            "group": "splits",
+            "checkpoint": 0,
+            "set": "unchanged",
+            "set_name": "unchanged",
+            "set_step": None,
+            "n": 2,
+            "em": 0.5,
+            "f1": 0.75,
+            "method": "full",
+            "seed": 0,
+            "train_seconds": 1.5,
+        }
+    ]
     second = [{"checkpoint": 1, "group": "timing", "set": None, "set_step": None, "seconds": {"é": 0.25}}]
     logger = DiskLogger(tmp_path)
     logger.log_eval(0, first)
@@ -71,5 +87,13 @@ def test_disk_logger_writes_rows_byte_for_byte_in_key_order(tmp_path):
 
 def test_column_key_orders_by_step_then_kind():
     names = ["outdated_1", "new_2", "custom", "updated_1", "unchanged", "new_1", "time_slice_a", "updated_2"]
-    assert sorted(names, key=column_key) == ["unchanged", "custom", "new_1", "updated_1", "outdated_1", "new_2",
-                                             "updated_2", "time_slice_a"]
+    assert sorted(names, key=column_key) == [
+        "unchanged",
+        "custom",
+        "new_1",
+        "updated_1",
+        "outdated_1",
+        "new_2",
+        "updated_2",
+        "time_slice_a",
+    ]

@@ -19,7 +19,7 @@ from evolve_train.errors import ConfigError
 from evolve_train.models import build
 from evolve_train.models.build import load_model, load_tokenizer, train_tokenizer
 from evolve_train.run import train
-from evolve_train.training.redact import (REDACTED, config_secrets, env_secrets, redact_argv, redact_yaml_file)
+from evolve_train.training.redact import REDACTED, config_secrets, env_secrets, redact_argv, redact_yaml_file
 from helpers import TINY, tiny_cfg
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -27,8 +27,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def tiny_model(seed: int = 0) -> GPT2LMHeadModel:
     torch.manual_seed(seed)
-    return GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=300, n_positions=64,
-                                      bos_token_id=0, eos_token_id=0))
+    return GPT2LMHeadModel(
+        GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=300, n_positions=64, bos_token_id=0, eos_token_id=0)
+    )
 
 
 def pickle_only_dir(path: Path, seed: int = 0) -> dict:
@@ -52,8 +53,9 @@ def test_allow_pickle_loads_it_with_a_warning(tmp_path, caplog):
     with caplog.at_level(logging.WARNING):
         model = load_model(str(tmp_path / "m"), ModelConfig(allow_pickle=True))
     assert "pickle-based weights" in caplog.text and "allow_pickle=true" in caplog.text
-    assert torch.equal(model.state_dict()["transformer.h.0.attn.c_attn.weight"],
-                       expected["transformer.h.0.attn.c_attn.weight"])
+    assert torch.equal(
+        model.state_dict()["transformer.h.0.attn.c_attn.weight"], expected["transformer.h.0.attn.c_attn.weight"]
+    )
 
 
 def test_with_both_formats_only_the_safetensors_weights_are_read(tmp_path):
@@ -62,8 +64,9 @@ def test_with_both_formats_only_the_safetensors_weights_are_read(tmp_path):
     safe = tiny_model(seed=2)
     safe.save_pretrained(path)
     model = load_model(str(path), ModelConfig())
-    assert torch.equal(model.state_dict()["transformer.h.0.mlp.c_fc.weight"],
-                       safe.state_dict()["transformer.h.0.mlp.c_fc.weight"])
+    assert torch.equal(
+        model.state_dict()["transformer.h.0.mlp.c_fc.weight"], safe.state_dict()["transformer.h.0.mlp.c_fc.weight"]
+    )
 
 
 def test_a_run_on_a_pickle_only_model_fails_before_training(tmp_path):
@@ -81,6 +84,7 @@ def test_from_pretrained_gets_trust_remote_code_false_and_safetensors_by_default
         def from_pretrained(name, **kwargs):
             calls.append((name, kwargs))
             raise RuntimeError("recorded")
+
     monkeypatch.setattr(build, "AutoModelForCausalLM", Recorder)
     monkeypatch.setattr(build, "AutoModelForSeq2SeqLM", Recorder)
     monkeypatch.setattr(build, "AutoTokenizer", Recorder)
@@ -107,8 +111,11 @@ def test_no_shipped_model_config_trusts_remote_code_or_pickle(tmp_path, model):
 def test_secret_values_are_found_in_env_and_config():
     env = {"WANDB_API_KEY": "wandb-123456", "HF_TOKEN": "hf_abcdef", "PATH": "/usr/bin:/bin", "HOME": "/root"}
     assert env_secrets(env) == {"wandb-123456", "hf_abcdef"}
-    config = {"extra": {"api_key": "cfg-secret-1", "note": "fine"}, "eval": {"max_new_tokens": 12},
-              "logger": {"wandb": {"entity": "team"}}}
+    config = {
+        "extra": {"api_key": "cfg-secret-1", "note": "fine"},
+        "eval": {"max_new_tokens": 12},
+        "logger": {"wandb": {"entity": "team"}},
+    }
     assert config_secrets(config) == {"cfg-secret-1"}
 
 
@@ -117,8 +124,15 @@ def test_overrides_and_hydra_files_are_redacted(tmp_path):
     redact_argv(argv, {"hf_abcdef"})
     assert argv == ["train.py", f"+extra.api_key={REDACTED}", "trainer.lr=1e-3", f"extra.note=has {REDACTED} inside"]
     saved = tmp_path / "config.yaml"
-    saved.write_text(yaml.safe_dump({"extra": {"api_key": "cfg-secret-1"}, "trainer": {"lr": 0.001},
-                                     "hydra": {"overrides": {"task": ["+extra.api_key=cfg-secret-1"]}}}))
+    saved.write_text(
+        yaml.safe_dump(
+            {
+                "extra": {"api_key": "cfg-secret-1"},
+                "trainer": {"lr": 0.001},
+                "hydra": {"overrides": {"task": ["+extra.api_key=cfg-secret-1"]}},
+            }
+        )
+    )
     assert redact_yaml_file(saved, {"cfg-secret-1"})
     text = saved.read_text()
     assert "cfg-secret-1" not in text
@@ -129,15 +143,31 @@ def test_overrides_and_hydra_files_are_redacted(tmp_path):
 
 @pytest.mark.slow
 def test_no_planted_secret_reaches_any_file_of_the_run_dir(tmp_path):
-    planted = {"WANDB_API_KEY": "fake-planted-key-123", "HF_TOKEN": "hf_planted_token_456",
-               "HUGGING_FACE_HUB_TOKEN": "hf_planted_token_789"}
+    planted = {
+        "WANDB_API_KEY": "fake-planted-key-123",
+        "HF_TOKEN": "hf_planted_token_456",
+        "HUGGING_FACE_HUB_TOKEN": "hf_planted_token_789",
+    }
     config_secret = "planted-config-secret-0ab"
     run_dir = tmp_path / "run"
     env = {**os.environ, **planted, "WANDB_MODE": "offline", "PYTHONUNBUFFERED": "1"}
-    done = subprocess.run([sys.executable, "train.py", *TINY, "eval.evaluators=[splits]", "trainer.num_threads=1",
-                           "logger.backends=[disk,wandb]", f"+extra.api_key={config_secret}",
-                           f"hydra.run.dir={run_dir}"], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=600)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "train.py",
+            *TINY,
+            "eval.evaluators=[splits]",
+            "trainer.num_threads=1",
+            "logger.backends=[disk,wandb]",
+            f"+extra.api_key={config_secret}",
+            f"hydra.run.dir={run_dir}",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     files = [p for p in run_dir.rglob("*") if p.is_file()]
     assert any(p.suffix == ".wandb" for p in files) and (run_dir / ".hydra" / "config.yaml").exists()

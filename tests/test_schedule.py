@@ -29,11 +29,13 @@ def factor(time_step: int, t: int, n_time_steps: int = 3, **settings) -> float:
 
 def previous_lr_lambda(warmup: int, total: int, min_ratio: float):
     """The loop's schedule before training/schedule.py, verbatim (git history of training/loop.py)."""
+
     def factor(step: int) -> float:
         if step < warmup:
             return (step + 1) / warmup
         progress = (step - warmup) / max(1, total - warmup)
         return max(min_ratio, 1.0 - (1.0 - min_ratio) * progress)
+
     return factor
 
 
@@ -46,20 +48,28 @@ def test_the_default_linear_schedule_is_the_previous_one_bit_for_bit(warmup, tot
         assert [new(t) for t in range(total + 2)] == [old(t) for t in range(total + 2)]
 
 
-@pytest.mark.parametrize("settings,t,expected", [
-    ({}, 1, 2 / 4), ({}, 4, 1.0), ({}, 12, 1 - 0.9 * 8 / 16),
-    ({"schedule": "cosine"}, 2, 3 / 4), ({"schedule": "cosine"}, 12, 0.1 + 0.9 * 0.5),
-    ({"schedule": "cosine"}, 19, 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 15 / 16))),
-    ({"schedule": "constant"}, 0, 1 / 4), ({"schedule": "constant"}, 17, 1.0),
-    # wsd, cooldown_fraction 0.25: 5 cooldown updates from update 15
-    ({"schedule": "wsd", "cooldown_fraction": 0.25}, 3, 1.0), ({"schedule": "wsd", "cooldown_fraction": 0.25}, 14, 1.0),
-    ({"schedule": "wsd", "cooldown_fraction": 0.25}, 15, 1 - 0.9 / 5),
-    ({"schedule": "wsd", "cooldown_fraction": 0.25}, 19, 0.1),
-    # rsqrt (timescale 4): sqrt(4 / (t + 1)); cooldown from its value at 15, sqrt(4 / 16) = 0.5
-    ({"schedule": "rsqrt", "cooldown_fraction": 0.25}, 8, 2 / 3),
-    ({"schedule": "rsqrt", "cooldown_fraction": 0.25}, 17, 0.5 - 0.4 * 3 / 5),
-    ({"schedule": "rsqrt", "cooldown_fraction": 0.25}, 19, 0.1),
-])
+@pytest.mark.parametrize(
+    "settings,t,expected",
+    [
+        ({}, 1, 2 / 4),
+        ({}, 4, 1.0),
+        ({}, 12, 1 - 0.9 * 8 / 16),
+        ({"schedule": "cosine"}, 2, 3 / 4),
+        ({"schedule": "cosine"}, 12, 0.1 + 0.9 * 0.5),
+        ({"schedule": "cosine"}, 19, 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 15 / 16))),
+        ({"schedule": "constant"}, 0, 1 / 4),
+        ({"schedule": "constant"}, 17, 1.0),
+        # wsd, cooldown_fraction 0.25: 5 cooldown updates from update 15
+        ({"schedule": "wsd", "cooldown_fraction": 0.25}, 3, 1.0),
+        ({"schedule": "wsd", "cooldown_fraction": 0.25}, 14, 1.0),
+        ({"schedule": "wsd", "cooldown_fraction": 0.25}, 15, 1 - 0.9 / 5),
+        ({"schedule": "wsd", "cooldown_fraction": 0.25}, 19, 0.1),
+        # rsqrt (timescale 4): sqrt(4 / (t + 1)); cooldown from its value at 15, sqrt(4 / 16) = 0.5
+        ({"schedule": "rsqrt", "cooldown_fraction": 0.25}, 8, 2 / 3),
+        ({"schedule": "rsqrt", "cooldown_fraction": 0.25}, 17, 0.5 - 0.4 * 3 / 5),
+        ({"schedule": "rsqrt", "cooldown_fraction": 0.25}, 19, 0.1),
+    ],
+)
 def test_each_schedule_equals_its_closed_form_at_step_one(settings, t, expected):
     assert factor(1, t, **settings) == pytest.approx(expected, rel=1e-12)
 
@@ -101,22 +111,30 @@ def test_step0_schedule_shapes_step0_alone():
     shared = {"step0_schedule": "linear", "cooldown_fraction": 0.25}
     for kind in ("cosine", "wsd", "infinite"):
         # step 0 runs the linear curve whatever trainer.schedule is; later steps run trainer.schedule
-        assert [factor(0, t, schedule=kind, **shared) for t in range(TOTAL)] == \
-            [factor(0, t, schedule="linear", cooldown_fraction=0.25) for t in range(TOTAL)]
+        assert [factor(0, t, schedule=kind, **shared) for t in range(TOTAL)] == [
+            factor(0, t, schedule="linear", cooldown_fraction=0.25) for t in range(TOTAL)
+        ]
         for step in (1, 2):
-            assert [factor(step, t, schedule=kind, **shared) for t in range(TOTAL)] == \
-                [factor(step, t, schedule=kind, cooldown_fraction=0.25) for t in range(TOTAL)]
+            assert [factor(step, t, schedule=kind, **shared) for t in range(TOTAL)] == [
+                factor(step, t, schedule=kind, cooldown_fraction=0.25) for t in range(TOTAL)
+            ]
     # and the other way round: an infinite step 0 (cosine to the constant) under a linear run
-    assert factor(0, 9, schedule="linear", step0_schedule="infinite", cooldown_fraction=0.25,
-                  constant_lr_ratio=0.5) == pytest.approx(0.5 + 0.5 * 0.5 * (1 + math.cos(math.pi * 5 / 11)))
+    assert factor(
+        0, 9, schedule="linear", step0_schedule="infinite", cooldown_fraction=0.25, constant_lr_ratio=0.5
+    ) == pytest.approx(0.5 + 0.5 * 0.5 * (1 + math.cos(math.pi * 5 / 11)))
     assert factor(1, 12, schedule="linear", step0_schedule="infinite") == pytest.approx(1 - 0.9 * 8 / 16)
 
 
-@pytest.mark.parametrize("override,needle", [("trainer.schedule=warm", "trainer.schedule"),
-                                             ("trainer.step0_schedule=warm", "trainer.step0_schedule"),
-                                             ("trainer.cooldown_fraction=1.5", "trainer.cooldown_fraction"),
-                                             ("trainer.constant_lr_ratio=0", "trainer.constant_lr_ratio"),
-                                             ("trainer.rewarm=some", "trainer.rewarm")])
+@pytest.mark.parametrize(
+    "override,needle",
+    [
+        ("trainer.schedule=warm", "trainer.schedule"),
+        ("trainer.step0_schedule=warm", "trainer.step0_schedule"),
+        ("trainer.cooldown_fraction=1.5", "trainer.cooldown_fraction"),
+        ("trainer.constant_lr_ratio=0", "trainer.constant_lr_ratio"),
+        ("trainer.rewarm=some", "trainer.rewarm"),
+    ],
+)
 def test_bad_schedule_settings_are_refused_naming_the_key(tmp_path, override, needle):
     from omegaconf import OmegaConf
 
@@ -147,8 +165,14 @@ def rows(path: Path) -> list[dict]:
 def test_kill_and_resume_mid_step_is_bitwise_identical(tmp_path, monkeypatch, schedule):
     threads = torch.get_num_threads()
     monkeypatch.setattr(faults, "_arrivals", {})
-    settings = [*FAST, f"trainer.schedule={schedule}", "trainer.cooldown_fraction=0.5", "trainer.warmup_steps=4",
-                "trainer.constant_lr_ratio=0.5", "trainer.log_every=1"]
+    settings = [
+        *FAST,
+        f"trainer.schedule={schedule}",
+        "trainer.cooldown_fraction=0.5",
+        "trainer.warmup_steps=4",
+        "trainer.constant_lr_ratio=0.5",
+        "trainer.log_every=1",
+    ]
     reference = tmp_path / "reference"
     train(tiny_cfg(reference, *settings))
     run_dir = tmp_path / "run"
@@ -161,15 +185,17 @@ def test_kill_and_resume_mid_step_is_bitwise_identical(tmp_path, monkeypatch, sc
     train(tiny_cfg(run_dir, *settings, "trainer.save_every_n_steps=3"))
     torch.set_num_threads(threads)
     assert rows(run_dir / "train_log.jsonl") == rows(reference / "train_log.jsonl")
-    assert [r for r in rows(run_dir / "metrics.jsonl") if r.get("group") != "timing"] == \
-        [r for r in rows(reference / "metrics.jsonl") if r.get("group") != "timing"]
+    assert [r for r in rows(run_dir / "metrics.jsonl") if r.get("group") != "timing"] == [
+        r for r in rows(reference / "metrics.jsonl") if r.get("group") != "timing"
+    ]
     for step in range(3):
         a = load_file(str(reference / "steps" / str(step) / "model.safetensors"))
         b = load_file(str(run_dir / "steps" / str(step) / "model.safetensors"))
         assert all(torch.equal(a[k], b[k]) for k in a), step
     # the logged LR (after update n: the LR of update n, 0-based) is the schedule's closed form
-    cfg = TrainerConfig(lr=2e-3, warmup_steps=4, min_lr_ratio=0.1, schedule=schedule, cooldown_fraction=0.5,
-                        constant_lr_ratio=0.5)
+    cfg = TrainerConfig(
+        lr=2e-3, warmup_steps=4, min_lr_ratio=0.1, schedule=schedule, cooldown_fraction=0.5, constant_lr_ratio=0.5
+    )
     log = rows(run_dir / "train_log.jsonl")
     for row in log:
         total = STEP0_UPDATES if row["time_step"] == 0 else 12

@@ -29,8 +29,14 @@ def hydra_run(run_dir: Path, method: str, seed: int, skill: float, lr: float = 0
     """A synthetic finished run with the ``.hydra/`` files a Hydra job saves."""
     make_run(run_dir, seed, method, skill)
     (run_dir / ".hydra").mkdir()
-    config = {"method": {"name": method}, "trainer": {"lr": lr, "num_threads": threads}, "seed": seed,
-              "run_dir": None, "logger": {"backends": ["disk"]}, "data": {"world": {"n_entities": 12}}}
+    config = {
+        "method": {"name": method},
+        "trainer": {"lr": lr, "num_threads": threads},
+        "seed": seed,
+        "run_dir": None,
+        "logger": {"backends": ["disk"]},
+        "data": {"world": {"n_entities": 12}},
+    }
     (run_dir / ".hydra" / "config.yaml").write_text(yaml.safe_dump(config))
     overrides = [f"method={method}", f"seed={seed}", "data.world.n_entities=12", f"trainer.num_threads={threads}"]
     overrides += [f"trainer.lr={lr}"] if lr != 0.001 else []
@@ -42,8 +48,9 @@ def hydra_run(run_dir: Path, method: str, seed: int, skill: float, lr: float = 0
 def sweep(tmp_path) -> Path:
     """full and lora, seeds 0, 1, 2 each, in dirs whose names say nothing (runs are found by content)."""
     root = tmp_path / "sweep"
-    for index, (method, seed, skill) in enumerate([(m, s, k) for m, k in (("full", 0.7), ("lora", 0.45))
-                                                   for s in (0, 1, 2)]):
+    for index, (method, seed, skill) in enumerate(
+        [(m, s, k) for m, k in (("full", 0.7), ("lora", 0.45)) for s in (0, 1, 2)]
+    ):
         hydra_run(root / f"job{index}" / "out", method, seed, skill, threads=seed)  # threads: not a result key
     return root
 
@@ -63,8 +70,9 @@ def by_hand(values: list[float]) -> tuple[float, float, float]:
 def test_t_interval_by_hand():
     stats = t_interval([0.5, 0.7, 0.6])
     assert stats.n == 3 and stats.mean == pytest.approx(0.6)
-    assert (stats.low, stats.high) == pytest.approx((0.6 - 4.302652729749462 * 0.1 / math.sqrt(3),
-                                                     0.6 + 4.302652729749462 * 0.1 / math.sqrt(3)))
+    assert (stats.low, stats.high) == pytest.approx(
+        (0.6 - 4.302652729749462 * 0.1 / math.sqrt(3), 0.6 + 4.302652729749462 * 0.1 / math.sqrt(3))
+    )
     assert stats.text() == f"0.600 ± {4.302652729749462 * 0.1 / math.sqrt(3):.3f}"
     assert t_interval([0.4, None]).text() == "0.400" and t_interval([]).text() == "-"
 
@@ -72,8 +80,11 @@ def test_t_interval_by_hand():
 def test_runs_differing_only_by_seed_form_one_named_group(sweep, tmp_path):
     hydra_run(sweep / "other" / "x", "lora", 0, 0.5, lr=0.01)  # another learning rate: its own configuration
     groups = group_runs(load_runs([sweep]))
-    assert [(g.name, g.seeds) for g in groups] == [("method=full", [0, 1, 2]), ("method=lora", [0, 1, 2]),
-                                                  ("method=lora,trainer.lr=0.01", [0])]
+    assert [(g.name, g.seeds) for g in groups] == [
+        ("method=full", [0, 1, 2]),
+        ("method=lora", [0, 1, 2]),
+        ("method=lora,trainer.lr=0.01", [0]),
+    ]
     plain = make_run(tmp_path / "plain", 0, "full", 0.5)  # no .hydra/: a group of its own, labelled as before
     groups = group_runs(load_runs([sweep, plain]))
     assert groups[-1].config is None and groups[-1].name == groups[-1].runs[0].label
@@ -114,16 +125,24 @@ def test_the_summary_reads_retention_and_acquisition_across_seeds(sweep, tmp_pat
     losses = {}
     for index, metrics in enumerate(sorted(sweep.rglob("metrics.jsonl"))):
         losses[metrics.parent] = 2.0 + index / 10
-        row = {"group": "heldout", "checkpoint": 2, "set": "heldout", "set_name": "heldout_general", "n": 50,
-               "loss": losses[metrics.parent]}
+        row = {
+            "group": "heldout",
+            "checkpoint": 2,
+            "set": "heldout",
+            "set_name": "heldout_general",
+            "n": 50,
+            "loss": losses[metrics.parent],
+        }
         metrics.write_text(metrics.read_text() + json.dumps(row) + "\n")
     result = build_report([sweep], tmp_path / "r", B=50, seed=1)
     section = (tmp_path / "r" / "report.md").read_text().split("## Summary across seeds")[1].split("\n## ")[0]
     for group in result["groups"]:
         row = re.search(rf"^\| {re.escape(group.name)} \| 3 \| 2 \| (.*) \|$", section, re.M).group(1).split(" | ")
-        figures = {"unchanged": [run.cell(2, "unchanged") for run in group.runs],
-                   "new": [(run.cell(1, "new_1") + run.cell(2, "new_2")) / 2 for run in group.runs],
-                   "updated": [(run.cell(1, "updated_1") + run.cell(2, "updated_2")) / 2 for run in group.runs]}
+        figures = {
+            "unchanged": [run.cell(2, "unchanged") for run in group.runs],
+            "new": [(run.cell(1, "new_1") + run.cell(2, "new_2")) / 2 for run in group.runs],
+            "updated": [(run.cell(1, "updated_1") + run.cell(2, "updated_2")) / 2 for run in group.runs],
+        }
         for cell, values in zip(row, figures.values()):
             mean, low, high = by_hand(values)
             assert cell == f"{mean:.3f} ± {(high - low) / 2:.3f}"
@@ -147,24 +166,39 @@ def test_wandb_group_per_sweep_and_names_with_the_overrides(tmp_path):
     cfg = OmegaConf.to_object(tiny_cfg(tmp_path, "method=lora", "seed=2"))
     assert run_identity(cfg) == ("default", "default/lora/seed2")
     assert run_identity(cfg, ("runs/default/multirun", "method=lora,seed=2")) == (
-        "runs/default/multirun", "default/method=lora,seed=2")
+        "runs/default/multirun",
+        "default/method=lora,seed=2",
+    )
     cfg.logger.wandb.group = "mine"
     assert run_identity(cfg, ("runs/default/multirun", ""))[0] == "mine"
 
 
 @pytest.mark.slow
-def test_sweep_of_methods_and_seeds_end_to_end(chromium, tmp_path):
+def test_sweep_of_methods_and_seeds_end_to_end(chromium, tmp_path):  # noqa: F811  (the fixture)
     """`train.py -m method=full,lora seed=0,1,2`, then `evolve-report <sweep dir>`, then the page in Chromium."""
     sweep = tmp_path / "sweep"
     tiny = [o for o in TINY if not o.startswith("logger.backends")]
-    command = [sys.executable, "train.py", "-m", "method=full,lora", "seed=0,1,2", *tiny,
-               "logger.backends=[disk,wandb]", f"hydra.sweep.dir={sweep}"]
+    command = [
+        sys.executable,
+        "train.py",
+        "-m",
+        "method=full,lora",
+        "seed=0,1,2",
+        *tiny,
+        "logger.backends=[disk,wandb]",
+        f"hydra.sweep.dir={sweep}",
+    ]
     env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     out = tmp_path / "report"
-    done = subprocess.run([sys.executable, "-m", "evolve_train.cli.report", str(sweep), "--out", str(out),
-                           "--bootstrap", "200"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "evolve_train.cli.report", str(sweep), "--out", str(out), "--bootstrap", "200"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0 and "6 run(s)" in done.stdout, done.stderr[-2000:]
     markdown = (out / "report.md").read_text()
     for method in ("full", "lora"):

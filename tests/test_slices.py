@@ -14,14 +14,20 @@ from evolve_train.data.corpus import ArrowRecords
 from evolve_train.data.slices import heldout_indices, split_records
 from evolve_train.data.timeline import build_timeline
 from evolve_train.evaluation.evaluators.slices_summary import format_timesliced, oracle_regret, timesliced_summary
-from evolve_train.evaluation.metrics.timesliced import (aggregate_intervals, aggregates, backward, forward, in_dist,
-                                                        regret, row_aggregates, with_perplexity)
+from evolve_train.evaluation.metrics.timesliced import (
+    aggregate_intervals,
+    aggregates,
+    backward,
+    forward,
+    in_dist,
+    regret,
+    row_aggregates,
+    with_perplexity,
+)
 from evolve_train.training.examples import as_array_rows, collate
 from helpers import tiny_cfg
 
-P3 = {0: {0: 1.0, 1: 2.0, 2: 3.0},
-      1: {0: 1.5, 1: 0.5, 2: 2.5},
-      2: {0: 2.0, 1: 1.0, 2: 0.25}}
+P3 = {0: {0: 1.0, 1: 2.0, 2: 3.0}, 1: {0: 1.5, 1: 0.5, 2: 2.5}, 2: {0: 2.0, 1: 1.0, 2: 0.25}}
 
 
 def test_aggregates_equal_a_hand_computation_on_3x3():
@@ -64,8 +70,11 @@ def test_heldout_selection_is_seeded_and_sized():
     assert len(heldout_indices(1, 0.5, 0, 0)) == 0 and len(heldout_indices(10, 0.0, 0, 0)) == 0
     records = [{"input": f"x {k} <mask>", "output": str(k)} for k in range(40)]
     kept, held = split_records(records, 0.1, 0, 0)
-    assert len(held) == 4 and len(kept) == 36 and {r["output"] for r in kept} | {r["output"] for r in held} == \
-        {str(k) for k in range(40)}
+    assert (
+        len(held) == 4
+        and len(kept) == 36
+        and {r["output"] for r in kept} | {r["output"] for r in held} == {str(k) for k in range(40)}
+    )
 
 
 def test_arrow_corpora_stay_arrow_with_their_own_fingerprint():
@@ -133,8 +142,9 @@ def test_slices_rows_summary_and_regret(tmp_path):
     summary = train(tiny_cfg(run_dir, "eval.evaluators=[splits,matrix,slices]", "eval.eval_initial=true"))
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     slice_rows = [r for r in rows if r.get("group") == "slices"]
-    assert sorted({(r["checkpoint"], r["set_step"]) for r in slice_rows}) == \
-        [(i, j) for i in (-1, 0, 1, 2) for j in (0, 1, 2)]
+    assert sorted({(r["checkpoint"], r["set_step"]) for r in slice_rows}) == [
+        (i, j) for i in (-1, 0, 1, 2) for j in (0, 1, 2)
+    ]
     for r in slice_rows:
         assert r["tokens"] > 0 and r["perplexity"] == pytest.approx(math.exp(r["nll"]))
     nll = summary["timesliced"]["nll"]
@@ -154,8 +164,10 @@ def test_token_nll_of_a_seq2seq_model_is_its_own_loss():
     from evolve_train.data.schema import TimeStep
     from evolve_train.models.build import build_adapter, build_model, train_tokenizer
 
-    pairs = [{"input": "The director of Acme is <mask>.", "output": "Ann Lee"},
-             {"input": "Zeta was founded in <mask>.", "output": "1990"}]
+    pairs = [
+        {"input": "The director of Acme is <mask>.", "output": "Ann Lee"},
+        {"input": "Zeta was founded in <mask>.", "output": "1990"},
+    ]
     tokenizer = train_tokenizer([p["input"] + " " + p["output"] for p in pairs] * 20, 300, "t5")
     torch.manual_seed(0)
     cfg = ModelConfig(arch="t5", n_layer=1, n_embd=32, n_head=2)

@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from evolve_train.errors import ConfigError
@@ -28,8 +27,9 @@ def rows(run_dir: Path, name: str = "metrics.jsonl") -> list[dict]:
 
 
 def split_metrics(run_dir: Path) -> list[tuple]:
-    return [(r["checkpoint"], r["set_name"], r["em"], r["f1"], r["n"])
-            for r in rows(run_dir) if r.get("group") == "splits"]
+    return [
+        (r["checkpoint"], r["set_name"], r["em"], r["f1"], r["n"]) for r in rows(run_dir) if r.get("group") == "splits"
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -89,14 +89,27 @@ def test_same_seed_gives_identical_metrics_and_losses(tiny_run, tmp_path):
 
 def test_other_seed_gives_other_losses(tiny_run, tmp_path):
     train(tiny_cfg(tmp_path, "seed=1"))
-    assert [r["loss"] for r in rows(tmp_path, "train_log.jsonl")] != [r["loss"] for r in rows(tiny_run, "train_log.jsonl")]
+    assert [r["loss"] for r in rows(tmp_path, "train_log.jsonl")] != [
+        r["loss"] for r in rows(tiny_run, "train_log.jsonl")
+    ]
 
 
 def test_learning_is_real_on_a_small_world(tmp_path):
     """Not the demo: a small world learned in seconds, updated at step 1 (old answers dropped)."""
-    summary = train(tiny_cfg(tmp_path, "data.world.n_entities=20", "trainer.epochs_step0=120", "trainer.epochs=60",
-                             "model.n_embd=64", "model.n_layer=2", "trainer.lr=3e-3", "data.world.n_steps=2",
-                             "eval.evaluators=[splits]", "eval.forward_transfer=false"))
+    summary = train(
+        tiny_cfg(
+            tmp_path,
+            "data.world.n_entities=20",
+            "trainer.epochs_step0=120",
+            "trainer.epochs=60",
+            "model.n_embd=64",
+            "model.n_layer=2",
+            "trainer.lr=3e-3",
+            "data.world.n_steps=2",
+            "eval.evaluators=[splits]",
+            "eval.forward_transfer=false",
+        )
+    )
     assert summary["em"]["0"]["unchanged"] >= 0.8
     assert summary["em"]["1"]["updated_1"] >= 0.7
     assert summary["em"]["1"]["outdated_1"] <= 0.3
@@ -123,35 +136,41 @@ RECORDED_LOSSES = {0: [5.685143, 5.549697, 5.415015, 5.25491], 1: [4.757658, 4.5
 def test_the_tiny_recipe_reproduces_its_recorded_losses(tiny_run):
     log = rows(tiny_run, "train_log.jsonl")
     for step, expected in RECORDED_LOSSES.items():
-        losses = [r["loss"] for r in log if r["time_step"] == step][:len(expected)]
+        losses = [r["loss"] for r in log if r["time_step"] == step][: len(expected)]
         assert losses == pytest.approx(expected, rel=1e-3), (step, losses)
     assert [r["tokens"] for r in log if r["time_step"] == 0][:2] == [1155, 2266]  # the same batches, in order
 
 
-@pytest.mark.parametrize("override, needle", [
-    ("trainer.epochs=0", "trainer.epochs"),
-    ("trainer.epochs_step0=-1", "trainer.epochs_step0"),
-    ("data.world.n_steps=0", "data.world.n_steps"),
-    ("method.strategies=[nope]", "nope"),
-    ("model.activation=nope", "model.activation"),
-    ("trainer.min_lr_ratio=2", "trainer.min_lr_ratio"),
-    ("method.lora.r=0", "method.lora.r"),
-    ("eval.flip_rate.templates=1", "eval.flip_rate.templates"),
-])
+@pytest.mark.parametrize(
+    "override, needle",
+    [
+        ("trainer.epochs=0", "trainer.epochs"),
+        ("trainer.epochs_step0=-1", "trainer.epochs_step0"),
+        ("data.world.n_steps=0", "data.world.n_steps"),
+        ("method.strategies=[nope]", "nope"),
+        ("model.activation=nope", "model.activation"),
+        ("trainer.min_lr_ratio=2", "trainer.min_lr_ratio"),
+        ("method.lora.r=0", "method.lora.r"),
+        ("eval.flip_rate.templates=1", "eval.flip_rate.templates"),
+    ],
+)
 def test_invalid_values_fail_before_training_naming_the_key(tmp_path, override, needle):
     with pytest.raises(ConfigError, match=needle.replace(".", r"\.")):
         train(tiny_cfg(tmp_path / "run", override))
     assert not (tmp_path / "run").exists()
 
 
-@pytest.mark.parametrize("override, needle", [
-    ("data.kind=nope", "data.kind"),
-    ("eval.greedy_decoder=nope", "eval.greedy_decoder"),
-    ("trainer.mixed_precision=fp8", "trainer.mixed_precision"),
-    ("trainer.nonfinite=ignore", "trainer.nonfinite"),
-    ("data.kind=wikipedia", "data.kind"),
-    ("method.lora.across_steps=sideways", "method.lora.across_steps"),
-])
+@pytest.mark.parametrize(
+    "override, needle",
+    [
+        ("data.kind=nope", "data.kind"),
+        ("eval.greedy_decoder=nope", "eval.greedy_decoder"),
+        ("trainer.mixed_precision=fp8", "trainer.mixed_precision"),
+        ("trainer.nonfinite=ignore", "trainer.nonfinite"),
+        ("data.kind=wikipedia", "data.kind"),
+        ("method.lora.across_steps=sideways", "method.lora.across_steps"),
+    ],
+)
 def test_a_value_outside_a_choice_fails_while_composing_naming_the_key_and_the_choices(tmp_path, override, needle):
     from hydra.errors import ConfigCompositionException
 
@@ -170,15 +189,23 @@ def test_a_config_built_in_python_gets_the_same_checks():
         TrainerConfig(mixed_precision="fp8")
 
 
-@pytest.mark.parametrize("override, needle", [
-    ("trainer.lr_rate=1", "lr_rate"),
-    ("model=no_such_model", "no_such_model"),
-    ("trainer.epochs=abc", "trainer.epochs"),
-    ("data.objective=mlm", "expected one of [masked_entity, clm]"),
-])
+@pytest.mark.parametrize(
+    "override, needle",
+    [
+        ("trainer.lr_rate=1", "lr_rate"),
+        ("model=no_such_model", "no_such_model"),
+        ("trainer.epochs=abc", "trainer.epochs"),
+        ("data.objective=mlm", "expected one of [masked_entity, clm]"),
+    ],
+)
 def test_cli_config_typos_fail_before_any_work(tmp_path, override, needle):
-    result = subprocess.run([sys.executable, "train.py", f"hydra.run.dir={tmp_path / 'run'}", override],
-                            cwd=ROOT, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "train.py", f"hydra.run.dir={tmp_path / 'run'}", override],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode != 0
     assert needle in result.stderr
     assert not (tmp_path / "run" / "steps").exists()
@@ -196,8 +223,9 @@ def test_sigkill_during_step_2_resumes_after_step_1_with_identical_metrics(tmp_p
     subprocess.run(_command(reference), cwd=ROOT, env=env, check=True, capture_output=True, timeout=600)
 
     run_dir = tmp_path / "killed"
-    process = subprocess.Popen(_command(run_dir), cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        _command(run_dir), cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     deadline = time.time() + 300
     while time.time() < deadline:
         state_path = run_dir / "state.json"

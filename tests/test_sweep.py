@@ -73,8 +73,14 @@ def test_step0_key_covers_what_shapes_step0_and_nothing_else(tmp_path):
     base = key()
     assert key("method=lora") == base and key("method=ewc", "trainer.epochs=9") == base  # later steps only
     assert key("eval.max_new_tokens=3") == base and key("trainer.log_every=7") == base
-    for changed in ("seed=1", "trainer.lr=0.5", "trainer.epochs_step0=9", "model.n_embd=64",
-                    "data.world.n_entities=13", "trainer.batch_size=8"):
+    for changed in (
+        "seed=1",
+        "trainer.lr=0.5",
+        "trainer.epochs_step0=9",
+        "model.n_embd=64",
+        "data.world.n_entities=13",
+        "trainer.batch_size=8",
+    ):
         assert key(changed) != base, changed
     cfg = OmegaConf.to_object(tiny_cfg(tmp_path))
     assert step0_key(cfg, tokenizer, num_processes=2) != base
@@ -99,11 +105,13 @@ def test_step0_checkpoint_is_trained_once_and_shared(tmp_path):
     step0 = [r for r in rows if r["time_step"] == 0]
     assert step0 and all(r.get("from_step0_cache") for r in step0)  # the loss curve is kept, flagged
     assert not any(r.get("from_step0_cache") for r in rows if r["time_step"] > 0)
-    metrics = {m: [json.loads(x) for x in (tmp_path / m / "metrics.jsonl").read_text().splitlines()]
-               for m in ("full", "lora")}
+    metrics = {
+        m: [json.loads(x) for x in (tmp_path / m / "metrics.jsonl").read_text().splitlines()] for m in ("full", "lora")
+    }
     scores = ("group", "set_name", "n", "em", "f1")
-    at0 = {m: [{k: r.get(k) for k in scores} for r in metrics[m] if r["checkpoint"] == 0 and "em" in r]
-           for m in metrics}
+    at0 = {
+        m: [{k: r.get(k) for k in scores} for r in metrics[m] if r["checkpoint"] == 0 and "em" in r] for m in metrics
+    }
     assert at0["full"]
     assert at0["full"] == at0["lora"]  # same step-0 model, same step-0 scores
 
@@ -118,6 +126,7 @@ def test_the_initial_evaluation_is_made_once_and_shared(tmp_path, monkeypatch):
     def counting(ctx):
         asked.append(ctx.checkpoint)
         return real(ctx)
+
     monkeypatch.setattr(run_module, "evaluate_checkpoint", counting)
     cache = tmp_path / "cache"
     common = ("trainer.num_threads=1", f"method.step0_cache={cache}", "eval.eval_initial=true")
@@ -125,15 +134,28 @@ def test_the_initial_evaluation_is_made_once_and_shared(tmp_path, monkeypatch):
     assert asked.count(-1) == 1
     train(tiny_cfg(tmp_path / "lora", "method=lora", *common))
     assert asked.count(-1) == 1  # a hit: the second arm copies rows and predictions
-    metrics = {m: [json.loads(x) for x in (tmp_path / m / "metrics.jsonl").read_text().splitlines()]
-               for m in ("full", "lora")}
-    body = {m: [{k: v for k, v in r.items() if k not in ("method", "from_eval_cache")}
-                for r in metrics[m] if r["checkpoint"] == -1] for m in metrics}
+    metrics = {
+        m: [json.loads(x) for x in (tmp_path / m / "metrics.jsonl").read_text().splitlines()] for m in ("full", "lora")
+    }
+    body = {
+        m: [
+            {k: v for k, v in r.items() if k not in ("method", "from_eval_cache")}
+            for r in metrics[m]
+            if r["checkpoint"] == -1
+        ]
+        for m in metrics
+    }
     assert body["full"] and body["full"] == body["lora"]
     assert all(r.get("from_eval_cache") for r in metrics["lora"] if r["checkpoint"] == -1)
     assert not any(r.get("from_eval_cache") for r in metrics["full"] + metrics["lora"] if r["checkpoint"] != -1)
-    files = {m: {p.relative_to(tmp_path / m): p.read_bytes() for p in (tmp_path / m / "predictions/step_-1").rglob("*")
-                 if p.is_file()} for m in ("full", "lora")}
+    files = {
+        m: {
+            p.relative_to(tmp_path / m): p.read_bytes()
+            for p in (tmp_path / m / "predictions/step_-1").rglob("*")
+            if p.is_file()
+        }
+        for m in ("full", "lora")
+    }
     assert files["full"] and files["full"] == files["lora"]
     private = (tmp_path / "lora/private_evaluations.jsonl").read_text().splitlines()
     assert any(json.loads(line)["checkpoint"] == -1 for line in private)  # still recorded by the run that copied
@@ -144,8 +166,9 @@ def test_the_initial_evaluation_is_made_once_and_shared(tmp_path, monkeypatch):
 def run_sweep(sweep: Path, *overrides: str) -> list[Path]:
     """``train.py -m`` on the tiny world into ``sweep``; the run dirs it wrote (summary.json), sorted."""
     command = [sys.executable, "train.py", "-m", *TINY, f"hydra.sweep.dir={sweep}", *overrides]
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "WANDB_MODE": "disabled"})
+    done = subprocess.run(
+        command, cwd=ROOT, capture_output=True, text=True, timeout=300, env={**os.environ, "WANDB_MODE": "disabled"}
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return sorted(p.parent for p in sweep.rglob("summary.json") if ".step0_cache" not in p.parts)
 
@@ -208,8 +231,13 @@ def test_a_submitit_local_sweep_runs_both_methods(tmp_path):
     """``hydra/launcher=submitit_local``: real submitit (each run a job in its own process, as on SLURM,
     whose launcher shares this code path); both runs finish and write their summary."""
     sweep = tmp_path / "sweep"
-    runs = run_sweep(sweep, "hydra/launcher=submitit_local", "method=full,lora", "data.world.n_steps=2",
-                     "hydra.launcher.timeout_min=10")
+    runs = run_sweep(
+        sweep,
+        "hydra/launcher=submitit_local",
+        "method=full,lora",
+        "data.world.n_steps=2",
+        "hydra.launcher.timeout_min=10",
+    )
     assert [run.relative_to(sweep).parts[0] for run in runs] == ["full", "lora"]
     for run in runs:
         assert json.loads((run / "summary.json").read_text())

@@ -13,8 +13,10 @@ from evolve_train.models.build import build_adapter, build_model, is_seq2seq, tr
 from evolve_train.run import train
 from helpers import tiny_cfg
 
-PAIRS = [{"input": "The director of Acme is <mask>.", "output": "Ann Lee"},
-         {"input": "<extra_id_0> was founded in 1990.", "output": "Zeta"}]
+PAIRS = [
+    {"input": "The director of Acme is <mask>.", "output": "Ann Lee"},
+    {"input": "<extra_id_0> was founded in 1990.", "output": "Zeta"},
+]
 
 
 @pytest.fixture(scope="module")
@@ -72,15 +74,28 @@ def test_tiny_t5_learns_one_fact_and_stops(tokenizer):
 
 def test_t5_small_runs_end_to_end_on_the_tiny_config(tmp_path):
     run_dir = tmp_path / "run"
-    train(tiny_cfg(run_dir, "model=t5_small", "model.n_layer=1", "model.n_embd=32", "model.n_head=2",
-                   "model.vocab_size=300", "trainer.epochs_step0=1", "trainer.num_threads=1", "trainer.epochs=1",
-                   "eval.max_new_tokens=4",
-                   "eval.evaluators=[splits]", "eval.forward_transfer=false"))
+    train(
+        tiny_cfg(
+            run_dir,
+            "model=t5_small",
+            "model.n_layer=1",
+            "model.n_embd=32",
+            "model.n_head=2",
+            "model.vocab_size=300",
+            "trainer.epochs_step0=1",
+            "trainer.num_threads=1",
+            "trainer.epochs=1",
+            "eval.max_new_tokens=4",
+            "eval.evaluators=[splits]",
+            "eval.forward_transfer=false",
+        )
+    )
     config = json.loads((run_dir / "steps" / "2" / "config.json").read_text())
     assert config["model_type"] == "t5"
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     sets = {(r["checkpoint"], r["set_name"]) for r in rows if r.get("group") == "splits"}
-    assert {(2, name) for name in ("unchanged", "new_1", "updated_1", "outdated_1", "new_2", "updated_2",
-                                   "outdated_2")} <= sets
+    assert {
+        (2, name) for name in ("unchanged", "new_1", "updated_1", "outdated_1", "new_2", "updated_2", "outdated_2")
+    } <= sets
     record = json.loads((run_dir / "predictions" / "step_0" / "unchanged.jsonl").read_text().splitlines()[0])
     assert "<extra_id_0>" not in record["generation"]  # sentinels are special tokens, skipped in decoding

@@ -31,13 +31,13 @@ from evolve_train.training.rows import TokenRows
 from evolve_train.training.token_cache import TokenCache, token_key
 from helpers import tiny_cfg, wall_clock
 
-DOCS = [f"Document {k} says that the river {k % 7} flows past town {k * 3} in spring." * (1 + k % 4)
-        for k in range(40)]
+DOCS = [f"Document {k} says that the river {k % 7} flows past town {k * 3} in spring." * (1 + k % 4) for k in range(40)]
 
 
 def write_docs(path: Path, docs=DOCS) -> Path:
-    path.write_text("".join(json.dumps({"text": text, "doc_id": f"d{k}"}) + "\n" for k, text in enumerate(docs)),
-                    encoding="utf-8")
+    path.write_text(
+        "".join(json.dumps({"text": text, "doc_id": f"d{k}"}) + "\n" for k, text in enumerate(docs)), encoding="utf-8"
+    )
     return path
 
 
@@ -52,16 +52,22 @@ def step_of(path: Path, cache_dir=None) -> TimeStep:
 
 
 def same_rows(a, b) -> bool:
-    return len(a) == len(b) and all(set(x) == set(y) and all(x[k].dtype == y[k].dtype and np.array_equal(x[k], y[k])
-                                                             for k in x) for x, y in zip(a, b))
+    return len(a) == len(b) and all(
+        set(x) == set(y) and all(x[k].dtype == y[k].dtype and np.array_equal(x[k], y[k]) for k in x)
+        for x, y in zip(a, b)
+    )
 
 
 # ----------------------------------------------------------------------------------- rows
 
 
 def test_token_rows_equal_as_array_rows_plain_mapped_and_memory_mapped(tmp_path):
-    data = Dataset.from_dict({"input_ids": [[1, 2, 3], [4], [5, 6], [7, 8, 9, 10]],
-                              "labels": [[-100, 2, 3], [4], [-100, 6], [7, 8, -100, 10]]})
+    data = Dataset.from_dict(
+        {
+            "input_ids": [[1, 2, 3], [4], [5, 6], [7, 8, 9, 10]],
+            "labels": [[-100, 2, 3], [4], [-100, 6], [7, 8, -100, 10]],
+        }
+    )
     data.save_to_disk(str(tmp_path / "d"))
     mapped = load_from_disk(str(tmp_path / "d"))
     replay_like = concatenate_datasets([mapped, mapped.select([3, 0, 3])])  # chunks + an index mapping
@@ -113,15 +119,18 @@ def test_key_follows_data_tokenizer_seq_len_objective_and_encoder(tmp_path, adap
     assert token_key(step_of(tmp_path / "docs.jsonl"), adapter, {"objective": "clm", "seq_len": 16}) == base
     changed = step_of(write_docs(tmp_path / "other.jsonl", DOCS[:-1] + ["A changed last document."]))
     as_list = TimeStep(index=0, name="2019", texts=list(step.texts))
-    keys = [token_key(changed, adapter, {"objective": "clm", "seq_len": 16}),
-            token_key(step, make_adapter(train_tokenizer(DOCS, 280)), {"objective": "clm", "seq_len": 16}),
-            token_key(step, adapter, {"objective": "clm", "seq_len": 32}),
-            token_key(step, adapter, {"objective": "masked_entity", "seq_len": 16}),
-            token_key(step, make_adapter(adapter.tokenizer, seq2seq=True), {"objective": "clm", "seq_len": 16}),
-            token_key(as_list, adapter, {"objective": "clm", "seq_len": 16})]
+    keys = [
+        token_key(changed, adapter, {"objective": "clm", "seq_len": 16}),
+        token_key(step, make_adapter(train_tokenizer(DOCS, 280)), {"objective": "clm", "seq_len": 16}),
+        token_key(step, adapter, {"objective": "clm", "seq_len": 32}),
+        token_key(step, adapter, {"objective": "masked_entity", "seq_len": 16}),
+        token_key(step, make_adapter(adapter.tokenizer, seq2seq=True), {"objective": "clm", "seq_len": 16}),
+        token_key(as_list, adapter, {"objective": "clm", "seq_len": 16}),
+    ]
     assert base not in keys and len(set(keys)) == len(keys)
-    assert token_key(as_list, adapter, {"objective": "clm", "seq_len": 16}) == \
-        token_key(TimeStep(index=1, name="x", texts=list(step.texts)), adapter, {"objective": "clm", "seq_len": 16})
+    assert token_key(as_list, adapter, {"objective": "clm", "seq_len": 16}) == token_key(
+        TimeStep(index=1, name="x", texts=list(step.texts)), adapter, {"objective": "clm", "seq_len": 16}
+    )
 
 
 def test_an_interrupted_write_is_never_read(tmp_path, adapter, monkeypatch, caplog):
@@ -201,12 +210,15 @@ def test_two_processes_share_one_entry(tmp_path):
     """)
     here = Path(__file__).resolve().parent
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(here), str(here.parent), os.environ.get("PYTHONPATH", "")])}
-    procs = [subprocess.Popen([sys.executable, "-c", script, str(k)], stderr=subprocess.PIPE, text=True, env=env)
-             for k in range(2)]
+    procs = [
+        subprocess.Popen([sys.executable, "-c", script, str(k)], stderr=subprocess.PIPE, text=True, env=env)
+        for k in range(2)
+    ]
     logs = [p.communicate(timeout=120)[1] for p in procs]
     assert all(p.returncode == 0 for p in procs), logs
-    outcomes = sorted("miss" if "tokenized cache miss" in text else "hit" if "tokenized cache hit" in text else "?"
-                      for text in logs)
+    outcomes = sorted(
+        "miss" if "tokenized cache miss" in text else "hit" if "tokenized cache hit" in text else "?" for text in logs
+    )
     assert outcomes == ["hit", "miss"]  # one tokenized, the other waited on the lock and mapped its entry
     assert np.array_equal(np.load(tmp_path / "ids-0.npy"), np.load(tmp_path / "ids-1.npy"))
     assert len([p for p in (tmp_path / "cache" / "tokens").iterdir() if not p.name.startswith(".")]) == 1
@@ -230,8 +242,13 @@ def test_a_streamed_file_is_an_arrow_sequence_and_errors_name_file_line_field(tm
 
 
 def test_second_run_reads_the_cache(tmp_path, caplog):
-    overrides = (f"data.cache_dir={tmp_path / 'cache'}", "trainer.epochs_step0=1", "trainer.epochs=1",
-                 "eval.max_new_tokens=4", "method=replay")
+    overrides = (
+        f"data.cache_dir={tmp_path / 'cache'}",
+        "trainer.epochs_step0=1",
+        "trainer.epochs=1",
+        "eval.max_new_tokens=4",
+        "method=replay",
+    )
     with caplog.at_level(logging.INFO, logger="evolve_train.training.token_cache"):
         train(tiny_cfg(tmp_path / "a", *overrides))
         first = [r.getMessage().split(" ")[2] for r in caplog.records]
@@ -241,8 +258,9 @@ def test_second_run_reads_the_cache(tmp_path, caplog):
     assert first.count("miss") == 3  # 3 steps, each tokenized once (replay maps the earlier ones: hits)
     assert second == ["hit"] * len(first)  # the same tokenizer trained again, the same keys: nothing tokenized
     metrics = [(tmp_path / run / "metrics.jsonl").read_text() for run in ("a", "b")]
-    strip = [[{k: v for k, v in json.loads(line).items() if not wall_clock(k)} for line in m.splitlines()]
-             for m in metrics]
+    strip = [
+        [{k: v for k, v in json.loads(line).items() if not wall_clock(k)} for line in m.splitlines()] for m in metrics
+    ]
     assert strip[0] == strip[1]  # the same results from cached rows
 
 
@@ -294,7 +312,8 @@ def test_streamed_batches_equal_the_dataset_for_one_file_many_files_and_memory(t
     in_memory = step_of(first).texts
     assert not in_memory._files() and len(both._files()) == 2
     for records in (one, both, in_memory):
-        streamed = [row for batch in records.batches(["doc_id", "text"], size=7)
-                    for row in zip(batch["doc_id"], batch["text"])]
+        streamed = [
+            row for batch in records.batches(["doc_id", "text"], size=7) for row in zip(batch["doc_id"], batch["text"])
+        ]
         assert streamed == [(r["doc_id"], r["text"]) for r in records.dataset]
         assert all(len(batch["text"]) <= 7 for batch in records.batches(["text"], size=7))

@@ -35,10 +35,10 @@ def read_records(path: Path) -> list:
         if BLOCK - pos % BLOCK < 7:  # block trailer too short for a header: skip to the next block
             pos += BLOCK - pos % BLOCK
             continue
-        _crc, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        _crc, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
         if kind == 0 or pos + 7 + length > len(data):  # zero padding, or a record still being written
             break
-        chunk, pos = data[pos + 7:pos + 7 + length], pos + 7 + length
+        chunk, pos = data[pos + 7 : pos + 7 + length], pos + 7 + length
         if kind in (FULL, FIRST):
             pending = chunk
         elif kind in (MIDDLE, LAST):
@@ -109,9 +109,16 @@ def two_runs(tmp_path_factory):
         dirs = []
         for seed in (0, 1):
             run_dir = root / f"seed{seed}"
-            train(experiment_cfg(run_dir, f"seed={seed}", "logger.backends=[disk,wandb]",
-                                 "logger.wandb.tags=[tiny,ci]", "+extra.api_key=SECRET-VALUE",
-                                 "+extra.hf_token=SECRET-TOKEN"))
+            train(
+                experiment_cfg(
+                    run_dir,
+                    f"seed={seed}",
+                    "logger.backends=[disk,wandb]",
+                    "logger.wandb.tags=[tiny,ci]",
+                    "+extra.api_key=SECRET-VALUE",
+                    "+extra.hf_token=SECRET-TOKEN",
+                )
+            )
             dirs.append(run_dir)
     return dirs
 
@@ -166,11 +173,16 @@ def test_curves_summary_and_tables_match_metrics_jsonl(two_runs):
     matrix = json.loads(next(p for p in table_files if "final/matrix_em" in str(p).replace("\\", "/")).read_text())
     assert matrix["columns"][0] == "checkpoint" and len(matrix["data"]) == final + 1
     # a metric's 95 % interval reaches W&B as two numbers next to it
-    paired = next(r for r in read_jsonl(run_dir / "metrics.jsonl")
-                  if r["group"] == "paired" and r.get("set_name") == "all" and r["checkpoint"] == final)
+    paired = next(
+        r
+        for r in read_jsonl(run_dir / "metrics.jsonl")
+        if r["group"] == "paired" and r.get("set_name") == "all" and r["checkpoint"] == final
+    )
     low, high = paired["update_adoption_ci"]
-    assert (parsed["summary"]["paired/all/update_adoption_ci_low"],
-            parsed["summary"]["paired/all/update_adoption_ci_high"]) == (low, high)
+    assert (
+        parsed["summary"]["paired/all/update_adoption_ci_low"],
+        parsed["summary"]["paired/all/update_adoption_ci_high"],
+    ) == (low, high)
 
 
 def test_resume_reuses_run_id_and_continues_global_step(two_runs, tmp_path, monkeypatch):
@@ -218,8 +230,21 @@ def test_env_mode_wins_and_disabled_writes_nothing(tmp_path, monkeypatch):
     cfg = OmegaConf.to_object(tiny_cfg(tmp_path, "logger.wandb.mode=online"))
     logger = WandbLogger(run_dir=tmp_path, cfg=cfg)
     assert logger.mode == "disabled"
-    logger.log_eval(0, [{"group": "splits", "checkpoint": 0, "set": "unchanged", "set_name": "unchanged",
-                         "set_step": None, "n": 3, "em": 0.5, "f1": 0.5}])
+    logger.log_eval(
+        0,
+        [
+            {
+                "group": "splits",
+                "checkpoint": 0,
+                "set": "unchanged",
+                "set_name": "unchanged",
+                "set_step": None,
+                "n": 3,
+                "em": 0.5,
+                "f1": 0.5,
+            }
+        ],
+    )
     logger.close()
     assert not (tmp_path / "wandb").exists() and not (tmp_path / RUN_ID_FILE).exists()
 

@@ -10,13 +10,21 @@ import pytest
 from evolve_train.config import WorldConfig
 from evolve_train.data.dates import DATE_FORMS
 from evolve_train.data.relations import RELATIONS, RELATIONS_BY_NAME
-from evolve_train.data.world import (MASK, document_wordings, eval_sets, generate_world, step_corpus, step_documents,
-                                     write_world)
+from evolve_train.data.world import (
+    MASK,
+    document_wordings,
+    eval_sets,
+    generate_world,
+    step_corpus,
+    step_documents,
+    write_world,
+)
 from evolve_train.errors import ConfigError
 from evolve_train.evaluation.metrics.answer import normalize
 
-CONFIG = WorldConfig(seed=3, n_entities=40, n_steps=4, change_share=0.3, new_entities_per_step=6,
-                     n_people=15, n_cities=12)
+CONFIG = WorldConfig(
+    seed=3, n_entities=40, n_steps=4, change_share=0.3, new_entities_per_step=6, n_people=15, n_cities=12
+)
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +106,9 @@ def test_same_seed_gives_byte_identical_files_and_other_seed_differs(tmp_path, d
     names = sorted(p.name for p in (tmp_path / "a").iterdir())
     match, mismatch, errors = filecmp.cmpfiles(tmp_path / "a", tmp_path / "b", names, shallow=False)
     assert match == names and not mismatch and not errors
-    assert (tmp_path / "a" / "eval_unchanged.jsonl").read_bytes() != (tmp_path / "c" / "eval_unchanged.jsonl").read_bytes()
+    assert (tmp_path / "a" / "eval_unchanged.jsonl").read_bytes() != (
+        tmp_path / "c" / "eval_unchanged.jsonl"
+    ).read_bytes()
 
 
 def test_item_ids_are_unique_and_splits_assigned(sets):
@@ -109,6 +119,7 @@ def test_item_ids_are_unique_and_splits_assigned(sets):
 
 
 # ---------------------------------------------------------------- knowledge augmentation and dates
+
 
 def test_each_relation_has_a_bank_of_training_wordings_and_heldout_ones():
     for relation in RELATIONS:
@@ -141,8 +152,9 @@ def test_documents_shuffle_sentence_order_and_name_the_organisation_in_every_sen
         org = doc["doc_id"].split("#")[0]
         sentences = [s for s in doc["text"].split(". ") if s]
         assert len(sentences) == len(RELATIONS) and all(org in s for s in sentences)
-        orders.add(tuple(next(r.name for r in RELATIONS if str(world.states[0][(org, r.name)]) in s)
-                         for s in sentences))
+        orders.add(
+            tuple(next(r.name for r in RELATIONS if str(world.states[0][(org, r.name)]) in s) for s in sentences)
+        )
     assert len(orders) > 1
 
 
@@ -157,8 +169,10 @@ def test_every_pair_document_and_split_question_carries_its_snapshot_date(dates,
         if dates == "none":
             assert not any(str(y) in p["input"] for p in pairs for y in world.years)
     sets = eval_sets(world)
-    asked = {"unchanged": world.years[0], **{f"{kind}_{k}": world.years[k] for k in range(1, CONFIG.n_steps)
-                                             for kind in ("new", "updated", "outdated")}}
+    asked = {
+        "unchanged": world.years[0],
+        **{f"{kind}_{k}": world.years[k] for k in range(1, CONFIG.n_steps) for kind in ("new", "updated", "outdated")},
+    }
     for name, items in sets.items():
         for item in items:
             if dates == "none":

@@ -19,7 +19,9 @@ WORLD = WorldConfig(n_entities=40, new_entities_per_step=6, n_people=12, n_citie
 
 @pytest.fixture(scope="module")
 def timeline():
-    return build_timeline(DataConfig(world=WORLD, heldout_share=0.0))  # the corpora as the world writes them (slices: test_slices.py)
+    return build_timeline(
+        DataConfig(world=WORLD, heldout_share=0.0)
+    )  # the corpora as the world writes them (slices: test_slices.py)
 
 
 @pytest.fixture(scope="module")
@@ -39,8 +41,8 @@ def test_world_corpora_are_kept_and_only_releases_are_added(timeline, world):
     releases = generate_releases(world)
     for step in timeline.steps:
         pairs, texts = step_corpus(world, step.index)
-        assert step.pairs[:len(pairs)] == pairs and step.texts[:len(texts)] == texts
-        added = step.pairs[len(pairs):]
+        assert step.pairs[: len(pairs)] == pairs and step.texts[: len(texts)] == texts
+        added = step.pairs[len(pairs) :]
         assert len(added) == 4 * len(releases.released[step.index])
         assert {p["relation"] for p in added} <= {"release_version", "release_year"}
     assert len(timeline.steps[0].pairs) - len(step_corpus(world, 0)[0]) == 4 * len(releases.products)
@@ -66,15 +68,21 @@ def test_every_change_yields_a_timestamped_pair_and_a_now_question(timeline, wor
         for item in paired[step].items:
             by_pair.setdefault(item["pair_id"], []).append(item)
         for change in world.changes[step]:
-            old, new = sorted(by_pair[f"{PAIRED_KIND}/{change.entity}/{change.relation}/{step}"],
-                              key=lambda i: i["timestamp"])
+            old, new = sorted(
+                by_pair[f"{PAIRED_KIND}/{change.entity}/{change.relation}/{step}"], key=lambda i: i["timestamp"]
+            )
             assert (old["timestamp"], old["answers"]) == (str(world.years[step - 1]), [change.old])
             assert (new["timestamp"], new["answers"]) == (str(world.years[step]), [change.new])
             assert old["question"].startswith(f"year: {world.years[step - 1]} text: ")
             assert old["extra"]["cloze"] in old["question"]
             assert new["question"] == new["extra"]["ts_template"].format(timestamp=world.years[step])
-            now = [i for i in by_pair[None] if i["extra"]["role"] == "now" and
-                   i["extra"]["entity"] == change.entity and i["extra"]["relation"] == change.relation]
+            now = [
+                i
+                for i in by_pair[None]
+                if i["extra"]["role"] == "now"
+                and i["extra"]["entity"] == change.entity
+                and i["extra"]["relation"] == change.relation
+            ]
             assert len(now) == 1 and now[0]["timestamp"] is None
             history = {int(k): v for k, v in now[0]["extra"]["answers_by_step"].items()}
             assert history == {s: [world.states[s][(change.entity, change.relation)]] for s in range(step, 3)}
@@ -102,14 +110,27 @@ def test_timestamped_cloze_keeps_a_leading_entity_capitalised():
     assert with_timestamp("Ka Guild is led by", "Ka Guild", "2019") == "As of 2019, Ka Guild is led by"
 
 
-@pytest.mark.parametrize("dates, asked", [("prefix", "year: 2019 text: The director of"),
-                                          ("inline", "As of 2019, the director of"),
-                                          ("none", "As of 2019, the director of")])
+@pytest.mark.parametrize(
+    "dates, asked",
+    [
+        ("prefix", "year: 2019 text: The director of"),
+        ("inline", "As of 2019, the director of"),
+        ("none", "As of 2019, the director of"),
+    ],
+)
 def test_timestamped_probes_ask_in_the_corpus_date_form(dates, asked):
-    timeline = build_timeline(DataConfig(world=WorldConfig(n_entities=20, new_entities_per_step=3, n_people=8,
-                                                           n_cities=8, n_steps=2, dates=dates)))
-    new = [i for s in timeline.eval_sets if s.kind == PAIRED_KIND for i in s.items
-           if i["extra"].get("role") == "new" and i["extra"]["relation"] == "director"]
+    timeline = build_timeline(
+        DataConfig(
+            world=WorldConfig(n_entities=20, new_entities_per_step=3, n_people=8, n_cities=8, n_steps=2, dates=dates)
+        )
+    )
+    new = [
+        i
+        for s in timeline.eval_sets
+        if s.kind == PAIRED_KIND
+        for i in s.items
+        if i["extra"].get("role") == "new" and i["extra"]["relation"] == "director"
+    ]
     assert new and all(i["question"].startswith(asked) for i in new)
     for item in new:
         assert item["extra"]["ts_template"].format(timestamp="2031") == item["question"].replace("2019", "2031")
@@ -161,12 +182,16 @@ def test_ordering_evolution_and_trend_golds_follow_the_world(timeline, world):
                 earlier = a if int(state[(a, "founded")]) < int(state[(b, "founded")]) else b
                 assert item["answers"] == [earlier]
             elif item["dimension"] == "event_ordering":
-                change = next(c for c in world.changes[eval_set.step]
-                              if c.entity == extra["entity"] and c.relation == "director")
+                change = next(
+                    c for c in world.changes[eval_set.step] if c.entity == extra["entity"] and c.relation == "director"
+                )
                 assert item["answers"] == [change.old] and set(item["options"]) == {change.old, change.new}
             elif item["dimension"] == "knowledge_evolution":
-                change = next(c for c in world.changes[eval_set.step]
-                              if c.entity == extra["entity"] and c.relation == extra["relation"])
+                change = next(
+                    c
+                    for c in world.changes[eval_set.step]
+                    if c.entity == extra["entity"] and c.relation == extra["relation"]
+                )
                 expected = change.new if extra["direction"] == "forward" else change.old
                 assert item["answers"] == [expected]
                 known = change.old if extra["direction"] == "forward" else change.new
@@ -193,8 +218,13 @@ def test_default_world_corpus_extension_is_small():
 
 
 def test_probes_of_a_world_without_new_organisations_or_changes():
-    quiet = build_timeline(DataConfig(world=WorldConfig(n_entities=6, new_entities_per_step=0, change_share=0.0,
-                                                        n_people=4, n_cities=4, n_steps=2)))
+    quiet = build_timeline(
+        DataConfig(
+            world=WorldConfig(
+                n_entities=6, new_entities_per_step=0, change_share=0.0, n_people=4, n_cities=4, n_steps=2
+            )
+        )
+    )
     paired = sets_of(quiet, PAIRED_KIND)
     assert not [i for i in paired[1].items if i["pair_id"]]  # nothing changed: no pairs
     dims = sets_of(quiet, DIMENSION_KIND)

@@ -18,24 +18,34 @@ from helpers import tiny_cfg
 from test_loaders_temporal_qa import FIELDS, world_release
 
 WORLD = WorldConfig(n_entities=12, new_entities_per_step=3, n_people=8, n_cities=8, n_steps=3)
-ARMS = {"undated": ("undated_full", "none", False, ["full"]), "dated": ("dated_full", "prefix", False, ["full"]),
-        "dated_replay": ("dated_replay", "prefix", False, ["full", "replay"]),
-        "positive_control": ("positive_control", "prefix", True, ["full"]),
-        "negative_control": ("negative_control", "none", True, ["full"])}
+ARMS = {
+    "undated": ("undated_full", "none", False, ["full"]),
+    "dated": ("dated_full", "prefix", False, ["full"]),
+    "dated_replay": ("dated_replay", "prefix", False, ["full", "replay"]),
+    "positive_control": ("positive_control", "prefix", True, ["full"]),
+    "negative_control": ("negative_control", "none", True, ["full"]),
+}
 
 
 def temporal_qa(root, **overrides) -> DataConfig:
     world_release(root)
-    return DataConfig(kind="temporal_qa", root=str(root), fields=FIELDS, eval_files=["qa.jsonl"],
-                      train_files={"2018": ["train_2018.jsonl"], "2019": ["train_2019.jsonl"]}, **overrides)
+    return DataConfig(
+        kind="temporal_qa",
+        root=str(root),
+        fields=FIELDS,
+        eval_files=["qa.jsonl"],
+        train_files={"2018": ["train_2018.jsonl"], "2019": ["train_2019.jsonl"]},
+        **overrides,
+    )
 
 
 def test_time_prefix_dates_every_training_example_and_timestamped_prompt_of_a_loader(tmp_path):
     plain = build_timeline(temporal_qa(tmp_path))
     timeline = build_timeline(temporal_qa(tmp_path, time_prefix=True))
     for before, step in zip(plain.steps, timeline.steps):
-        assert step.pairs and [p["input"] for p in step.pairs] == [f"year: {step.name} text: " + p["input"]
-                                                                   for p in before.pairs]
+        assert step.pairs and [p["input"] for p in step.pairs] == [
+            f"year: {step.name} text: " + p["input"] for p in before.pairs
+        ]
     stamped = [i for s in timeline.eval_sets for i in s.items if i.get("timestamp") is not None]
     assert stamped
     for item in stamped:
@@ -54,8 +64,9 @@ def test_time_prefix_on_the_world_is_its_prefix_date_form():
     a = build_timeline(DataConfig(world=replace(WORLD, dates="none"), time_prefix=True))
     b = build_timeline(DataConfig(world=replace(WORLD, dates="prefix")))
     assert [s.pairs for s in a.steps] == [s.pairs for s in b.steps]
-    assert [[i["question"] for i in s.items] for s in a.eval_sets] == [[i["question"] for i in s.items]
-                                                                         for s in b.eval_sets]
+    assert [[i["question"] for i in s.items] for s in a.eval_sets] == [
+        [i["question"] for i in s.items] for s in b.eval_sets
+    ]
     with pytest.raises(ConfigError, match="data.world.dates"):
         build_timeline(DataConfig(world=replace(WORLD, dates="inline"), time_prefix=True))
 
@@ -64,8 +75,8 @@ def test_keep_history_keeps_every_earlier_dated_snapshot_in_each_step():
     diff = build_timeline(DataConfig(world=WORLD))
     full = build_timeline(DataConfig(world=WORLD, keep_history=True))
     for k, step in enumerate(full.steps):
-        assert step.pairs == [p for s in diff.steps[:k + 1] for p in s.pairs]
-        assert step.texts == [t for s in diff.steps[:k + 1] for t in s.texts]
+        assert step.pairs == [p for s in diff.steps[: k + 1] for p in s.pairs]
+        assert step.texts == [t for s in diff.steps[: k + 1] for t in s.texts]
     years = {p["input"][:10] for p in full.steps[-1].pairs if p["input"].startswith("year:")}
     assert years == {f"year: {y}" for y in (2018, 2019, 2020)}
     assert [s.items for s in full.eval_sets] == [s.items for s in diff.eval_sets]
@@ -90,8 +101,12 @@ def test_the_preflight_proves_heldout_wordings_absent_and_catches_one_put_in(dat
 def test_time_aware_arms_compose_with_distinct_method_names(tmp_path, arm):
     cfg = tiny_cfg(tmp_path, "experiment=time_aware", f"+time_aware={arm}")
     name, dates, history, strategies = ARMS[arm]
-    assert (cfg.method.name, cfg.data.world.dates, cfg.data.keep_history, list(cfg.method.strategies)) == \
-        (name, dates, history, strategies)
+    assert (cfg.method.name, cfg.data.world.dates, cfg.data.keep_history, list(cfg.method.strategies)) == (
+        name,
+        dates,
+        history,
+        strategies,
+    )
 
 
 def test_surface_variants_by_kind_keep_the_question_and_differ_from_it():
@@ -105,12 +120,16 @@ def test_surface_variants_by_kind_keep_the_question_and_differ_from_it():
 
 
 def test_kind_stats_score_each_kind_against_the_original():
-    items = [{"question": q, "answers": [a], "extra": {"variants": [f"held {q}"]}}
-             for q, a in (("The head of A is", "Bo"), ("The head of B is", "Cy"))]
+    items = [
+        {"question": q, "answers": [a], "extra": {"variants": [f"held {q}"]}}
+        for q, a in (("The head of A is", "Bo"), ("The head of B is", "Cy"))
+    ]
     plan = [(item, kind_variants(item, [], 3)) for item in items]
+
     # right on the original and under spacing; wrong lowercased; only the first item right held out
-    answer = (lambda item, q: item["answers"][0] if (q == item["question"] or "  " in q or q == "held The head of A is")
-              else "nobody")
+    def answer(item, q):
+        return item["answers"][0] if (q == item["question"] or "  " in q or q == "held The head of A is") else "nobody"
+
     stats = kind_stats(plan, answer)
     assert stats["spacing"] == {"contamination_gap": 0.0, "acc_perturbed": 1.0, "flip_rate": 0.0, "n": 2}
     assert stats["case"]["contamination_gap"] == 1.0 and stats["case"]["flip_rate"] == 1.0

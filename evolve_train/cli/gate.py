@@ -51,19 +51,49 @@ def _floor(text: str) -> tuple[str, float]:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="evolve-gate", description=__doc__.splitlines()[0])
     parser.add_argument("run_dir", metavar="RUN_DIR", type=Path, help="a finished run dir")
-    parser.add_argument("--baseline", metavar="RUN_DIR", type=Path, default=None,
-                        help="run to beat: the paired-bootstrap CI low of EM(run) - EM(baseline) must "
-                             "exceed ci_low_min")
-    parser.add_argument("--flip-rate-max", type=_threshold, default=argparse.SUPPRESS, metavar="X",
-                        help="max flip rate (default: the run's eval.gate, else 0.10; 'none' = no check)")
-    parser.add_argument("--contamination-gap-max", type=_threshold, default=argparse.SUPPRESS, metavar="X",
-                        help="max contamination gap (default: the run's eval.gate, else 0.03; 'none' = no check)")
-    parser.add_argument("--ci-low-min", type=_threshold, default=argparse.SUPPRESS, metavar="X",
-                        help="CI low vs the baseline must be > X (default: the run's eval.gate, else 0)")
-    parser.add_argument("--slice-floor", type=_floor, action="append", default=[], metavar="NAME=X",
-                        help="EM floor of a slice (set name, split kind or 'all'); repeatable; adds to eval.gate")
-    parser.add_argument("--bootstrap", type=int, default=None, metavar="B",
-                        help="bootstrap resamples (default: eval.gate.bootstrap, 2000)")
+    parser.add_argument(
+        "--baseline",
+        metavar="RUN_DIR",
+        type=Path,
+        default=None,
+        help="run to beat: the paired-bootstrap CI low of EM(run) - EM(baseline) must exceed ci_low_min",
+    )
+    parser.add_argument(
+        "--flip-rate-max",
+        type=_threshold,
+        default=argparse.SUPPRESS,
+        metavar="X",
+        help="max flip rate (default: the run's eval.gate, else 0.10; 'none' = no check)",
+    )
+    parser.add_argument(
+        "--contamination-gap-max",
+        type=_threshold,
+        default=argparse.SUPPRESS,
+        metavar="X",
+        help="max contamination gap (default: the run's eval.gate, else 0.03; 'none' = no check)",
+    )
+    parser.add_argument(
+        "--ci-low-min",
+        type=_threshold,
+        default=argparse.SUPPRESS,
+        metavar="X",
+        help="CI low vs the baseline must be > X (default: the run's eval.gate, else 0)",
+    )
+    parser.add_argument(
+        "--slice-floor",
+        type=_floor,
+        action="append",
+        default=[],
+        metavar="NAME=X",
+        help="EM floor of a slice (set name, split kind or 'all'); repeatable; adds to eval.gate",
+    )
+    parser.add_argument(
+        "--bootstrap",
+        type=int,
+        default=None,
+        metavar="B",
+        help="bootstrap resamples (default: eval.gate.bootstrap, 2000)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     return parser
 
@@ -106,8 +136,7 @@ def slice_value(run, name: str, checkpoint: int) -> Optional[float]:
     return sum(r["em"] * r["n"] for r in chosen) / total if total else None
 
 
-def gate(run_dir: Path, baseline: Optional[Path] = None, overrides: Optional[dict] = None,
-         seed: int = 0) -> dict:
+def gate(run_dir: Path, baseline: Optional[Path] = None, overrides: Optional[dict] = None, seed: int = 0) -> dict:
     """Values and thresholds of every check and ``release_gate``'s verdict; ReportError on bad run dirs."""
     from evolve_train.evaluation.compare import ALL, compare_runs
     from evolve_train.evaluation.metrics.stats import release_gate
@@ -124,9 +153,11 @@ def gate(run_dir: Path, baseline: Optional[Path] = None, overrides: Optional[dic
     thresholds["slice_floors"] = floors
     B = int(thresholds.pop("bootstrap", 2000) or 2000)
     checkpoint = run.final_checkpoint
-    values = {"flip_rate": _final_value(run, "flip_rate", "flip_rate", checkpoint),
-              "contamination_gap": _final_value(run, "contamination", "contamination_gap", checkpoint),
-              "slices": {name: slice_value(run, name, checkpoint) for name in floors}}
+    values = {
+        "flip_rate": _final_value(run, "flip_rate", "flip_rate", checkpoint),
+        "contamination_gap": _final_value(run, "contamination", "contamination_gap", checkpoint),
+        "slices": {name: slice_value(run, name, checkpoint) for name in floors},
+    }
     comparison = None
     if baseline is not None:
         comparison = compare_runs(run, load_run(baseline), B=B, seed=seed)
@@ -134,9 +165,15 @@ def gate(run_dir: Path, baseline: Optional[Path] = None, overrides: Optional[dic
     elif thresholds.get("ci_low_min") is not None:
         thresholds["ci_low_min"] = None  # nothing to compare against: the check does not apply
     verdict = release_gate(values, thresholds)
-    return {"run_dir": str(run_dir), "baseline": None if baseline is None else str(baseline),
-            "checkpoint": checkpoint, "passed": verdict["passed"], "checks": verdict["checks"],
-            "comparison": comparison, "B": B}
+    return {
+        "run_dir": str(run_dir),
+        "baseline": None if baseline is None else str(baseline),
+        "checkpoint": checkpoint,
+        "passed": verdict["passed"],
+        "checks": verdict["checks"],
+        "comparison": comparison,
+        "B": B,
+    }
 
 
 def _fmt(value) -> str:
@@ -144,20 +181,25 @@ def _fmt(value) -> str:
 
 
 def format_gate(result: dict) -> str:
-    lines = [f"release gate for {result['run_dir']} (final checkpoint {result['checkpoint']})"
-             + (f" vs baseline {result['baseline']}" if result["baseline"] else "")]
+    lines = [
+        f"release gate for {result['run_dir']} (final checkpoint {result['checkpoint']})"
+        + (f" vs baseline {result['baseline']}" if result["baseline"] else "")
+    ]
     for check in result["checks"]:
         status = "PASS" if check["passed"] else "FAIL"
-        lines.append(f"  {status}  {check['name']:<22} {_fmt(check['value']):>12} {check['op']:>2} "
-                     f"{check['threshold']}")
+        lines.append(
+            f"  {status}  {check['name']:<22} {_fmt(check['value']):>12} {check['op']:>2} {check['threshold']}"
+        )
     if result["baseline"] is None:
         lines.append("  SKIP  bootstrap_ci_low       (no --baseline)")
     comparison = result.get("comparison") or {}
     if "all" in comparison:
         c = comparison["all"]
-        lines.append(f"  (EM run {c['em_a']:.4f} vs baseline {c['em_b']:.4f}: diff {c['diff']:+.4f}, "
-                     f"95% CI [{c['ci_low']:+.4f}, {c['ci_high']:+.4f}], kappa {_fmt(c['kappa'])}, n {c['n']}, "
-                     f"B {result['B']})")
+        lines.append(
+            f"  (EM run {c['em_a']:.4f} vs baseline {c['em_b']:.4f}: diff {c['diff']:+.4f}, "
+            f"95% CI [{c['ci_low']:+.4f}, {c['ci_high']:+.4f}], kappa {_fmt(c['kappa'])}, n {c['n']}, "
+            f"B {result['B']})"
+        )
     passed = sum(c["passed"] for c in result["checks"])
     lines.append(f"{'PASSED' if result['passed'] else 'FAILED'}: {passed}/{len(result['checks'])} checks pass")
     return "\n".join(lines)
@@ -168,8 +210,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     from evolve_train.errors import EvolveTrainError
 
-    overrides = {key: getattr(args, key) for key in ("flip_rate_max", "contamination_gap_max", "ci_low_min")
-                 if hasattr(args, key)}
+    overrides = {
+        key: getattr(args, key)
+        for key in ("flip_rate_max", "contamination_gap_max", "ci_low_min")
+        if hasattr(args, key)
+    }
     if args.slice_floor:
         overrides["slice_floors"] = dict(args.slice_floor)
     if args.bootstrap is not None:

@@ -73,8 +73,10 @@ def read_predictions(path: str | Path) -> dict[str, tuple[int, dict[str, Any]]]:
     path, found = Path(path), {}
     with open(path, "rb") as handle:
         for number, raw in enumerate(handle, start=1):
+
             def fail(reason: str, field: Optional[str] = None) -> DataError:
                 return DataError(reason, file=str(path), line=number, field=field)
+
             try:
                 text = raw.decode("utf-8").lstrip("\ufeff")
             except UnicodeDecodeError as err:
@@ -96,27 +98,40 @@ def read_predictions(path: str | Path) -> dict[str, tuple[int, dict[str, Any]]]:
     return found
 
 
-def score_files(gold: str | Path, predictions: str | Path, fields: Optional[dict[str, str]] = None,
-                stops: Sequence[str] = DEFAULT_STOPS) -> dict[str, Any]:
+def score_files(
+    gold: str | Path,
+    predictions: str | Path,
+    fields: Optional[dict[str, str]] = None,
+    stops: Sequence[str] = DEFAULT_STOPS,
+) -> dict[str, Any]:
     """Read both files, check that their ids match one to one, and return `score_items`' report."""
     numbered = list(iter_numbered_qa_items(gold, fields))
     predicted = read_predictions(predictions)
     gold_ids = {item.id for _, item in numbered}
     for line, item in numbered:
         if item.id not in predicted:
-            raise DataError(f"no prediction for id '{item.id}' in {predictions}", file=str(gold), line=line,
-                            field=(fields or {}).get("id", "id"))
+            raise DataError(
+                f"no prediction for id '{item.id}' in {predictions}",
+                file=str(gold),
+                line=line,
+                field=(fields or {}).get("id", "id"),
+            )
     for item_id, (line, _) in predicted.items():
         if item_id not in gold_ids:
-            raise DataError(f"id '{item_id}' is not in the gold file {gold}", file=str(predictions), line=line,
-                            field="id")
+            raise DataError(
+                f"id '{item_id}' is not in the gold file {gold}", file=str(predictions), line=line, field="id"
+            )
     items = [item for _, item in numbered]
     for line, item in numbered:
         scores = predicted[item.id][1]["option_scores"]
         if scores is not None and (item.options is None or len(scores) != len(item.options)):
             count = "no" if item.options is None else len(item.options)
-            raise DataError(f"{len(scores)} option_scores for item '{item.id}' with {count} options",
-                            file=str(predictions), line=predicted[item.id][0], field="option_scores")
+            raise DataError(
+                f"{len(scores)} option_scores for item '{item.id}' with {count} options",
+                file=str(predictions),
+                line=predicted[item.id][0],
+                field="option_scores",
+            )
     return score_items(items, {item_id: record for item_id, (_, record) in predicted.items()}, stops=stops)
 
 
@@ -136,21 +151,35 @@ def format_table(report: dict[str, Any]) -> str:
     rows += [("dimension", name, row) for name, row in report["dimensions"].items()]
     rows.append(("calibration", "", report["calibration"]))
     width = max(len(f"{group} {name}".strip()) for group, name, _ in rows)
-    return "\n".join(f"{f'{group} {name}'.strip():<{width}}  "
-                     + "  ".join(f"{key}={_fmt(value)}" for key, value in metrics.items())
-                     for group, name, metrics in rows)
+    return "\n".join(
+        f"{f'{group} {name}'.strip():<{width}}  " + "  ".join(f"{key}={_fmt(value)}" for key, value in metrics.items())
+        for group, name, metrics in rows
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="evolve-score", description=__doc__.splitlines()[0])
     parser.add_argument("--gold", required=True, help="gold QA items (JSONL or CSV, the QA item contract)")
-    parser.add_argument("--predictions", required=True,
-                        help="JSONL with id, prediction [, option_scores], or lm-eval's samples_<task>_<date>.jsonl "
-                             "(--log_samples) of an exported task")
-    parser.add_argument("--field", action="append", default=[], metavar="KEY=SOURCE",
-                        help="read contract field KEY from the gold file's SOURCE column (repeatable)")
-    parser.add_argument("--stop", action="append", default=None, metavar="TEXT",
-                        help="cut predictions at this stop string, \\n for a newline (repeatable; default: newline)")
+    parser.add_argument(
+        "--predictions",
+        required=True,
+        help="JSONL with id, prediction [, option_scores], or lm-eval's samples_<task>_<date>.jsonl "
+        "(--log_samples) of an exported task",
+    )
+    parser.add_argument(
+        "--field",
+        action="append",
+        default=[],
+        metavar="KEY=SOURCE",
+        help="read contract field KEY from the gold file's SOURCE column (repeatable)",
+    )
+    parser.add_argument(
+        "--stop",
+        action="append",
+        default=None,
+        metavar="TEXT",
+        help="cut predictions at this stop string, \\n for a newline (repeatable; default: newline)",
+    )
     parser.add_argument("--json", action="store_true", help="print the report as one JSON object")
     return parser
 

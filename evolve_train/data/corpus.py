@@ -33,8 +33,10 @@ from evolve_train.data import cache
 log = logging.getLogger(__name__)
 FORMAT = 1
 """Version of the corpus entries' layout (part of their key)."""
-SCHEMAS = {"pairs": pa.schema([("input", pa.string()), ("output", pa.string())]),
-           "texts": pa.schema([("text", pa.string()), ("doc_id", pa.string())])}
+SCHEMAS = {
+    "pairs": pa.schema([("input", pa.string()), ("output", pa.string())]),
+    "texts": pa.schema([("text", pa.string()), ("doc_id", pa.string())]),
+}
 BATCH = 4096
 """Records per Arrow record batch while writing (bounds the Python objects alive at once)."""
 LARGE_FILE = 1 << 30
@@ -142,16 +144,20 @@ def write_stream(batches: Iterable[pa.RecordBatch], schema: pa.Schema, sink) -> 
     return count
 
 
-def records_of_file(path: Path, kind: str, records: Callable[[], Iterable[dict]],
-                    cache_dir: Optional[Path]) -> ArrowRecords:
+def records_of_file(
+    path: Path, kind: str, records: Callable[[], Iterable[dict]], cache_dir: Optional[Path]
+) -> ArrowRecords:
     """The validated ``records()`` of training file ``path`` (``kind``: ``pairs`` or ``texts``) as Arrow:
     written once into ``<cache_dir>/corpora/`` and memory-mapped, or (no cache) held in an in-memory buffer."""
     fingerprint = hashlib.sha256(f"{kind}:{FORMAT}:{file_digest(path)}".encode()).hexdigest()
     schema = SCHEMAS[kind]
     if cache_dir is None:
         if path.stat().st_size >= LARGE_FILE:
-            log.warning("%s: %.1f GB held in memory; set data.cache_dir to stream it to disk instead", path,
-                        path.stat().st_size / 1e9)
+            log.warning(
+                "%s: %.1f GB held in memory; set data.cache_dir to stream it to disk instead",
+                path,
+                path.stat().st_size / 1e9,
+            )
         sink = pa.BufferOutputStream()
         write_arrow(records(), schema, sink)
         return ArrowRecords(Dataset.from_buffer(sink.getvalue()), fingerprint)
@@ -188,7 +194,7 @@ def record_batches(records: Sequence[dict], columns: list[str], size: int = BATC
         yield from records.batches(columns, size)
         return
     for start in range(0, len(records), size):
-        chunk = records[start:start + size]
+        chunk = records[start : start + size]
         yield {name: [record[name] for record in chunk] for name in columns}
 
 

@@ -50,8 +50,7 @@ def _escape(text: str) -> str:
     return text.replace("{", "{{").replace("}", "}}")
 
 
-def dated(text: str, date: str, form: str, entity: Optional[str] = None,
-          prefix_format: str = PREFIX_FORMAT) -> str:
+def dated(text: str, date: str, form: str, entity: Optional[str] = None, prefix_format: str = PREFIX_FORMAT) -> str:
     """``text`` carrying ``date`` in ``form`` (``none`` asks in the inline form: see the module docstring)."""
     if form == "prefix":
         return prefix_format.format(date=date) + text
@@ -65,7 +64,8 @@ def dated_template(text: str, form: str, entity: Optional[str] = None, prefix_fo
     return INLINE_FORMAT.format(date="{timestamp}") + _escape(lower_first(text, entity))
 
 
-def training_text(text: str, date: str, form: str, entity: Optional[str] = None,
-                  prefix_format: str = PREFIX_FORMAT) -> str:
+def training_text(
+    text: str, date: str, form: str, entity: Optional[str] = None, prefix_format: str = PREFIX_FORMAT
+) -> str:
     """A training sentence or document of a snapshot dated ``date``: unchanged when ``form`` is ``none``."""
     return text if form == "none" else dated(text, date, form, entity, prefix_format)

@@ -27,9 +27,11 @@ def with_few_shot(timeline: Timeline, k: int, seed: int = 0) -> Timeline:
         return timeline
     candidates = [item for item in dev_items(timeline) if item.get("set") != "outdated" and item.get("answers")]
     if len(candidates) < k + 1:
-        raise ConfigError(f"eval.few_shot={k}: the timeline has {len(candidates)} dev items usable as "
-                          f"demonstrations (split: dev, not outdated); it needs at least {k + 1}. Mark more "
-                          "items split: dev, or lower eval.few_shot")
+        raise ConfigError(
+            f"eval.few_shot={k}: the timeline has {len(candidates)} dev items usable as "
+            f"demonstrations (split: dev, not outdated); it needs at least {k + 1}. Mark more "
+            "items split: dev, or lower eval.few_shot"
+        )
     order = random.Random(seed).sample(candidates, len(candidates))
     chosen = []
     for demo in order:  # a dev item whose text shows a private item's question (a pair's other member) is skipped
@@ -41,7 +43,9 @@ def with_few_shot(timeline: Timeline, k: int, seed: int = 0) -> Timeline:
             continue
         chosen.append(demo)
     if len(chosen) < k + 1:
-        raise ConfigError(f"eval.few_shot={k}: only {len(chosen)} dev items can be shown without showing a "
-                          f"private item's question; it needs at least {k + 1}")
+        raise ConfigError(
+            f"eval.few_shot={k}: only {len(chosen)} dev items can be shown without showing a "
+            f"private item's question; it needs at least {k + 1}"
+        )
     timeline.demonstrations, timeline.few_shot = chosen, k
     return timeline

@@ -52,6 +52,7 @@ Items = Union[Timeline, EvalSet, Iterable[EvalSet], Iterable[dict]]
 
 # ---------------------------------------------------------------- dev / private
 
+
 def is_private(item: dict) -> bool:
     """True unless the item is explicitly ``split: dev`` (an item without a split is private)."""
     return item.get("split") != DEV
@@ -91,6 +92,7 @@ def private_items(source: Items) -> list[tuple[Optional[str], dict]]:
 
 
 # ---------------------------------------------------------------- phrase matching
+
 
 def tokens(text: str) -> tuple[str, ...]:
     """The METRICS.md §1 normalized token sequence of ``text``."""
@@ -141,8 +143,8 @@ class PhraseIndex:
         lengths = sorted(self._lengths)
         for start in range(len(sequence)):
             for n in lengths:
-                for surface in self._by_key.get(sequence[start:start + n], ()):
-                    if sequence[start:start + len(surface.phrase)] == surface.phrase:
+                for surface in self._by_key.get(sequence[start : start + n], ()):
+                    if sequence[start : start + len(surface.phrase)] == surface.phrase:
                         return surface
         return None
 
@@ -169,8 +171,9 @@ def corpus_index(private: list[tuple[Optional[str], dict]]) -> PhraseIndex:
                 index.add(Surface(item["id"], name, what, text, tokens(text)))
             elif what != "question":  # a cloze variant: followed by its gold
                 for gold in item.get("answers") or []:
-                    index.add(Surface(item["id"], name, what + " followed by its gold", text,
-                                      tokens(text) + tokens(gold)))
+                    index.add(
+                        Surface(item["id"], name, what + " followed by its gold", text, tokens(text) + tokens(gold))
+                    )
     return index
 
 
@@ -198,12 +201,16 @@ def training_examples(timeline: Timeline) -> Iterator[tuple[str, str]]:
     for step in timeline.steps:
         label = f"step {step.index} ({step.name})"
         for k, pair in enumerate(step.pairs):
-            yield f"{label} training pair #{k} (input {pair.get('input')!r}, output {pair.get('output')!r})", \
-                filled(pair)
+            yield (
+                f"{label} training pair #{k} (input {pair.get('input')!r}, output {pair.get('output')!r})",
+                filled(pair),
+            )
         for k, doc in enumerate(step.texts):
             doc_id = doc.get("doc_id")
-            yield f"{label} training document {doc_id!r}" if doc_id is not None else \
-                f"{label} training document #{k}", str(doc.get("text", ""))
+            yield (
+                f"{label} training document {doc_id!r}" if doc_id is not None else f"{label} training document #{k}",
+                str(doc.get("text", "")),
+            )
 
 
 def _excerpt(text: str, limit: int = 160) -> str:
@@ -211,8 +218,10 @@ def _excerpt(text: str, limit: int = 160) -> str:
 
 
 def _leak(surface: Surface, where: str, rule: str) -> DataError:
-    return DataError(f"{surface.describe()} {rule} {where}. Private eval items must never be trained on or "
-                     "shown in prompts (METRICS.md §8, docs/hygiene.md): remove it there, or use a dev item")
+    return DataError(
+        f"{surface.describe()} {rule} {where}. Private eval items must never be trained on or "
+        "shown in prompts (METRICS.md §8, docs/hygiene.md): remove it there, or use a dev item"
+    )
 
 
 def static_prompt_text(template: str) -> str:
@@ -236,15 +245,17 @@ def _check_prompt(text: str, private: list[tuple[Optional[str], dict]], where: s
         raise _leak(hit, where + f" ({_excerpt(text)!r})", "occurs in")
 
 
-def check_private_leaks(timeline: Timeline, qa_pairs: Optional[list[dict]] = None,
-                        qa_source: Optional[str] = None) -> dict:
+def check_private_leaks(
+    timeline: Timeline, qa_pairs: Optional[list[dict]] = None, qa_source: Optional[str] = None
+) -> dict:
     """Raise DataError if a private item leaks into the training examples, the QA-adaptation pairs
     (``qa_pairs``: ``{input, output}``, read from ``qa_source``) or the prompt template's static text.
     Returns counts of what was checked (for the log and tests)."""
     start = time.perf_counter()
     private = private_items(timeline)
-    _check_prompt(static_prompt_text(timeline.prompt_template), private,
-                  f"data.prompt_template {timeline.prompt_template!r}")
+    _check_prompt(
+        static_prompt_text(timeline.prompt_template), private, f"data.prompt_template {timeline.prompt_template!r}"
+    )
     index = corpus_index(private)
     n_examples = 0
     for where, text in training_examples(timeline):
@@ -269,16 +280,25 @@ def check_private_leaks(timeline: Timeline, qa_pairs: Optional[list[dict]] = Non
             if hit is not None:
                 raise _leak(hit, where, "occurs in")
     n_cloze = sum(1 for _, item in private if not is_interrogative(item["question"]))
-    counts = {"private_items": len(private), "cloze_questions": n_cloze, "phrases": len(index),
-              "training_examples": n_examples, "qa_pairs": len(qa_pairs or []),
-              "seconds": round(time.perf_counter() - start, 3)}
-    log.info("private-leak check: %(private_items)d private items (%(cloze_questions)d cloze questions: their "
-             "held-out variants are checked against the corpus), %(training_examples)d training examples, "
-             "%(qa_pairs)d QA-adaptation pairs: clean (%(seconds).2f s)", counts)
+    counts = {
+        "private_items": len(private),
+        "cloze_questions": n_cloze,
+        "phrases": len(index),
+        "training_examples": n_examples,
+        "qa_pairs": len(qa_pairs or []),
+        "seconds": round(time.perf_counter() - start, 3),
+    }
+    log.info(
+        "private-leak check: %(private_items)d private items (%(cloze_questions)d cloze questions: their "
+        "held-out variants are checked against the corpus), %(training_examples)d training examples, "
+        "%(qa_pairs)d QA-adaptation pairs: clean (%(seconds).2f s)",
+        counts,
+    )
     return counts
 
 
 # ---------------------------------------------------------------- the record of private evaluations
+
 
 def record_private_evaluations(run_dir: Path, checkpoint: int, sets: list[EvalSet], rows: list[dict]) -> list[dict]:
     """Append one record per eval set that was evaluated (named in ``rows``) and holds private items:
@@ -292,8 +312,16 @@ def record_private_evaluations(run_dir: Path, checkpoint: int, sets: list[EvalSe
     for eval_set in sets:
         count = sum(1 for item in eval_set.items if is_private(item))
         if eval_set.name in evaluated and count:
-            records.append({"time": now, "checkpoint": checkpoint, "set": eval_set.name, "count": count,
-                            "n": len(eval_set.items), "evaluators": sorted(evaluated[eval_set.name])})
+            records.append(
+                {
+                    "time": now,
+                    "checkpoint": checkpoint,
+                    "set": eval_set.name,
+                    "count": count,
+                    "n": len(eval_set.items),
+                    "evaluators": sorted(evaluated[eval_set.name]),
+                }
+            )
     if records:  # append by an atomic replace: a killed run never leaves half a line
         from evolve_train.utils.io import atomic_write_text
 
@@ -303,5 +331,17 @@ def record_private_evaluations(run_dir: Path, checkpoint: int, sets: list[EvalSe
     return records
 
 
-__all__ = ["DEV", "PRIVATE", "PRIVATE_LOG", "dev_items", "private_items", "is_private", "check_private_leaks",
-           "check_prompt_text", "record_private_evaluations", "tokens", "filled", "static_prompt_text"]
+__all__ = [
+    "DEV",
+    "PRIVATE",
+    "PRIVATE_LOG",
+    "dev_items",
+    "private_items",
+    "is_private",
+    "check_private_leaks",
+    "check_prompt_text",
+    "record_private_evaluations",
+    "tokens",
+    "filled",
+    "static_prompt_text",
+]

@@ -47,7 +47,7 @@ def capitalized_spans(text: str) -> list[tuple[int, int]]:
             continue
         words = 1
         while True:
-            following = _CAPITALIZED.match(text, end + 1) if text[end:end + 1] == " " else None
+            following = _CAPITALIZED.match(text, end + 1) if text[end : end + 1] == " " else None
             if following is None:
                 break
             end = following.end()

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import random
 
-_SYLLABLES = ("ka lo mi ra ve to sa ne ri du pa ge lin mar tos bel han cor vin dal "
-              "sor fen qui wal tes orn bri cas lun dor").split()
+_SYLLABLES = (
+    "ka lo mi ra ve to sa ne ri du pa ge lin mar tos bel han cor vin dal sor fen qui wal tes orn bri cas lun dor"
+).split()
 _ORG_KINDS = ("Academy", "Works", "Institute", "Guild", "Bank", "Museum", "Observatory", "Library")
 _CITY_SUFFIXES = ("ford", "ville", "burg", "port", "mere", "holm")
 

@@ -45,8 +45,9 @@ class QAItem:
         return {**{k: v for k, v in self.extra.items() if k not in contract}, **contract}
 
     @classmethod
-    def from_dict(cls, record: Mapping[str, Any], fields: Optional[Mapping[str, str]] = None,
-                  default_split: str = "private") -> "QAItem":
+    def from_dict(
+        cls, record: Mapping[str, Any], fields: Optional[Mapping[str, str]] = None, default_split: str = "private"
+    ) -> "QAItem":
         """Validate one record (after the field mapping) into an item; DataError names the bad field."""
         return _item_from_record(record, _check_mapping(fields), default_split, from_csv=False)
 
@@ -58,8 +59,9 @@ def _check_mapping(fields: Optional[Mapping[str, str]]) -> dict[str, str]:
     mapping = dict(fields or {})
     unknown = sorted(set(mapping) - set(CONTRACT_FIELDS))
     if unknown:
-        raise ConfigError(f"unknown QA item field(s) {unknown} in the field mapping; "
-                          f"known: {', '.join(CONTRACT_FIELDS)}")
+        raise ConfigError(
+            f"unknown QA item field(s) {unknown} in the field mapping; known: {', '.join(CONTRACT_FIELDS)}"
+        )
     return mapping
 
 
@@ -132,8 +134,9 @@ def _gold_index(value: Any, name: str, options: Optional[list[str]], answers: li
     return index
 
 
-def _item_from_record(record: Mapping[str, Any], mapping: Mapping[str, str], default_split: str,
-                      from_csv: bool) -> QAItem:
+def _item_from_record(
+    record: Mapping[str, Any], mapping: Mapping[str, str], default_split: str, from_csv: bool
+) -> QAItem:
     """Apply the mapping and validate; CSV cells arrive as strings and '' means absent."""
     if not isinstance(record, Mapping):
         raise DataError(f"expected a JSON object, got {type(record).__name__}")
@@ -167,10 +170,13 @@ def _item_from_record(record: Mapping[str, Any], mapping: Mapping[str, str], def
     options = _options(values["options"], source["options"])
     used_keys = set(source.values())
     return QAItem(
-        id=item_id, question=question, answers=answers,
+        id=item_id,
+        question=question,
+        answers=answers,
         set=_optional_str(values["set"], source["set"]),
         step=_step(values["step"], source["step"]),
-        timestamp=timestamp, split=split,
+        timestamp=timestamp,
+        split=split,
         pair_id=_optional_str(values["pair_id"], source["pair_id"], allow_int=True),
         dimension=_optional_str(values["dimension"], source["dimension"]),
         options=options,
@@ -199,8 +205,7 @@ def _jsonl_records(path: Path) -> Iterator[tuple[int, Any]]:
         try:
             yield number, json.loads(text)
         except json.JSONDecodeError as err:
-            raise DataError(f"malformed JSON: {err.msg} (column {err.colno})", file=str(path),
-                            line=number) from None
+            raise DataError(f"malformed JSON: {err.msg} (column {err.colno})", file=str(path), line=number) from None
 
 
 def _csv_records(path: Path) -> Iterator[tuple[int, Any]]:
@@ -221,13 +226,13 @@ def _csv_records(path: Path) -> Iterator[tuple[int, Any]]:
             header = [name.strip() for name in row]
             continue
         if len(row) > len(header):
-            raise DataError(f"row has {len(row)} cells, the header {len(header)}", file=str(path),
-                            line=row_start)
+            raise DataError(f"row has {len(row)} cells, the header {len(header)}", file=str(path), line=row_start)
         yield row_start, dict(zip(header, row))
 
 
-def iter_numbered_qa_items(path: str | Path, fields: Optional[Mapping[str, str]] = None,
-                           default_split: str = "private") -> Iterator[tuple[int, QAItem]]:
+def iter_numbered_qa_items(
+    path: str | Path, fields: Optional[Mapping[str, str]] = None, default_split: str = "private"
+) -> Iterator[tuple[int, QAItem]]:
     """Stream (line number, QAItem) from a JSONL or CSV file (by suffix); see `read_qa_items`."""
     path = Path(path)
     mapping = _check_mapping(fields)
@@ -240,16 +245,21 @@ def iter_numbered_qa_items(path: str | Path, fields: Optional[Mapping[str, str]]
         except DataError as err:
             raise DataError(err.reason, file=str(path), line=number, field=err.field) from None
         if item.id in first_line:
-            raise DataError(f"duplicate id '{item.id}' (lines {first_line[item.id]} and {number})",
-                            file=str(path), line=number, field=mapping.get("id", "id"))
+            raise DataError(
+                f"duplicate id '{item.id}' (lines {first_line[item.id]} and {number})",
+                file=str(path),
+                line=number,
+                field=mapping.get("id", "id"),
+            )
         first_line[item.id] = number
         yield number, item
     if not first_line:
         raise DataError("empty file: no QA items", file=str(path))
 
 
-def read_qa_items(path: str | Path, fields: Optional[Mapping[str, str]] = None,
-                  default_split: str = "private") -> list[QAItem]:
+def read_qa_items(
+    path: str | Path, fields: Optional[Mapping[str, str]] = None, default_split: str = "private"
+) -> list[QAItem]:
     """Read QA items from JSONL or CSV (by suffix), streaming line by line.
 
     `fields` maps contract names to the file's names ({"question": "edited_question"}). Raises DataError

@@ -29,8 +29,10 @@ from evolve_train.data.qa_items import QAItem, _jsonl_records
 from evolve_train.errors import DataError
 from evolve_train.evaluation.metrics.answer import exact_match
 
-RULE = ("dropped: items every reference answers right (exact match against the gold file's answers) in each "
-        "of its last N attempts; attempt = a checkpoint of a run dir, or a prediction file")
+RULE = (
+    "dropped: items every reference answers right (exact match against the gold file's answers) in each "
+    "of its last N attempts; attempt = a checkpoint of a run dir, or a prediction file"
+)
 _STEP = re.compile(r"^step_(-?\d+)$")
 
 Attempt = dict[str, list[str]]
@@ -44,10 +46,14 @@ def saturated_ids(golds: Mapping[str, list[str]], references: Iterable[list[Atte
         return set()
     saturated = set()
     for item_id, answers in golds.items():
-        if all(attempts and all(item_id in attempt and attempt[item_id]
-                                and all(exact_match(p, answers) for p in attempt[item_id])
-                                for attempt in attempts)
-               for attempts in references):
+        if all(
+            attempts
+            and all(
+                item_id in attempt and attempt[item_id] and all(exact_match(p, answers) for p in attempt[item_id])
+                for attempt in attempts
+            )
+            for attempts in references
+        ):
             saturated.add(item_id)
     return saturated
 
@@ -82,9 +88,11 @@ def reference_attempts(reference: Path, n: int) -> tuple[list[str], list[Attempt
     else:
         raise DataError(f"reference {reference}: no such file or directory")
     if len(groups) < n:
-        raise DataError(f"reference {reference} has {len(groups)} attempt(s) (checkpoints with predictions, or "
-                        f"prediction files), fewer than --attempts {n}")
-    chosen = groups[len(groups) - n:]
+        raise DataError(
+            f"reference {reference} has {len(groups)} attempt(s) (checkpoints with predictions, or "
+            f"prediction files), fewer than --attempts {n}"
+        )
+    chosen = groups[len(groups) - n :]
     return [name for name, _ in chosen], [read_predictions(files) for _, files in chosen]
 
 
@@ -119,28 +127,49 @@ def refresh_private_set(gold: Path, references: list[Path], attempts: int, out: 
     tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in kept), encoding="utf-8")
     tmp.replace(out)
     now = time.gmtime()
-    note = {"date": time.strftime("%Y-%m-%d", now), "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", now),
-            "gold": str(gold), "out": str(out), "references": used, "attempts": attempts, "rule": RULE,
-            "n_items": len(records), "n_kept": len(kept), "n_dropped": len(dropped),
-            "dropped": [item_id for item_id, _ in records if item_id in dropped]}
+    note = {
+        "date": time.strftime("%Y-%m-%d", now),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", now),
+        "gold": str(gold),
+        "out": str(out),
+        "references": used,
+        "attempts": attempts,
+        "rule": RULE,
+        "n_items": len(records),
+        "n_kept": len(kept),
+        "n_dropped": len(dropped),
+        "dropped": [item_id for item_id, _ in records if item_id in dropped],
+    }
     note_path = out.with_name(out.name + ".note.json")
     note_path.write_text(json.dumps(note, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return note
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--references", nargs="+", required=True, type=Path, metavar="RUN_DIR",
-                        help="reference run dirs (attempt = checkpoint), dirs of prediction files or prediction files")
-    parser.add_argument("--attempts", type=int, required=True, metavar="N",
-                        help="attempts per reference: its last N checkpoints (or prediction files)")
+    parser.add_argument(
+        "--references",
+        nargs="+",
+        required=True,
+        type=Path,
+        metavar="RUN_DIR",
+        help="reference run dirs (attempt = checkpoint), dirs of prediction files or prediction files",
+    )
+    parser.add_argument(
+        "--attempts",
+        type=int,
+        required=True,
+        metavar="N",
+        help="attempts per reference: its last N checkpoints (or prediction files)",
+    )
     parser.add_argument("--gold", required=True, type=Path, help="the private set (JSONL QA items)")
-    parser.add_argument("--out", required=True, type=Path,
-                        help="kept items (JSONL); the note goes to <out>.note.json")
+    parser.add_argument("--out", required=True, type=Path, help="kept items (JSONL); the note goes to <out>.note.json")
 
 
 def run(args) -> int:
     note = refresh_private_set(args.gold, args.references, args.attempts, args.out)
-    print(f"kept {note['n_kept']} of {note['n_items']} items ({note['n_dropped']} dropped: answered right by "
-          f"all {len(note['references'])} reference(s) in each of their last {note['attempts']} attempt(s)) "
-          f"-> {args.out}; note -> {args.out}.note.json")
+    print(
+        f"kept {note['n_kept']} of {note['n_items']} items ({note['n_dropped']} dropped: answered right by "
+        f"all {len(note['references'])} reference(s) in each of their last {note['attempts']} attempt(s)) "
+        f"-> {args.out}; note -> {args.out}.note.json"
+    )
     return 0

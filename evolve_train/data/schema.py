@@ -61,9 +61,12 @@ class Timeline:
         prompt = self.prompt_template.format(**item)
         if not self.few_shot:
             return prompt
-        shots = [demo for demo in self.demonstrations
-                 if demo.get("id") != item.get("id") and demo.get("question") != item.get("question")]
-        return "".join(self.demonstration(demo) for demo in shots[:self.few_shot]) + prompt
+        shots = [
+            demo
+            for demo in self.demonstrations
+            if demo.get("id") != item.get("id") and demo.get("question") != item.get("question")
+        ]
+        return "".join(self.demonstration(demo) for demo in shots[: self.few_shot]) + prompt
 
     def demonstration(self, demo: dict) -> str:
         """A solved example: the prompt, its first gold answer, a blank line."""

@@ -20,8 +20,12 @@ from evolve_train.errors import ConfigError
 
 __all__ = ["SET_KINDS", "EvalSet", "TimeStep", "Timeline", "LOADERS", "build_timeline", "check_prompts"]
 
-LOADERS = {"synthetic_world": world_timeline, "evolvingqa": evolvingqa_timeline,
-           "temporal_qa": temporal_qa_timeline, "dyknow": dyknow_timeline}
+LOADERS = {
+    "synthetic_world": world_timeline,
+    "evolvingqa": evolvingqa_timeline,
+    "temporal_qa": temporal_qa_timeline,
+    "dyknow": dyknow_timeline,
+}
 
 
 def check_prompts(timeline: Timeline) -> None:
@@ -31,8 +35,10 @@ def check_prompts(timeline: Timeline) -> None:
             try:
                 timeline.prompt(item)
             except (KeyError, IndexError, ValueError) as err:
-                raise ConfigError(f"data.prompt_template {timeline.prompt_template!r} uses {err}, which item "
-                                  f"'{item.get('id')}' of eval set {eval_set.name} does not have") from None
+                raise ConfigError(
+                    f"data.prompt_template {timeline.prompt_template!r} uses {err}, which item "
+                    f"'{item.get('id')}' of eval set {eval_set.name} does not have"
+                ) from None
 
 
 def build_timeline(cfg: DataConfig) -> Timeline:

@@ -13,8 +13,18 @@ from typing import Union
 TimestampLike = Union[str, int, date]
 
 _MONTHS = {
-    "january": 1, "february": 2, "march": 3, "april": 4, "may": 5, "june": 6, "july": 7,
-    "august": 8, "september": 9, "october": 10, "november": 11, "december": 12,
+    "january": 1,
+    "february": 2,
+    "march": 3,
+    "april": 4,
+    "may": 5,
+    "june": 6,
+    "july": 7,
+    "august": 8,
+    "september": 9,
+    "october": 10,
+    "november": 11,
+    "december": 12,
 }
 _MONTHS.update({name[:3]: number for name, number in list(_MONTHS.items())})
 _MONTHS["sept"] = 9
@@ -89,8 +99,11 @@ def _renderings(timestamp: str) -> list[str]:
         forms += [f"{month_name} {day.year}", f"{month_name[:3]} {day.year}", f"{day.year}-{day.month:02d}"]
     else:
         for month in (month_name, month_name[:3]):
-            forms += [f"{month} {day.day:02d}, {day.year}", f"{month} {day.day}, {day.year}",
-                      f"{day.day} {month} {day.year}"]
+            forms += [
+                f"{month} {day.day:02d}, {day.year}",
+                f"{month} {day.day}, {day.year}",
+                f"{day.day} {month} {day.year}",
+            ]
         forms.append(day.isoformat())
     return list(dict.fromkeys(forms))
 
@@ -113,11 +126,11 @@ def strip_timestamp_phrase(question: str, timestamp: TimestampLike | None) -> st
     for form in _renderings(str(timestamp)):
         ts = rf"(?<!\w){re.escape(form)}(?!\w)"
         leading = re.compile(
-            rf"^\s*(?:[(\[]{ts}[)\]]|(?:{_PREPOSITIONS}\s+)?(?:the\s+year\s+)?{ts})\s*[,:\-–—]?\s*",
-            re.IGNORECASE)
+            rf"^\s*(?:[(\[]{ts}[)\]]|(?:{_PREPOSITIONS}\s+)?(?:the\s+year\s+)?{ts})\s*[,:\-–—]?\s*", re.IGNORECASE
+        )
         trailing = re.compile(
-            rf"\s*,?\s*(?:[(\[]{ts}[)\]]|(?:{_PREPOSITIONS}\s+)?(?:the\s+year\s+)?{ts})\s*(?=[?.!]?\s*$)",
-            re.IGNORECASE)
+            rf"\s*,?\s*(?:[(\[]{ts}[)\]]|(?:{_PREPOSITIONS}\s+)?(?:the\s+year\s+)?{ts})\s*(?=[?.!]?\s*$)", re.IGNORECASE
+        )
         stripped, count = leading.subn("", text, count=1)
         if count and stripped:
             return stripped[0].upper() + stripped[1:]

@@ -30,8 +30,9 @@ SELF_DATED = ("synthetic_world", "dyknow")
 def prefixed_step(step: TimeStep, prefix_format: str) -> TimeStep:
     """The step's pairs and documents, each starting with the step's date (its name)."""
     date = step.name
-    pairs = [{**pair, "input": dated(pair["input"], date, "prefix", prefix_format=prefix_format)}
-             for pair in step.pairs]
+    pairs = [
+        {**pair, "input": dated(pair["input"], date, "prefix", prefix_format=prefix_format)} for pair in step.pairs
+    ]
     texts = [{**doc, "text": dated(doc["text"], date, "prefix", prefix_format=prefix_format)} for doc in step.texts]
     return replace(step, pairs=pairs, texts=texts)
 
@@ -46,8 +47,9 @@ def prefixed_item(item: dict, prefix_format: str) -> dict:
     cloze = extra.get("cloze") or strip_timestamp_phrase(item["question"], own)
     extra.update(cloze=cloze, ts_template=dated_template(cloze, "prefix", prefix_format=prefix_format))
     if extra.get("variants"):
-        extra["variants"] = [dated(strip_timestamp_phrase(v, own), own, "prefix", prefix_format=prefix_format)
-                             for v in extra["variants"]]
+        extra["variants"] = [
+            dated(strip_timestamp_phrase(v, own), own, "prefix", prefix_format=prefix_format) for v in extra["variants"]
+        ]
     return {**item, "question": dated(cloze, own, "prefix", prefix_format=prefix_format), "extra": extra}
 
 

@@ -114,11 +114,11 @@ def generate_world(config: WorldConfig) -> World:
         states.append(dict(state))
         changes.append(step_changes)
     years = [config.start_year + step for step in range(config.n_steps)]
-    return World(config=config, years=years, states=states, changes=changes, founded_at=founded_at,
-                 dates=config.dates)
+    return World(config=config, years=years, states=states, changes=changes, founded_at=founded_at, dates=config.dates)
 
 
 # ---------------------------------------------------------------- training corpora
+
 
 def document_wordings(world: World, org: str, step: int) -> list[dict[str, str]]:
     """Per document of ``org`` at ``step``: relation name -> training wording. Document 0 uses each relation's
@@ -132,7 +132,7 @@ def document_wordings(world: World, org: str, step: int) -> list[dict[str, str]]
         rng.shuffle(others)
         picks = [relation.statements[0]]
         while len(picks) < count:
-            picks += others[:count - len(picks)]
+            picks += others[: count - len(picks)]
         chosen[relation.name] = picks
     return [{name: picks[d] for name, picks in chosen.items()} for d in range(count)]
 
@@ -158,8 +158,9 @@ def step_corpus(world: World, step: int) -> tuple[list[dict], list[dict]]:
                 value = state[(org, relation.name)]
                 sentence = relation.sentence(wordings[relation.name], org, value)
                 masked = relation.sentence(wordings[relation.name], org, MASK)
-                pairs.append({"input": world.stamp(masked, step, org), "output": value,
-                              "entity": org, "relation": relation.name})
+                pairs.append(
+                    {"input": world.stamp(masked, step, org), "output": value, "entity": org, "relation": relation.name}
+                )
                 sentences.append(sentence)
             rng.shuffle(sentences)
             doc_id = org if number == 0 else f"{org}#{number}"
@@ -168,6 +169,7 @@ def step_corpus(world: World, step: int) -> tuple[list[dict], list[dict]]:
 
 
 # ---------------------------------------------------------------- eval sets
+
 
 def _item_id(set_name: str, org: str, relation: str) -> str:
     slug = org.lower().replace(" ", "-")
@@ -179,8 +181,18 @@ def _split(item_id: str, dev_share: float) -> str:
     return "dev" if bucket < dev_share else "private"
 
 
-def _item(world: World, set_name: str, set_kind: str, set_step, org: str, relation: Relation,
-          gold: str, year_step: int, asked_step: int, stable: bool = False) -> dict:
+def _item(
+    world: World,
+    set_name: str,
+    set_kind: str,
+    set_step,
+    org: str,
+    relation: Relation,
+    gold: str,
+    year_step: int,
+    asked_step: int,
+    stable: bool = False,
+) -> dict:
     """A split item. Undated world: the undated cloze, ``timestamp`` = the year its gold holds (``year_step``).
     Dated world: the cloze asked as of ``asked_step``'s year in the corpus's date form, which is then its
     ``timestamp`` (Outdated_k asks Updated_k's question, so its timestamp is step k's year)."""
@@ -189,8 +201,7 @@ def _item(world: World, set_name: str, set_kind: str, set_step, org: str, relati
     timestamp = str(world.years[year_step if world.dates == "none" else asked_step])
     return {
         "id": item_id,
-        "question": cloze if world.dates == "none" else dated(cloze, timestamp, world.dates, org,
-                                                              world.prefix_format),
+        "question": cloze if world.dates == "none" else dated(cloze, timestamp, world.dates, org, world.prefix_format),
         "answers": [gold],
         "set": set_kind,
         "step": set_step,
@@ -210,27 +221,32 @@ def eval_sets(world: World) -> dict[str, list[dict]]:
     for (org, rel), value in sorted(world.states[0].items()):
         if all(state[(org, rel)] == value for state in world.states):
             relation = RELATIONS_BY_NAME[rel]
-            sets["unchanged"].append(_item(world, "unchanged", "unchanged", None, org, relation,
-                                           value, last, 0, stable=True))
+            sets["unchanged"].append(
+                _item(world, "unchanged", "unchanged", None, org, relation, value, last, 0, stable=True)
+            )
     for step in range(1, len(world.states)):
         new_orgs = sorted(org for org, first in world.founded_at.items() if first == step)
         sets[f"new_{step}"] = [
-            _item(world, f"new_{step}", "new", step, org, relation,
-                  world.states[step][(org, relation.name)], step, step)
-            for org in new_orgs for relation in RELATIONS
+            _item(
+                world, f"new_{step}", "new", step, org, relation, world.states[step][(org, relation.name)], step, step
+            )
+            for org in new_orgs
+            for relation in RELATIONS
         ]
         sets[f"updated_{step}"], sets[f"outdated_{step}"] = [], []
         for change in world.changes[step]:
             relation = RELATIONS_BY_NAME[change.relation]
             sets[f"updated_{step}"].append(
-                _item(world, f"updated_{step}", "updated", step, change.entity, relation, change.new, step, step))
+                _item(world, f"updated_{step}", "updated", step, change.entity, relation, change.new, step, step)
+            )
             sets[f"outdated_{step}"].append(
-                _item(world, f"outdated_{step}", "outdated", step, change.entity, relation, change.old, step - 1,
-                      step))
+                _item(world, f"outdated_{step}", "outdated", step, change.entity, relation, change.old, step - 1, step)
+            )
     return sets
 
 
 # ---------------------------------------------------------------- export
+
 
 def write_world(world: World, out: Path) -> None:
     """Write the world as JSONL files (sorted keys, so the same seed gives byte-identical files)."""
@@ -247,9 +263,12 @@ def write_world(world: World, out: Path) -> None:
         dump(out / f"train_step{step}_text.jsonl", texts)
     for name, items in eval_sets(world).items():
         dump(out / f"eval_{name}.jsonl", items)
-    meta = {"config": asdict(world.config), "years": world.years,
-            "n_facts": [len(state) for state in world.states],
-            "n_changes": [len(c) for c in world.changes]}
+    meta = {
+        "config": asdict(world.config),
+        "years": world.years,
+        "n_facts": [len(state) for state in world.states],
+        "n_changes": [len(c) for c in world.changes],
+    }
     (out / "world.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 

@@ -12,8 +12,15 @@ import random
 from evolve_train.data.relations import RELATIONS_BY_NAME
 from evolve_train.data.schema import EvalSet
 from evolve_train.data.world import World
-from evolve_train.data.world_probes import (DIMENSION_KIND, N_PER_DIMENSION, choice_options, probe, slug,
-                                            values_of, with_timestamp)
+from evolve_train.data.world_probes import (
+    DIMENSION_KIND,
+    N_PER_DIMENSION,
+    choice_options,
+    probe,
+    slug,
+    values_of,
+    with_timestamp,
+)
 from evolve_train.data.world_releases import RELEASE_HELDOUT_VERSION, RELEASE_HELDOUT_YEAR, Releases
 
 
@@ -27,9 +34,21 @@ def _version_items(world: World, releases: Releases, step: int, rng: random.Rand
         options = [str(v) for v in range(low, low + 4)]
         question = f"In {year}, {org} released version"
         variants = [t.split("{v}")[0].format(e=org, y=year).rstrip() for t in RELEASE_HELDOUT_VERSION]
-        items.append(probe(world, name, DIMENSION_KIND, step, f"{slug(org)}/version_awareness", question,
-                           [str(version)], timestamp=year, dimension="version_awareness", options=options,
-                           extra={"entity": org, "variants": variants}))
+        items.append(
+            probe(
+                world,
+                name,
+                DIMENSION_KIND,
+                step,
+                f"{slug(org)}/version_awareness",
+                question,
+                [str(version)],
+                timestamp=year,
+                dimension="version_awareness",
+                options=options,
+                extra={"entity": org, "variants": variants},
+            )
+        )
     return items
 
 
@@ -44,9 +63,20 @@ def _localization_items(world: World, releases: Releases, step: int, rng: random
         version = releases.versions[step][org]
         question = f"Version {version} of the {org} toolkit came out in"
         variants = [t.split("{y}")[0].format(e=org, v=version).rstrip() for t in RELEASE_HELDOUT_YEAR]
-        items.append(probe(world, name, DIMENSION_KIND, step, f"{slug(org)}/time_localization", question, [year],
-                           dimension="time_localization", options=list(years),
-                           extra={"entity": org, "variants": variants}))
+        items.append(
+            probe(
+                world,
+                name,
+                DIMENSION_KIND,
+                step,
+                f"{slug(org)}/time_localization",
+                question,
+                [year],
+                dimension="time_localization",
+                options=list(years),
+                extra={"entity": org, "variants": variants},
+            )
+        )
     return items
 
 
@@ -69,22 +99,50 @@ def _ordering_items(world: World, step: int, rng: random.Random) -> list[dict]:
         key = f"{slug(a)}+{slug(b)}/founded_first"
         if any(item["id"].endswith(key) for item in items):
             continue
-        items.append(probe(world, name, DIMENSION_KIND, step, key,
-                           f"Of {options[0]} and {options[1]}, the one founded first is", [first],
-                           dimension="event_ordering", options=options,
-                           extra={"kind": "founded_first", "variants": [
-                               f"Between {options[0]} and {options[1]}, the older organisation is",
-                               f"Which was founded earlier, {options[0]} or {options[1]}? It was"]}))
+        items.append(
+            probe(
+                world,
+                name,
+                DIMENSION_KIND,
+                step,
+                key,
+                f"Of {options[0]} and {options[1]}, the one founded first is",
+                [first],
+                dimension="event_ordering",
+                options=options,
+                extra={
+                    "kind": "founded_first",
+                    "variants": [
+                        f"Between {options[0]} and {options[1]}, the older organisation is",
+                        f"Which was founded earlier, {options[0]} or {options[1]}? It was",
+                    ],
+                },
+            )
+        )
     directors = [c for c in world.changes[step] if c.relation == "director"]
     for change in rng.sample(directors, min(len(directors), N_PER_DIMENSION - len(items))):
         options = [change.old, change.new] if rng.random() < 0.5 else [change.new, change.old]
-        items.append(probe(world, name, DIMENSION_KIND, step, f"{slug(change.entity)}/director_first",
-                           f"Of {options[0]} and {options[1]}, the earlier director of {change.entity} is",
-                           [change.old], dimension="event_ordering", options=options,
-                           extra={"kind": "director_first", "entity": change.entity, "variants": [
-                               f"Between {options[0]} and {options[1]}, {change.entity} was led first by",
-                               f"Who directed {change.entity} before the other, {options[0]} or {options[1]}? "
-                               "It was"]}))
+        items.append(
+            probe(
+                world,
+                name,
+                DIMENSION_KIND,
+                step,
+                f"{slug(change.entity)}/director_first",
+                f"Of {options[0]} and {options[1]}, the earlier director of {change.entity} is",
+                [change.old],
+                dimension="event_ordering",
+                options=options,
+                extra={
+                    "kind": "director_first",
+                    "entity": change.entity,
+                    "variants": [
+                        f"Between {options[0]} and {options[1]}, {change.entity} was led first by",
+                        f"Who directed {change.entity} before the other, {options[0]} or {options[1]}? It was",
+                    ],
+                },
+            )
+        )
     return items
 
 
@@ -98,8 +156,9 @@ def _evolution_items(world: World, step: int, rng: random.Random) -> list[dict]:
     for index, change in enumerate(rng.sample(changes, min(len(changes), N_PER_DIMENSION))):
         relation = RELATIONS_BY_NAME[change.relation]
         forward = index % 2 == 0
-        (y_known, known), (y_asked, gold) = (((y_old, change.old), (y_new, change.new)) if forward
-                                             else ((y_new, change.new), (y_old, change.old)))
+        (y_known, known), (y_asked, gold) = (
+            ((y_old, change.old), (y_new, change.new)) if forward else ((y_new, change.new), (y_old, change.old))
+        )
 
         def prompt(template: str) -> str:
             stated = with_timestamp(relation.sentence(template, change.entity, known), change.entity, y_known, world)
@@ -108,12 +167,26 @@ def _evolution_items(world: World, step: int, rng: random.Random) -> list[dict]:
 
         options = choice_options(rng, [change.old, change.new], values_of(world, relation))
         direction = "forward" if forward else "backward"
-        items.append(probe(world, name, DIMENSION_KIND, step,
-                           f"{slug(change.entity)}/{change.relation}/knowledge_evolution",
-                           prompt(relation.statements[0]), [gold], timestamp=y_asked,
-                           dimension="knowledge_evolution", options=options,
-                           extra={"entity": change.entity, "relation": change.relation, "direction": direction,
-                                  "variants": [prompt(t) for t in relation.heldout]}))
+        items.append(
+            probe(
+                world,
+                name,
+                DIMENSION_KIND,
+                step,
+                f"{slug(change.entity)}/{change.relation}/knowledge_evolution",
+                prompt(relation.statements[0]),
+                [gold],
+                timestamp=y_asked,
+                dimension="knowledge_evolution",
+                options=options,
+                extra={
+                    "entity": change.entity,
+                    "relation": change.relation,
+                    "direction": direction,
+                    "variants": [prompt(t) for t in relation.heldout],
+                },
+            )
+        )
     return items
 
 
@@ -139,12 +212,28 @@ def _trend_items(world: World, step: int, rng: random.Random) -> list[dict]:
         a, b, c = series[year - 2], series[year - 1], series[year]
         gold = "higher" if series[year + 1] > c else "lower"
         stem = f"{org} had {a} members in {year - 2}, {b} in {year - 1} and {c} in {year}."
-        items.append(probe(world, name, DIMENSION_KIND, step, f"{slug(org)}/trend_extrapolation",
-                           f"{stem} In {year + 1}, its number of members will most likely be", [gold],
-                           timestamp=str(year), dimension="trend_extrapolation", options=["higher", "lower"],
-                           extra={"entity": org, "series": [a, b, c], "variants": [
-                               f"{stem} Next year, the member count of {org} will most likely be",
-                               f"{stem} Compared with {year}, its membership in {year + 1} will most likely be"]}))
+        items.append(
+            probe(
+                world,
+                name,
+                DIMENSION_KIND,
+                step,
+                f"{slug(org)}/trend_extrapolation",
+                f"{stem} In {year + 1}, its number of members will most likely be",
+                [gold],
+                timestamp=str(year),
+                dimension="trend_extrapolation",
+                options=["higher", "lower"],
+                extra={
+                    "entity": org,
+                    "series": [a, b, c],
+                    "variants": [
+                        f"{stem} Next year, the member count of {org} will most likely be",
+                        f"{stem} Compared with {year}, its membership in {year + 1} will most likely be",
+                    ],
+                },
+            )
+        )
     return items
 
 

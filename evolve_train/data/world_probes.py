@@ -49,16 +49,40 @@ def with_timestamp(cloze: str, entity: str, timestamp: str, world: Optional[Worl
     return dated(cloze, timestamp, form, entity, prefix)
 
 
-def probe(world: World, set_name: str, kind: str, step: int, key: str, question: str, answers: list[str],
-          *, timestamp: Optional[str] = None, pair_id: Optional[str] = None, stable: bool = False,
-          base_question: Optional[str] = None, dimension: Optional[str] = None,
-          options: Optional[list[str]] = None, extra: Optional[dict] = None) -> dict:
+def probe(
+    world: World,
+    set_name: str,
+    kind: str,
+    step: int,
+    key: str,
+    question: str,
+    answers: list[str],
+    *,
+    timestamp: Optional[str] = None,
+    pair_id: Optional[str] = None,
+    stable: bool = False,
+    base_question: Optional[str] = None,
+    dimension: Optional[str] = None,
+    options: Optional[list[str]] = None,
+    extra: Optional[dict] = None,
+) -> dict:
     """One probe item in the QA item contract (id ``<set_name>/<key>``, dev/private split as the world's)."""
     item_id = f"{set_name}/{key}"
-    item = {"id": item_id, "question": question, "answers": answers, "set": kind, "step": step,
-            "timestamp": timestamp, "split": _split(item_id, world.config.dev_share), "pair_id": pair_id,
-            "stable": stable, "base_question": base_question, "dimension": dimension, "options": options,
-            "extra": extra or {}}
+    item = {
+        "id": item_id,
+        "question": question,
+        "answers": answers,
+        "set": kind,
+        "step": step,
+        "timestamp": timestamp,
+        "split": _split(item_id, world.config.dev_share),
+        "pair_id": pair_id,
+        "stable": stable,
+        "base_question": base_question,
+        "dimension": dimension,
+        "options": options,
+        "extra": extra or {},
+    }
     if options is not None:
         item["gold_index"] = options.index(answers[0])
     return item
@@ -83,9 +107,21 @@ def choice_options(rng: random.Random, golds: list[str], pool: list[str], n: int
 
 # ---------------------------------------------------------------- paired (METRICS.md §4/§5)
 
-def _relational(world: World, set_name: str, step: int, org: str, relation: Relation, value: str,
-                timestamp: Optional[str], role: str, options: list[str], pair_id: Optional[str] = None,
-                stable: bool = False, answers_by_step: Optional[dict] = None) -> dict:
+
+def _relational(
+    world: World,
+    set_name: str,
+    step: int,
+    org: str,
+    relation: Relation,
+    value: str,
+    timestamp: Optional[str],
+    role: str,
+    options: list[str],
+    pair_id: Optional[str] = None,
+    stable: bool = False,
+    answers_by_step: Optional[dict] = None,
+) -> dict:
     cloze = relation.cloze(relation.statements[0], org)
     variants = [relation.cloze(t, org) for t in relation.heldout]
     extra = {"entity": org, "relation": relation.name, "role": role, "cloze": cloze}
@@ -99,15 +135,26 @@ def _relational(world: World, set_name: str, step: int, org: str, relation: Rela
     if answers_by_step is not None:
         extra["answers_by_step"] = answers_by_step
     key = f"{slug(org)}/{relation.name}/{role}" + (f"/{timestamp}" if role == "stable" else "")
-    return probe(world, set_name, PAIRED_KIND, step, key, question, [value], timestamp=timestamp,
-                 pair_id=pair_id, stable=stable, base_question=relation.question.format(e=org), options=options,
-                 extra=extra)
+    return probe(
+        world,
+        set_name,
+        PAIRED_KIND,
+        step,
+        key,
+        question,
+        [value],
+        timestamp=timestamp,
+        pair_id=pair_id,
+        stable=stable,
+        base_question=relation.question.format(e=org),
+        options=options,
+        extra=extra,
+    )
 
 
 def stable_facts(world: World, n: int = N_STABLE) -> list[tuple[str, str]]:
     """A fixed seeded sample of facts true at every step (of organisations alive at step 0)."""
-    stable = sorted(key for key, value in world.states[0].items()
-                    if all(state[key] == value for state in world.states))
+    stable = sorted(key for key, value in world.states[0].items() if all(state[key] == value for state in world.states))
     return sorted(random.Random(f"{world.config.seed}-stable-probes").sample(stable, min(n, len(stable))))
 
 
@@ -121,19 +168,25 @@ def paired_set(world: World, step: int) -> EvalSet:
         relation = RELATIONS_BY_NAME[change.relation]
         options = choice_options(rng, [change.old, change.new], values_of(world, relation))
         pair_id = f"{PAIRED_KIND}/{change.entity}/{change.relation}/{step}"
-        items.append(_relational(world, name, step, change.entity, relation, change.old, years[step - 1], "old",
-                                 options, pair_id))
-        items.append(_relational(world, name, step, change.entity, relation, change.new, years[step], "new",
-                                 options, pair_id))
+        items.append(
+            _relational(
+                world, name, step, change.entity, relation, change.old, years[step - 1], "old", options, pair_id
+            )
+        )
+        items.append(
+            _relational(world, name, step, change.entity, relation, change.new, years[step], "new", options, pair_id)
+        )
         now = {str(s): [world.states[s][(change.entity, change.relation)]] for s in range(step, len(years))}
-        items.append(_relational(world, name, step, change.entity, relation, change.new, None, "now",
-                                 options, answers_by_step=now))
+        items.append(
+            _relational(
+                world, name, step, change.entity, relation, change.new, None, "now", options, answers_by_step=now
+            )
+        )
     for org, rel in stable_facts(world):
         relation = RELATIONS_BY_NAME[rel]
         value = world.states[step][(org, rel)]
         options = choice_options(rng, [value], values_of(world, relation))
-        items.append(_relational(world, name, step, org, relation, value, years[step], "stable", options,
-                                 stable=True))
+        items.append(_relational(world, name, step, org, relation, value, years[step], "stable", options, stable=True))
     return EvalSet(name=name, kind=PAIRED_KIND, step=step, items=items)
 
 
@@ -152,5 +205,15 @@ def add_split_variants(sets: list[EvalSet], world: Optional[World] = None) -> No
             extra["variants"] = variants
 
 
-__all__ = ["PAIRED_KIND", "DIMENSION_KIND", "PROBE_KINDS", "paired_set", "stable_facts", "ts_template",
-           "with_timestamp", "probe", "choice_options", "add_split_variants"]
+__all__ = [
+    "PAIRED_KIND",
+    "DIMENSION_KIND",
+    "PROBE_KINDS",
+    "paired_set",
+    "stable_facts",
+    "ts_template",
+    "with_timestamp",
+    "probe",
+    "choice_options",
+    "add_split_variants",
+]

@@ -23,16 +23,21 @@ from evolve_train.data.world import MASK, World
 RELEASE_SHARE = 0.15
 MAX_PRODUCTS = 40
 RELEASE_PROB = 0.5
-RELEASE_VERSION = ("In {y}, {e} released version {v} of its toolkit.",
-                   "The {y} release of the {e} toolkit is version {v}.")
+RELEASE_VERSION = (
+    "In {y}, {e} released version {v} of its toolkit.",
+    "The {y} release of the {e} toolkit is version {v}.",
+)
 """Training phrasings with the year left of the version (the version is masked)."""
-RELEASE_YEAR = ("Version {v} of the {e} toolkit came out in {y}.",
-                "{e} released toolkit version {v} in {y}.")
+RELEASE_YEAR = ("Version {v} of the {e} toolkit came out in {y}.", "{e} released toolkit version {v} in {y}.")
 """Training phrasings with the version left of the year (the year is masked)."""
-RELEASE_HELDOUT_VERSION = ("In {y}, the {e} toolkit reached version {v}.",
-                           "For {e}, the toolkit release of {y} was version {v}.")
-RELEASE_HELDOUT_YEAR = ("The {e} toolkit reached version {v} in {y}.",
-                        "{e} published version {v} of its toolkit in the year {y}.")
+RELEASE_HELDOUT_VERSION = (
+    "In {y}, the {e} toolkit reached version {v}.",
+    "For {e}, the toolkit release of {y} was version {v}.",
+)
+RELEASE_HELDOUT_YEAR = (
+    "The {e} toolkit reached version {v} in {y}.",
+    "{e} published version {v} of its toolkit in the year {y}.",
+)
 
 
 @dataclass
@@ -79,8 +84,14 @@ def release_corpus(world: World, releases: Releases, step: int) -> tuple[list[di
                 values = {"e": org, "v": version, "y": year}
                 sentence = template.format(**values)
                 masked_template = template.replace("{" + masked + "}", MASK)
-                pairs.append({"input": masked_template.format(**values), "output": values[masked],
-                              "entity": org, "relation": f"release_{'version' if masked == 'v' else 'year'}"})
+                pairs.append(
+                    {
+                        "input": masked_template.format(**values),
+                        "output": values[masked],
+                        "entity": org,
+                        "relation": f"release_{'version' if masked == 'v' else 'year'}",
+                    }
+                )
                 sentences.append(sentence)
         texts.append({"doc_id": f"{org}#toolkit-{year}", "text": " ".join(sentences)})
     return pairs, texts

@@ -23,8 +23,10 @@ def world_of(cfg: DataConfig) -> World:
     world.prefix_format = cfg.time_prefix_format
     if cfg.time_prefix:
         if cfg.world.dates not in ("none", "prefix"):
-            raise ConfigError(f"data.time_prefix=true asks for the prefix date form, but data.world.dates is "
-                              f"'{cfg.world.dates}': set one of them")
+            raise ConfigError(
+                f"data.time_prefix=true asks for the prefix date form, but data.world.dates is "
+                f"'{cfg.world.dates}': set one of them"
+            )
         world.dates = "prefix"
     return world
 
@@ -49,8 +51,14 @@ def world_timeline(cfg: DataConfig) -> Timeline:
     for index, year in enumerate(world.years):
         pairs, texts = step_corpus(world, index)
         steps.append(TimeStep(index=index, name=str(year), pairs=pairs, texts=texts))
-    sets = [EvalSet(name=name, kind=items[0]["set"] if items else name.split("_")[0],
-                    step=None if name == "unchanged" else int(name.rsplit("_", 1)[1]), items=items)
-            for name, items in eval_sets(world).items()]
+    sets = [
+        EvalSet(
+            name=name,
+            kind=items[0]["set"] if items else name.split("_")[0],
+            step=None if name == "unchanged" else int(name.rsplit("_", 1)[1]),
+            items=items,
+        )
+        for name, items in eval_sets(world).items()
+    ]
     add_probes(world, steps, sets)
     return Timeline(steps=steps, eval_sets=sets, prompt_template=cfg.prompt_template)

@@ -71,26 +71,46 @@ def same_question_outcomes(a: Run, ka: int, b: Run, kb: int, column: str) -> tup
     first, second = a.outcomes(ka, column), b.outcomes(kb, column)
     if set(first) != set(second):
         only_a, only_b = sorted(set(first) - set(second)), sorted(set(second) - set(first))
-        example = "; ".join([f"'{only_a[0]}' only in {a.path}"] * bool(only_a)
-                            + [f"'{only_b[0]}' only in {b.path}"] * bool(only_b))
-        raise ReportError(f"runs are not comparable: split '{column}' has different question sets in "
-                          f"{a.path} ({len(first)} items) and {b.path} ({len(second)} items); e.g. {example}")
+        example = "; ".join(
+            [f"'{only_a[0]}' only in {a.path}"] * bool(only_a) + [f"'{only_b[0]}' only in {b.path}"] * bool(only_b)
+        )
+        raise ReportError(
+            f"runs are not comparable: split '{column}' has different question sets in "
+            f"{a.path} ({len(first)} items) and {b.path} ({len(second)} items); e.g. {example}"
+        )
     return first, second
 
 
-def _diff(a: Run, ka: int, b: Run, kb: int, column: str, outcomes: tuple[dict, dict], B: int,
-          seed: int) -> PairedDiff:
+def _diff(a: Run, ka: int, b: Run, kb: int, column: str, outcomes: tuple[dict, dict], B: int, seed: int) -> PairedDiff:
     first, second = outcomes
     keys = sorted(first)
     boot = paired_bootstrap_diff(first, second, B=B, seed=seed)
-    return PairedDiff(run_a=a.label or str(a.path), run_b=b.label or str(b.path), column=column, checkpoint_a=ka,
-                      checkpoint_b=kb, em_a=sum(first.values()) / len(first), em_b=sum(second.values()) / len(second),
-                      diff=boot["diff"], ci_low=boot["ci_low"], ci_high=boot["ci_high"],
-                      kappa=cohen_kappa([first[k] for k in keys], [second[k] for k in keys]), n=boot["n"], B=B)
+    return PairedDiff(
+        run_a=a.label or str(a.path),
+        run_b=b.label or str(b.path),
+        column=column,
+        checkpoint_a=ka,
+        checkpoint_b=kb,
+        em_a=sum(first.values()) / len(first),
+        em_b=sum(second.values()) / len(second),
+        diff=boot["diff"],
+        ci_low=boot["ci_low"],
+        ci_high=boot["ci_high"],
+        kappa=cohen_kappa([first[k] for k in keys], [second[k] for k in keys]),
+        n=boot["n"],
+        B=B,
+    )
 
 
-def paired_diffs(run_a: Union[Run, str, Path], run_b: Union[Run, str, Path], *, B: int = 2000, seed: int = 0,
-                 checkpoint_a: Optional[int] = None, checkpoint_b: Optional[int] = None) -> list[PairedDiff]:
+def paired_diffs(
+    run_a: Union[Run, str, Path],
+    run_b: Union[Run, str, Path],
+    *,
+    B: int = 2000,
+    seed: int = 0,
+    checkpoint_a: Optional[int] = None,
+    checkpoint_b: Optional[int] = None,
+) -> list[PairedDiff]:
     """Run a vs run b on every eval set both evaluated, then ``all`` (see the module docstring)."""
     a, b = _run(run_a), _run(run_b)
     ka = a.final_checkpoint if checkpoint_a is None else checkpoint_a
@@ -114,14 +134,23 @@ def check_same_sets(a: Run, ka: int, b: Run, kb: int) -> None:
     if columns_a != columns_b:
         only_a = sorted(set(columns_a) - set(columns_b), key=column_key)
         only_b = sorted(set(columns_b) - set(columns_a), key=column_key)
-        raise ReportError(f"runs are not comparable: different question sets: splits {only_a} only in {a.path} "
-                          f"(checkpoint {ka}), {only_b} only in {b.path} (checkpoint {kb})")
+        raise ReportError(
+            f"runs are not comparable: different question sets: splits {only_a} only in {a.path} "
+            f"(checkpoint {ka}), {only_b} only in {b.path} (checkpoint {kb})"
+        )
     if not columns_a:
         raise ReportError(f"no split sets to compare at checkpoint {ka} of {a.path}")
 
 
-def compare_runs(run_a: Union[Run, str, Path], run_b: Union[Run, str, Path], *, B: int = 2000, seed: int = 0,
-                 checkpoint_a: Optional[int] = None, checkpoint_b: Optional[int] = None) -> dict[str, dict]:
+def compare_runs(
+    run_a: Union[Run, str, Path],
+    run_b: Union[Run, str, Path],
+    *,
+    B: int = 2000,
+    seed: int = 0,
+    checkpoint_a: Optional[int] = None,
+    checkpoint_b: Optional[int] = None,
+) -> dict[str, dict]:
     """``{set: {diff, ci_low, ci_high, kappa, em_a, em_b, n, B}}`` of run a vs run b (:func:`paired_diffs`),
     refusing runs whose eval sets differ (ReportError)."""
     a, b = _run(run_a), _run(run_b)
@@ -142,9 +171,19 @@ def check_same_columns(runs: list[Run]) -> Optional[str]:
     if len(sets) <= 1:
         return None
     shared = set.intersection(*(set(r.columns) for r in runs))
-    return ("runs evaluate different eval sets; comparisons use the shared ones: "
-            + ", ".join(sorted(shared, key=column_key)))
+    return "runs evaluate different eval sets; comparisons use the shared ones: " + ", ".join(
+        sorted(shared, key=column_key)
+    )
 
 
-__all__ = ["ALL", "PairedDiff", "check_same_columns", "check_same_sets", "compare_pairs", "compare_runs",
-           "evaluated_columns", "paired_diffs", "same_question_outcomes"]
+__all__ = [
+    "ALL",
+    "PairedDiff",
+    "check_same_columns",
+    "check_same_sets",
+    "compare_pairs",
+    "compare_runs",
+    "evaluated_columns",
+    "paired_diffs",
+    "same_question_outcomes",
+]

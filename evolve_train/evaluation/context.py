@@ -60,8 +60,13 @@ class Shards:
             owners.append(owner)
         return owners
 
-    def run(self, items: list, plan: Callable[[list, int], list[list]], compute: Callable[[list], list],
-            batch: AutoBatchSize) -> list[tuple]:
+    def run(
+        self,
+        items: list,
+        plan: Callable[[list, int], list[list]],
+        compute: Callable[[list], list],
+        batch: AutoBatchSize,
+    ) -> list[tuple]:
         """``(item, result)`` for every item, on every process. ``plan(items, size)`` gives the batches one
         process would form, at the smallest batch size of any process (a process halves it on out-of-memory);
         each process runs ``compute`` once on its own whole batches, joined in order (``compute`` forms the
@@ -149,11 +154,22 @@ class EvalContext:
         return [self._answers[p] for p in prompts]
 
     def _generate(self, prompts: list[str]) -> list[str]:
-        with tqdm(total=len(prompts), desc=f"eval ckpt {self.checkpoint}", leave=False, dynamic_ncols=True,
-                  disable=not self.writes) as bar:
-            return self.adapter.generate(self.model, prompts, batch_size=self.batch,
-                                         max_new_tokens=self.cfg.max_new_tokens, stop_strings=self.cfg.stop_strings,
-                                         decoder=self.cfg.greedy_decoder, progress=bar)
+        with tqdm(
+            total=len(prompts),
+            desc=f"eval ckpt {self.checkpoint}",
+            leave=False,
+            dynamic_ncols=True,
+            disable=not self.writes,
+        ) as bar:
+            return self.adapter.generate(
+                self.model,
+                prompts,
+                batch_size=self.batch,
+                max_new_tokens=self.cfg.max_new_tokens,
+                stop_strings=self.cfg.stop_strings,
+                decoder=self.cfg.greedy_decoder,
+                progress=bar,
+            )
 
     def option_scores(self, questions: list[tuple[str, list[str]]]) -> list[list[float]]:
         """Log-likelihood of each option given its prompt (METRICS.md §7), for ``(prompt, options)`` pairs;
@@ -164,8 +180,9 @@ class EvalContext:
             self._scores.update(self._each_process(missing, score, self.adapter.option_batches))
         return [[self._scores[(p, o)] for o in options] for p, options in questions]
 
-    def _each_process(self, items: list, compute: Callable[[list], list],
-                      plan: Callable[[list, int], list[list]]) -> list[tuple]:
+    def _each_process(
+        self, items: list, compute: Callable[[list], list], plan: Callable[[list, int], list[list]]
+    ) -> list[tuple]:
         """``(item, result)`` pairs: one process computes all ``items``; several split ``plan(items, size)``,
         the batches one process would form, into whole batches (:meth:`Shards.run`)."""
         if self.shards.count == 1:
@@ -178,9 +195,16 @@ class EvalContext:
         settings = self.cfg.flip_rate
         missing = sorted({p for p in prompts if p not in self._samples})
         if missing:
-            raw = self.adapter.sample(self.model, missing, n=settings.samples, temperature=settings.temperature,
-                                      seed=settings.seed + 1000 * (self.checkpoint + 1), batch_size=self.batch,
-                                      max_new_tokens=self.cfg.max_new_tokens, stop_strings=self.cfg.stop_strings)
+            raw = self.adapter.sample(
+                self.model,
+                missing,
+                n=settings.samples,
+                temperature=settings.temperature,
+                seed=settings.seed + 1000 * (self.checkpoint + 1),
+                batch_size=self.batch,
+                max_new_tokens=self.cfg.max_new_tokens,
+                stop_strings=self.cfg.stop_strings,
+            )
             self._samples.update(zip(missing, raw))
         return [self._samples[p] for p in prompts]
 

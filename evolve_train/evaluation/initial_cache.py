@@ -50,11 +50,13 @@ def code_fingerprint() -> str:
 
 def timeline_fingerprint(timeline) -> str:
     """SHA-256 of what an evaluation of ``timeline`` reads: corpora (retrieval stores), slices, sets, prompts."""
-    parts = {"steps": [[step.name, step_fingerprint(step), records_fingerprint(step.heldout)]
-                       for step in timeline.steps],
-             "sets": [[s.name, s.kind, s.step, records_fingerprint(s.items)] for s in timeline.eval_sets],
-             "prompt_template": timeline.prompt_template, "few_shot": timeline.few_shot,
-             "demonstrations": records_fingerprint(timeline.demonstrations)}
+    parts = {
+        "steps": [[step.name, step_fingerprint(step), records_fingerprint(step.heldout)] for step in timeline.steps],
+        "sets": [[s.name, s.kind, s.step, records_fingerprint(s.items)] for s in timeline.eval_sets],
+        "prompt_template": timeline.prompt_template,
+        "few_shot": timeline.few_shot,
+        "demonstrations": records_fingerprint(timeline.demonstrations),
+    }
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode("utf-8")).hexdigest()
 
 
@@ -70,9 +72,12 @@ class InitialEvalCache:
         root = cache_root(cfg)
         if root is None or num_processes != 1:
             return None
-        parts = {"step0": step0_key(cfg, tokenizer, num_processes, timeline.steps[0]),
-                 "eval": dataclasses.asdict(cfg.eval), "timeline": timeline_fingerprint(timeline),
-                 "code": code_fingerprint()}
+        parts = {
+            "step0": step0_key(cfg, tokenizer, num_processes, timeline.steps[0]),
+            "eval": dataclasses.asdict(cfg.eval),
+            "timeline": timeline_fingerprint(timeline),
+            "code": code_fingerprint(),
+        }
         blob = json.dumps(parts, sort_keys=True, default=str)
         return cls(root, hashlib.sha256(blob.encode("utf-8")).hexdigest()[:20])
 
@@ -88,8 +93,11 @@ class InitialEvalCache:
             shutil.copytree(self.path / PREDICTIONS, target)
         for row in stored["rows"]:
             row[FLAG] = True
-        log.info("checkpoint initial: rows and predictions copied from %s (evaluated by %s); not evaluating it "
-                 "again", self.path, stored.get("evaluated_by"))
+        log.info(
+            "checkpoint initial: rows and predictions copied from %s (evaluated by %s); not evaluating it again",
+            self.path,
+            stored.get("evaluated_by"),
+        )
         return stored
 
     def store(self, run_dir: Path, rows: list[dict], seconds: float, evaluated: dict) -> None:

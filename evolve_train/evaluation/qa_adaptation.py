@@ -36,8 +36,10 @@ def default_train_file(cfg: Config) -> Path:
         from evolve_train.data.loaders.evolvingqa import adaptation_file
 
         return adaptation_file(Path(cfg.data.root).expanduser())
-    raise ConfigError("eval.qa_adaptation.train_file: no QA train set given (only data=evolvingqa has a default, "
-                      "the release's unchanged_train.csv)")
+    raise ConfigError(
+        "eval.qa_adaptation.train_file: no QA train set given (only data=evolvingqa has a default, "
+        "the release's unchanged_train.csv)"
+    )
 
 
 def check_no_eval_questions(items: list[tuple[int, QAItem]], timeline: Timeline, path: Path) -> None:
@@ -48,12 +50,17 @@ def check_no_eval_questions(items: list[tuple[int, QAItem]], timeline: Timeline,
             for text in (item["question"], timeline.prompt(item)):
                 eval_questions.setdefault(normalize(text), (item["id"], eval_set.name))
     for number, item in items:
-        hit = eval_questions.get(normalize(item.question)) or eval_questions.get(normalize(
-            timeline.prompt(item.to_dict())))
+        hit = eval_questions.get(normalize(item.question)) or eval_questions.get(
+            normalize(timeline.prompt(item.to_dict()))
+        )
         if hit is not None:
-            raise DataError(f"the QA adaptation set asks the question of eval item '{hit[0]}' (set {hit[1]}); "
-                            "eval questions must never be trained on", file=str(path), line=number,
-                            field="question")
+            raise DataError(
+                f"the QA adaptation set asks the question of eval item '{hit[0]}' (set {hit[1]}); "
+                "eval questions must never be trained on",
+                file=str(path),
+                line=number,
+                field="question",
+            )
 
 
 @dataclass
@@ -72,8 +79,7 @@ class QAAdaptation:
             return None
         if settings.steps < 0 or settings.epochs <= 0:
             raise ConfigError("eval.qa_adaptation: steps must be >= 0 and epochs > 0")
-        path = (resolve_path(settings.train_file, cfg.data.root) if settings.train_file
-                else default_train_file(cfg))
+        path = resolve_path(settings.train_file, cfg.data.root) if settings.train_file else default_train_file(cfg)
         items = read_release_items(path, settings.fields, "dev", "adapt")
         if settings.max_items and len(items) > settings.max_items:
             keep = set(random.Random(0).sample(range(len(items)), settings.max_items))
@@ -96,9 +102,13 @@ class QAAdaptation:
         from evolve_train.training.loop import train_time_step
 
         settings, trainer = self.cfg.eval.qa_adaptation, self.cfg.trainer
-        trainer = dataclasses.replace(trainer, lr=settings.lr or trainer.lr,
-                                      batch_size=settings.batch_size or trainer.batch_size,
-                                      save_every_n_steps=0, tokens_per_batch=0)  # rows per batch, as documented
+        trainer = dataclasses.replace(
+            trainer,
+            lr=settings.lr or trainer.lr,
+            batch_size=settings.batch_size or trainer.batch_size,
+            save_every_n_steps=0,
+            tokens_per_batch=0,
+        )  # rows per batch, as documented
         adapted = copy.deepcopy(model)
         for parameter in adapted.parameters():
             parameter.requires_grad_(True)
@@ -110,11 +120,27 @@ class QAAdaptation:
             epochs = (settings.steps - 0.5) * trainer.grad_accum / batches  # ceil() in the loop gives `steps`
         total = max(1, -(-int(batches * epochs) // trainer.grad_accum))
         trainer = dataclasses.replace(trainer, warmup_steps=min(trainer.warmup_steps, max(1, total // 10)))
-        adapted, result = train_sharded(accelerator, adapted, lambda copy_: train_time_step(
-            copy_, examples, step=checkpoint, epochs=epochs, cfg=trainer, method=Method(MethodConfig()),
-            accelerator=accelerator, collate_fn=lambda rows: collate(rows, adapter.pad_id),
-            seed=self.cfg.seed + 7919 * (checkpoint + 1)))
-        log.info("QA adaptation of checkpoint %d: %d optimizer steps, final loss %.4f, %.1f s", checkpoint,
-                 result.optimizer_steps, result.final_loss, result.seconds)
+        adapted, result = train_sharded(
+            accelerator,
+            adapted,
+            lambda copy_: train_time_step(
+                copy_,
+                examples,
+                step=checkpoint,
+                epochs=epochs,
+                cfg=trainer,
+                method=Method(MethodConfig()),
+                accelerator=accelerator,
+                collate_fn=lambda rows: collate(rows, adapter.pad_id),
+                seed=self.cfg.seed + 7919 * (checkpoint + 1),
+            ),
+        )
+        log.info(
+            "QA adaptation of checkpoint %d: %d optimizer steps, final loss %.4f, %.1f s",
+            checkpoint,
+            result.optimizer_steps,
+            result.final_loss,
+            result.seconds,
+        )
         adapted.eval()
         return adapted

@@ -13,7 +13,9 @@ EVALUATORS: dict[str, Evaluator] = {}
 
 def register_evaluator(name: str):
     """Decorator: ``fn(ctx) -> rows`` becomes the evaluator listed as ``name`` in ``eval.evaluators``."""
+
     def decorate(fn: Evaluator) -> Evaluator:
         EVALUATORS[name] = fn
         return fn
+
     return decorate

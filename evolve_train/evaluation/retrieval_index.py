@@ -68,8 +68,10 @@ def step_passages(timeline: Timeline, cfg: RetrievalConfig) -> list[list[Passage
         passages = []
         for doc_id, text in documents_of(step):
             pieces = sentences(text) if cfg.passages == PassageSource.sentences else [text]
-            passages += [Passage(f"{step.index}/{doc_id}" + (f"#{n}" if len(pieces) > 1 else ""), step.index,
-                                 step.name, piece) for n, piece in enumerate(pieces)]
+            passages += [
+                Passage(f"{step.index}/{doc_id}" + (f"#{n}" if len(pieces) > 1 else ""), step.index, step.name, piece)
+                for n, piece in enumerate(pieces)
+            ]
         out.append(passages)
     return out
 
@@ -80,8 +82,12 @@ def _step_of(value, steps: Sequence[TimeStep], path: Path, line: int) -> int:
         return value
     if str(value) in names:
         return names[str(value)]
-    raise DataError(f"{value!r} is not a time step of this timeline (indices 0..{len(steps) - 1} or names "
-                    f"{', '.join(names)})", file=str(path), line=line, field="step")
+    raise DataError(
+        f"{value!r} is not a time step of this timeline (indices 0..{len(steps) - 1} or names {', '.join(names)})",
+        file=str(path),
+        line=line,
+        field="step",
+    )
 
 
 def load_passage_files(files: Sequence[str], steps: Sequence[TimeStep]) -> list[list[Passage]]:
@@ -92,8 +98,10 @@ def load_passage_files(files: Sequence[str], steps: Sequence[TimeStep]) -> list[
         if not path.is_file():
             raise ConfigError(f"eval.retrieval.passage_files: {path} is not a file")
     if len(paths) not in (1, len(steps)):
-        raise ConfigError(f"eval.retrieval.passage_files: {len(paths)} files for {len(steps)} time steps (give one "
-                          "per step, or one file whose records carry 'step')")
+        raise ConfigError(
+            f"eval.retrieval.passage_files: {len(paths)} files for {len(steps)} time steps (give one "
+            "per step, or one file whose records carry 'step')"
+        )
     out: list[list[Passage]] = [[] for _ in steps]
     for file_index, path in enumerate(paths):
         try:
@@ -102,18 +110,26 @@ def load_passage_files(files: Sequence[str], steps: Sequence[TimeStep]) -> list[
             raise DataError(str(err)) from None
         for line, record in records:
             if not isinstance(record, dict) or not isinstance(record.get("text"), str) or not record["text"].strip():
-                raise DataError("expected an object with a non-empty string 'text'", file=str(path), line=line,
-                                field="text")
+                raise DataError(
+                    "expected an object with a non-empty string 'text'", file=str(path), line=line, field="text"
+                )
             if "step" in record:
                 step = _step_of(record["step"], steps, path, line)
             elif len(paths) == len(steps):
                 step = file_index
             else:
-                raise DataError("a single passage file must name each record's step", file=str(path), line=line,
-                                field="step")
+                raise DataError(
+                    "a single passage file must name each record's step", file=str(path), line=line, field="step"
+                )
             date = record.get("date")
-            out[step].append(Passage(str(record.get("id", f"{path.name}:{line}")), step,
-                                     str(date) if date is not None else steps[step].name, record["text"]))
+            out[step].append(
+                Passage(
+                    str(record.get("id", f"{path.name}:{line}")),
+                    step,
+                    str(date) if date is not None else steps[step].name,
+                    record["text"],
+                )
+            )
     return out
 
 
@@ -125,8 +141,9 @@ class PassageStore:
         from bm25s.tokenization import Tokenizer
 
         self.tokenizer = Tokenizer(stopwords=STOPWORDS)
-        ids = self.tokenizer.tokenize([p.text for p in passages], update_vocab=True, return_as="ids",
-                                      show_progress=False)
+        ids = self.tokenizer.tokenize(
+            [p.text for p in passages], update_vocab=True, return_as="ids", show_progress=False
+        )
         self.empty = self.tokenizer.get_vocab_dict().get("")  # bm25s' id for "no token": never a match
         kept = [n for n, tokens in enumerate(ids) if tokens and tokens != [self.empty]]
         if len(kept) < len(passages):
@@ -179,12 +196,18 @@ class RetrievalIndex:
             if not 0 <= checkpoint < len(self.by_step):
                 raise ValueError(f"no store for checkpoint {checkpoint} (steps 0..{len(self.by_step) - 1})")
             start = time.perf_counter()
-            self._stores[checkpoint] = PassageStore([p for step in self.steps_in(checkpoint)
-                                                     for p in self.by_step[step]])
+            self._stores[checkpoint] = PassageStore(
+                [p for step in self.steps_in(checkpoint) for p in self.by_step[step]]
+            )
             seconds = time.perf_counter() - start
             self.build_seconds += seconds
-            log.info("retrieval: store of checkpoint %d (%d passages, scope %s) built in %.2f s", checkpoint,
-                     len(self._stores[checkpoint]), self.scope, seconds)
+            log.info(
+                "retrieval: store of checkpoint %d (%d passages, scope %s) built in %.2f s",
+                checkpoint,
+                len(self._stores[checkpoint]),
+                self.scope,
+                seconds,
+            )
         return self._stores[checkpoint]
 
     def built(self, checkpoint: int) -> bool:
@@ -204,8 +227,10 @@ def require_bm25s():
     try:
         import bm25s
     except ImportError:
-        raise ConfigError("eval.evaluators lists 'retrieval', which needs bm25s: pip install -e '.[retrieval]' "
-                          "(scripts/setup.sh installs it)") from None
+        raise ConfigError(
+            "eval.evaluators lists 'retrieval', which needs bm25s: pip install -e '.[retrieval]' "
+            "(scripts/setup.sh installs it)"
+        ) from None
     return bm25s
 
 

@@ -36,9 +36,29 @@ POOLED_KINDS = ("unchanged", "new", "updated")
 """Split kinds pooled into ``all`` (Outdated, where lower is better, is reported on its own)."""
 WITHIN_STEP = "within_step"
 """``train_log.jsonl`` rows of the within-step probe (``evaluation/within_step.py``)."""
-ROW_META = frozenset({"group", "checkpoint", "set", "set_name", "set_step", "store", "method", "seed",
-                      "train_seconds", "train_tokens", "train_tokens_per_s", "num_processes", "train_optimizer_steps",
-                      "optimizer_steps", "loss_tokens", "train_flops", "eval_tokens", "eval_flops", "from_eval_cache"})
+ROW_META = frozenset(
+    {
+        "group",
+        "checkpoint",
+        "set",
+        "set_name",
+        "set_step",
+        "store",
+        "method",
+        "seed",
+        "train_seconds",
+        "train_tokens",
+        "train_tokens_per_s",
+        "num_processes",
+        "train_optimizer_steps",
+        "optimizer_steps",
+        "loss_tokens",
+        "train_flops",
+        "eval_tokens",
+        "eval_flops",
+        "from_eval_cache",
+    }
+)
 """Keys that identify a row or describe its run, not a metric of its group."""
 
 
@@ -218,9 +238,27 @@ def load_run(path: Path | str) -> Run:
     train_log = path / "train_log.jsonl"
     train_rows = _read_plain(train_log) if train_log.exists() else []
     within = [r for r in train_rows if r.get("group") == WITHIN_STEP]
-    return Run(path=path, rows=rows, summary=summary, train_rows=[r for r in train_rows if r.get("group") != WITHIN_STEP],
-               within_step=within)
+    return Run(
+        path=path,
+        rows=rows,
+        summary=summary,
+        train_rows=[r for r in train_rows if r.get("group") != WITHIN_STEP],
+        within_step=within,
+    )
 
 
-__all__ = ["ALL", "METRICS_FILE", "POOLED_KINDS", "ROW_META", "SPLITS", "SPLIT_ORDER", "ReportError", "Row", "Run",
-           "column_key", "column_name", "load_run", "read_metrics"]
+__all__ = [
+    "ALL",
+    "METRICS_FILE",
+    "POOLED_KINDS",
+    "ROW_META",
+    "SPLITS",
+    "SPLIT_ORDER",
+    "ReportError",
+    "Row",
+    "Run",
+    "column_key",
+    "column_name",
+    "load_run",
+    "read_metrics",
+]

@@ -34,11 +34,17 @@ class WithinStepProbe:
         self.cfg = dataclasses.replace(cfg, max_items_per_set=cfg.within_step_items, save_predictions=False)
 
     def __call__(self, model, time_step: int, optimizer_step: int) -> dict:
-        ctx = EvalContext(timeline=self.timeline, checkpoint=time_step, cfg=self.cfg, model=model,
-                          adapter=self.adapter, writes=False)
+        ctx = EvalContext(
+            timeline=self.timeline, checkpoint=time_step, cfg=self.cfg, model=model, adapter=self.adapter, writes=False
+        )
         rows = splits_evaluator(ctx)
-        return {"group": GROUP, "time_step": time_step, "optimizer_step": optimizer_step,
-                "em": {r["set_name"]: r["em"] for r in rows}, "n": {r["set_name"]: r["n"] for r in rows}}
+        return {
+            "group": GROUP,
+            "time_step": time_step,
+            "optimizer_step": optimizer_step,
+            "em": {r["set_name"]: r["em"] for r in rows},
+            "n": {r["set_name"]: r["n"] for r in rows},
+        }
 
 
 def probe_for(timeline: Timeline, adapter: ModelAdapter, cfg: EvalConfig):

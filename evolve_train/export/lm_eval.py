@@ -133,37 +133,61 @@ def plan_tasks(timeline: Timeline, prefix: str, max_items_per_set: int = 0) -> l
 
 
 def _task(name: str, eval_set: EvalSet, output_type: str, records: list[dict]) -> ExportedTask:
-    return ExportedTask(name=name, set_name=eval_set.name, kind=eval_set.kind, output_type=output_type,
-                        records=records)
+    return ExportedTask(name=name, set_name=eval_set.name, kind=eval_set.kind, output_type=output_type, records=records)
 
 
 def _common(task: ExportedTask, out: Path) -> dict[str, Any]:
     files = {"test": str(out / "data" / f"{task.name}.jsonl")}
-    return {"task": task.name, "dataset_path": "json", "dataset_kwargs": {"data_files": files}, "test_split": "test",
-            "fewshot_split": "test", "fewshot_config": {"process_docs": _Function("utils.dev_items")},
-            "output_type": task.output_type, "doc_to_text": "prompt"}
+    return {
+        "task": task.name,
+        "dataset_path": "json",
+        "dataset_kwargs": {"data_files": files},
+        "test_split": "test",
+        "fewshot_split": "test",
+        "fewshot_config": {"process_docs": _Function("utils.dev_items")},
+        "output_type": task.output_type,
+        "doc_to_text": "prompt",
+    }
 
 
-def generation_task_config(task: ExportedTask, out: Path, stop_strings: Sequence[str],
-                           max_new_tokens: int) -> dict[str, Any]:
+def generation_task_config(
+    task: ExportedTask, out: Path, stop_strings: Sequence[str], max_new_tokens: int
+) -> dict[str, Any]:
     """``generate_until`` with evolve-train's prompt, stop strings, token budget, filter and metrics."""
-    return {**_common(task, out), "doc_to_target": "target",
-            "generation_kwargs": {"until": list(stop_strings), "max_gen_toks": max_new_tokens, "do_sample": False,
-                                  "temperature": 0.0},
-            "filter_list": [{"name": FILTER, "filter": [
-                {"function": "custom", "filter_fn": _Function("utils.answer_filter")},
-                {"function": "take_first"}]}],
-            "process_results": _Function("utils.process_results"),
-            "metric_list": [{"metric": m, "aggregation": "mean", "higher_is_better": True}
-                            for m in GENERATION_METRICS],
-            "metadata": {"version": 1.0, "eval_set": task.set_name, "kind": task.kind}}
+    return {
+        **_common(task, out),
+        "doc_to_target": "target",
+        "generation_kwargs": {
+            "until": list(stop_strings),
+            "max_gen_toks": max_new_tokens,
+            "do_sample": False,
+            "temperature": 0.0,
+        },
+        "filter_list": [
+            {
+                "name": FILTER,
+                "filter": [
+                    {"function": "custom", "filter_fn": _Function("utils.answer_filter")},
+                    {"function": "take_first"},
+                ],
+            }
+        ],
+        "process_results": _Function("utils.process_results"),
+        "metric_list": [{"metric": m, "aggregation": "mean", "higher_is_better": True} for m in GENERATION_METRICS],
+        "metadata": {"version": 1.0, "eval_set": task.set_name, "kind": task.kind},
+    }
 
 
 def choice_task_config(task: ExportedTask, out: Path) -> dict[str, Any]:
     """``multiple_choice`` over ``choices`` (one space before each option), gold = ``label``."""
-    return {**_common(task, out), "doc_to_choice": "choices", "doc_to_target": "label", "target_delimiter": " ",
-            "metric_list": [{"metric": m, "aggregation": "mean", "higher_is_better": True} for m in CHOICE_METRICS],
-            "metadata": {"version": 1.0, "eval_set": task.set_name, "kind": task.kind}}
+    return {
+        **_common(task, out),
+        "doc_to_choice": "choices",
+        "doc_to_target": "label",
+        "target_delimiter": " ",
+        "metric_list": [{"metric": m, "aggregation": "mean", "higher_is_better": True} for m in CHOICE_METRICS],
+        "metadata": {"version": 1.0, "eval_set": task.set_name, "kind": task.kind},
+    }
 
 
 def group_configs(tasks: Sequence[ExportedTask], prefix: str) -> list[dict[str, Any]]:
@@ -175,10 +199,17 @@ def group_configs(tasks: Sequence[ExportedTask], prefix: str) -> list[dict[str, 
     for (kind, output_type), names in members.items():
         choice = output_type == "multiple_choice"
         metrics, filters = (CHOICE_METRICS, ["none"]) if choice else (GENERATION_METRICS, [FILTER])
-        groups.append({"group": task_name(prefix, kind, "mc" if choice else "", "all"), "task": names,
-                       "aggregate_metric_list": [{"metric": m, "filter_list": filters, "aggregation": "mean",
-                                                  "weight_by_size": True} for m in metrics],
-                       "metadata": {"version": 1.0, "kind": kind}})
+        groups.append(
+            {
+                "group": task_name(prefix, kind, "mc" if choice else "", "all"),
+                "task": names,
+                "aggregate_metric_list": [
+                    {"metric": m, "filter_list": filters, "aggregation": "mean", "weight_by_size": True}
+                    for m in metrics
+                ],
+                "metadata": {"version": 1.0, "kind": kind},
+            }
+        )
     return groups
 
 
@@ -187,8 +218,9 @@ def _write_jsonl(path: Path, records: list[dict]) -> None:
 
 
 def _write_yaml(path: Path, config: dict[str, Any]) -> None:
-    path.write_text(yaml.dump(config, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=1000),
-                    encoding="utf-8")
+    path.write_text(
+        yaml.dump(config, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=1000), encoding="utf-8"
+    )
 
 
 def _check_out(out: Path) -> None:
@@ -203,21 +235,35 @@ def _check_out(out: Path) -> None:
     try:
         owned = set(json.loads((out / MANIFEST).read_text(encoding="utf-8"))["files"])
     except (OSError, ValueError, KeyError, TypeError):
-        raise ConfigError(f"--out {out} is not empty and is not an lm-eval export of evolve-train (no readable "
-                          f"{MANIFEST}): choose a new or empty directory") from None
+        raise ConfigError(
+            f"--out {out} is not empty and is not an lm-eval export of evolve-train (no readable "
+            f"{MANIFEST}): choose a new or empty directory"
+        ) from None
     foreign = sorted(present - owned)
     if foreign:
-        raise ConfigError(f"--out {out} holds files the earlier export did not write ({foreign[0]}"
-                          f"{' ...' if len(foreign) > 1 else ''}): move them away or choose another directory")
+        raise ConfigError(
+            f"--out {out} holds files the earlier export did not write ({foreign[0]}"
+            f"{' ...' if len(foreign) > 1 else ''}): move them away or choose another directory"
+        )
 
 
-def _write_tree(target: Path, out: Path, tasks: Sequence[ExportedTask], groups: list[dict], manifest: dict,
-                stop_strings: Sequence[str], max_new_tokens: int) -> None:
+def _write_tree(
+    target: Path,
+    out: Path,
+    tasks: Sequence[ExportedTask],
+    groups: list[dict],
+    manifest: dict,
+    stop_strings: Sequence[str],
+    max_new_tokens: int,
+) -> None:
     (target / "data").mkdir(parents=True)
     for task in tasks:
         _write_jsonl(target / "data" / f"{task.name}.jsonl", task.records)
-        config = (generation_task_config(task, out, stop_strings, max_new_tokens)
-                  if task.output_type == "generate_until" else choice_task_config(task, out))
+        config = (
+            generation_task_config(task, out, stop_strings, max_new_tokens)
+            if task.output_type == "generate_until"
+            else choice_task_config(task, out)
+        )
         _write_yaml(target / f"{task.name}.yaml", config)
     for group in groups:
         _write_yaml(target / f"{group['group']}.yaml", group)
@@ -233,9 +279,17 @@ def _check_settings(prefix: str, max_new_tokens: int) -> None:
         raise ConfigError(f"eval.max_new_tokens must be positive, got {max_new_tokens}")
 
 
-def export_lm_eval(timeline: Timeline, out: str | Path, *, stop_strings: Sequence[str], max_new_tokens: int,
-                   prefix: str = "evolve", max_items_per_set: int = 0,
-                   source: Optional[dict[str, Any]] = None, stop_patterns: Sequence[str] = ()) -> dict[str, Any]:
+def export_lm_eval(
+    timeline: Timeline,
+    out: str | Path,
+    *,
+    stop_strings: Sequence[str],
+    max_new_tokens: int,
+    prefix: str = "evolve",
+    max_items_per_set: int = 0,
+    source: Optional[dict[str, Any]] = None,
+    stop_patterns: Sequence[str] = (),
+) -> dict[str, Any]:
     """Write the task directory ``out`` (replacing an earlier export there, never other files); returns the
     manifest: tasks with their set, kind, output type and item count, groups, stop strings, token budget."""
     _check_settings(prefix, max_new_tokens)
@@ -248,13 +302,28 @@ def export_lm_eval(timeline: Timeline, out: str | Path, *, stop_strings: Sequenc
     clash = {g["group"] for g in groups} & {t.name for t in tasks}
     if clash:
         raise ConfigError(f"group and task names clash: {sorted(clash)}; rename the eval sets")
-    manifest = {"format": 1, "prefix": prefix, "stop_strings": list(stop_strings),
-                "stop_patterns": list(stop_patterns), "max_new_tokens": max_new_tokens,
-                "prompt_template": timeline.prompt_template, "source": source or {},
-                "tasks": [{"task": t.name, "set": t.set_name, "kind": t.kind, "output_type": t.output_type,
-                           "n": len(t.records), "n_dev": t.n_dev, "data": f"data/{t.name}.jsonl"}
-                          for t in tasks],
-                "groups": {g["group"]: g["task"] for g in groups}}
+    manifest = {
+        "format": 1,
+        "prefix": prefix,
+        "stop_strings": list(stop_strings),
+        "stop_patterns": list(stop_patterns),
+        "max_new_tokens": max_new_tokens,
+        "prompt_template": timeline.prompt_template,
+        "source": source or {},
+        "tasks": [
+            {
+                "task": t.name,
+                "set": t.set_name,
+                "kind": t.kind,
+                "output_type": t.output_type,
+                "n": len(t.records),
+                "n_dev": t.n_dev,
+                "data": f"data/{t.name}.jsonl",
+            }
+            for t in tasks
+        ],
+        "groups": {g["group"]: g["task"] for g in groups},
+    }
     staging = out.with_name(f".{out.name}.tmp")
     shutil.rmtree(staging, ignore_errors=True)
     try:
@@ -266,8 +335,9 @@ def export_lm_eval(timeline: Timeline, out: str | Path, *, stop_strings: Sequenc
     return manifest
 
 
-def export_from_overrides(out: str | Path, overrides: Sequence[str] = (), *, prefix: str = "evolve",
-                          config_dir: Optional[str | Path] = None) -> dict[str, Any]:
+def export_from_overrides(
+    out: str | Path, overrides: Sequence[str] = (), *, prefix: str = "evolve", config_dir: Optional[str | Path] = None
+) -> dict[str, Any]:
     """Compose the run configuration from ``overrides`` (as ``train.py`` takes them), build its timeline and
     export it with its ``eval.stop_strings``, ``eval.max_new_tokens`` and ``eval.max_items_per_set``."""
     from evolve_train.data.few_shot import with_few_shot
@@ -278,7 +348,13 @@ def export_from_overrides(out: str | Path, overrides: Sequence[str] = (), *, pre
     _check_settings(prefix, cfg.eval.max_new_tokens)  # before the timeline is built
     _check_out(Path(out).resolve())
     timeline = with_few_shot(build_timeline(cfg.data), cfg.eval.few_shot)  # the prompts a run asks
-    return export_lm_eval(timeline, out, stop_strings=cfg.eval.stop_strings, max_new_tokens=cfg.eval.max_new_tokens,
-                          prefix=prefix, max_items_per_set=cfg.eval.max_items_per_set,
-                          source={"data_kind": cfg.data.kind, "overrides": list(overrides)},
-                          stop_patterns=cfg.eval.stop_patterns)
+    return export_lm_eval(
+        timeline,
+        out,
+        stop_strings=cfg.eval.stop_strings,
+        max_new_tokens=cfg.eval.max_new_tokens,
+        prefix=prefix,
+        max_items_per_set=cfg.eval.max_items_per_set,
+        source={"data_kind": cfg.data.kind, "overrides": list(overrides)},
+        stop_patterns=cfg.eval.stop_patterns,
+    )

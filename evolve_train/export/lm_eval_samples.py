@@ -27,8 +27,9 @@ def _log_likelihood(response: Any, option: int) -> float:
     try:
         value = float(pair[0])
     except (TypeError, ValueError, IndexError, KeyError):
-        raise DataError(f"option {option}: expected [log-likelihood, is_greedy], got {response!r}",
-                        field="resps") from None
+        raise DataError(
+            f"option {option}: expected [log-likelihood, is_greedy], got {response!r}", field="resps"
+        ) from None
     if not math.isfinite(value):
         raise DataError(f"option {option}: log-likelihood {value} is not finite", field="resps")
     return value
@@ -38,8 +39,9 @@ def sample_prediction(record: dict) -> tuple[str, dict[str, Optional[Any]]]:
     """``(item id, {"prediction", "option_scores"})`` of one logged sample; DataError names the field."""
     doc = record["doc"]
     if not isinstance(doc, dict) or doc.get("id") is None:
-        raise DataError("the sample's doc has no 'id' (not a task exported by evolve-data export-lm-eval?)",
-                        field="doc.id")
+        raise DataError(
+            "the sample's doc has no 'id' (not a task exported by evolve-data export-lm-eval?)", field="doc.id"
+        )
     resps = record["resps"]
     if not isinstance(resps, list) or not resps or not all(isinstance(r, list) and r for r in resps):
         raise DataError("expected a non-empty list of per-request response lists", field="resps")

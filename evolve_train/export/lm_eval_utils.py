@@ -35,8 +35,10 @@ def stop_strings() -> tuple:
     try:
         return tuple(json.loads(manifest.read_text(encoding="utf-8"))["stop_strings"])
     except (OSError, ValueError, KeyError) as err:
-        raise RuntimeError(f"{manifest}: cannot read 'stop_strings' of the export ({err}); "
-                           "export the task directory again with `evolve-data export-lm-eval`") from None
+        raise RuntimeError(
+            f"{manifest}: cannot read 'stop_strings' of the export ({err}); "
+            "export the task directory again with `evolve-data export-lm-eval`"
+        ) from None
 
 
 def normalize(text: str) -> str:
@@ -111,8 +113,10 @@ def answer_filter(resps, docs):
     """lm-eval ``custom`` filter: every response, leading whitespace dropped, cut at the export's stop
     strings, then at its stop patterns, and stripped (evolve-train's ``prediction_of``)."""
     stops, patterns = stop_strings(), stop_patterns()
-    return [[cut_at_pattern(cut_at_stop(response.lstrip(), stops), patterns).strip() for response in responses]
-            for responses in resps]
+    return [
+        [cut_at_pattern(cut_at_stop(response.lstrip(), stops), patterns).strip() for response in responses]
+        for responses in resps
+    ]
 
 
 def dev_items(docs):

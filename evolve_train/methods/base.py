@@ -99,4 +99,5 @@ def register_strategy(name: str):
         STRATEGIES[name] = cls
         cls.name = name
         return cls
+
     return decorate

@@ -21,15 +21,20 @@ POSITION_EMBEDDING_NAMES = ("wpe", "embed_positions", "position_embeddings")
 
 def block_lists(model: torch.nn.Module) -> list[tuple[str, torch.nn.ModuleList]]:
     """The stacks of transformer blocks (one for decoders, encoder and decoder for T5)."""
-    return [(name, module) for name, module in model.named_modules()
-            if isinstance(module, torch.nn.ModuleList) and len(module) > 0
-            and name.rsplit(".", 1)[-1] in BLOCK_LIST_NAMES]
+    return [
+        (name, module)
+        for name, module in model.named_modules()
+        if isinstance(module, torch.nn.ModuleList) and len(module) > 0 and name.rsplit(".", 1)[-1] in BLOCK_LIST_NAMES
+    ]
 
 
 def embedding_modules(model: torch.nn.Module) -> list[torch.nn.Module]:
     found = [model.get_input_embeddings()] if hasattr(model, "get_input_embeddings") else []
-    found += [m for name, m in model.named_modules()
-              if isinstance(m, torch.nn.Embedding) and name.rsplit(".", 1)[-1] in POSITION_EMBEDDING_NAMES]
+    found += [
+        m
+        for name, m in model.named_modules()
+        if isinstance(m, torch.nn.Embedding) and name.rsplit(".", 1)[-1] in POSITION_EMBEDDING_NAMES
+    ]
     return [m for m in found if m is not None]
 
 
@@ -39,8 +44,10 @@ class Freeze(Strategy):
         super().__init__(cfg)
         c = cfg.freeze  # lower_blocks >= 0: checked by the schema (config.py: FreezeConfig)
         if not c.embeddings and c.lower_blocks == 0:
-            raise ConfigError("method.freeze: nothing to freeze; set method.freeze.embeddings=true "
-                              "and/or method.freeze.lower_blocks=N")
+            raise ConfigError(
+                "method.freeze: nothing to freeze; set method.freeze.embeddings=true "
+                "and/or method.freeze.lower_blocks=N"
+            )
 
     def frozen_modules(self, model) -> list[torch.nn.Module]:
         c = self.cfg.freeze
@@ -51,9 +58,10 @@ class Freeze(Strategy):
                 raise ConfigError("method.freeze.lower_blocks: no transformer block list found in the model")
             for name, stack in stacks:
                 if c.lower_blocks > len(stack):
-                    raise ConfigError(f"method.freeze.lower_blocks={c.lower_blocks} but {name} has "
-                                      f"only {len(stack)} blocks")
-                modules += list(stack[:c.lower_blocks])
+                    raise ConfigError(
+                        f"method.freeze.lower_blocks={c.lower_blocks} but {name} has only {len(stack)} blocks"
+                    )
+                modules += list(stack[: c.lower_blocks])
         return modules
 
     def prepare_model(self, model, step):
@@ -62,6 +70,5 @@ class Freeze(Strategy):
             param.requires_grad_(False)
         n_frozen = sum(p.numel() for p in frozen.values())
         total = sum(p.numel() for p in model.parameters())
-        log.info("freeze (step %d): %d of %d parameters frozen (%.1f%%)", step, n_frozen, total,
-                 100 * n_frozen / total)
+        log.info("freeze (step %d): %d of %d parameters frozen (%.1f%%)", step, n_frozen, total, 100 * n_frozen / total)
         return model

@@ -43,16 +43,32 @@ DEFAULT_TARGETS = {
     "t5": ["q", "k", "v", "o", "wi", "wo", "wi_0", "wi_1"],
     "mt5": ["q", "k", "v", "o", "wi", "wo", "wi_0", "wi_1"],
     "gpt_neox": ["query_key_value", "dense", "dense_h_to_4h", "dense_4h_to_h"],
-    **{name: _LLAMA_STYLE for name in ("llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "gemma2",
-                                       "gemma3_text", "olmo", "olmo2", "smollm3")},
+    **{
+        name: _LLAMA_STYLE
+        for name in (
+            "llama",
+            "mistral",
+            "mixtral",
+            "qwen2",
+            "qwen3",
+            "gemma",
+            "gemma2",
+            "gemma3_text",
+            "olmo",
+            "olmo2",
+            "smollm3",
+        )
+    },
 }
 
 
 def default_targets(model: torch.nn.Module) -> list[str]:
     model_type = getattr(getattr(model, "config", None), "model_type", None)
     if model_type not in DEFAULT_TARGETS:
-        raise ConfigError(f"method.lora.target_modules: no default for model type '{model_type}'; set it, "
-                          "e.g. method.lora.target_modules=[q_proj,v_proj]")
+        raise ConfigError(
+            f"method.lora.target_modules: no default for model type '{model_type}'; set it, "
+            "e.g. method.lora.target_modules=[q_proj,v_proj]"
+        )
     return DEFAULT_TARGETS[model_type]
 
 
@@ -76,10 +92,14 @@ class LoRA(Strategy):
 
         c = self.cfg.lora
         model_type = getattr(model.config, "model_type", "")
-        return PeftLoraConfig(r=c.r, lora_alpha=c.alpha, lora_dropout=c.dropout,
-                              target_modules=list(c.target_modules or default_targets(model)),
-                              fan_in_fan_out=model_type == "gpt2",  # GPT-2 uses Conv1D (weights transposed)
-                              task_type=TaskType.SEQ_2_SEQ_LM if is_encoder_decoder(model) else TaskType.CAUSAL_LM)
+        return PeftLoraConfig(
+            r=c.r,
+            lora_alpha=c.alpha,
+            lora_dropout=c.dropout,
+            target_modules=list(c.target_modules or default_targets(model)),
+            fan_in_fan_out=model_type == "gpt2",  # GPT-2 uses Conv1D (weights transposed)
+            task_type=TaskType.SEQ_2_SEQ_LM if is_encoder_decoder(model) else TaskType.CAUSAL_LM,
+        )
 
     def prepare_model(self, model, step):
         from peft import PeftModel, get_peft_model, set_peft_model_state_dict
@@ -94,9 +114,15 @@ class LoRA(Strategy):
             subtract_adapter(peft_model)  # merged weights -> base; the adapter trains on
         trainable = sum(p.numel() for p in peft_model.parameters() if p.requires_grad)
         total = sum(p.numel() for p in peft_model.parameters())
-        log.info("lora (step %d, %s): %d of %d parameters trainable (%.2f%%), scale alpha/r = %g",
-                 step, self.cfg.lora.across_steps, trainable, total, 100 * trainable / total,
-                 self.cfg.lora.alpha / self.cfg.lora.r)
+        log.info(
+            "lora (step %d, %s): %d of %d parameters trainable (%.2f%%), scale alpha/r = %g",
+            step,
+            self.cfg.lora.across_steps,
+            trainable,
+            total,
+            100 * trainable / total,
+            self.cfg.lora.alpha / self.cfg.lora.r,
+        )
         return peft_model
 
     def after_step(self, model, step, examples):
@@ -118,11 +144,23 @@ class LoRA(Strategy):
             return
         target = Path(directory) / ADAPTER_DIR
         shutil.copytree(self._staged, target)
-        base = ("the previous step's checkpoint" if self.cfg.lora.across_steps == "merge"
-                else "the model before the first LoRA step (steps/0 unless method.at_step0)")
-        (target / ADAPTER_META).write_text(json.dumps(
-            {"across_steps": self.cfg.lora.across_steps, "base": base,
-             "scaling": self.cfg.lora.alpha / self.cfg.lora.r}, indent=2) + "\n", encoding="utf-8")
+        base = (
+            "the previous step's checkpoint"
+            if self.cfg.lora.across_steps == "merge"
+            else "the model before the first LoRA step (steps/0 unless method.at_step0)"
+        )
+        (target / ADAPTER_META).write_text(
+            json.dumps(
+                {
+                    "across_steps": self.cfg.lora.across_steps,
+                    "base": base,
+                    "scaling": self.cfg.lora.alpha / self.cfg.lora.r,
+                },
+                indent=2,
+            )
+            + "\n",
+            encoding="utf-8",
+        )
         self._discard_staged()
 
     def saves_weights(self, step: int) -> bool:

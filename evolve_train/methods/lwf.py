@@ -34,8 +34,14 @@ log = logging.getLogger(__name__)
 IGNORE = -100
 
 
-def distillation(student_logits: torch.Tensor, teacher_logits: torch.Tensor, labels: torch.Tensor,
-                 temperature: float = 1.0, targets: str = "kl", causal: bool = True) -> torch.Tensor:
+def distillation(
+    student_logits: torch.Tensor,
+    teacher_logits: torch.Tensor,
+    labels: torch.Tensor,
+    temperature: float = 1.0,
+    targets: str = "kl",
+    causal: bool = True,
+) -> torch.Tensor:
     """The mean distillation term over the loss tokens (``labels != -100``), in float32."""
     if causal:  # logits at i predict token i+1
         student_logits, teacher_logits, labels = student_logits[:, :-1], teacher_logits[:, :-1], labels[:, 1:]
@@ -68,8 +74,15 @@ class LwF(Strategy):
         teacher.requires_grad_(False)
         self.teacher = teacher
         self.causal = not bool(getattr(getattr(model, "config", None), "is_encoder_decoder", False))
-        log.info("lwf (step %d): teacher = the model entering the step (%s, eval mode), weight %g, temperature %g, "
-                 "targets %s", step, dtype, self.c.weight, self.c.temperature, self.c.targets)
+        log.info(
+            "lwf (step %d): teacher = the model entering the step (%s, eval mode), weight %g, temperature %g, "
+            "targets %s",
+            step,
+            dtype,
+            self.c.weight,
+            self.c.temperature,
+            self.c.targets,
+        )
         return model
 
     def batch_loss(self, model, batch, outputs, optimizer_step):
@@ -78,8 +91,9 @@ class LwF(Strategy):
         inputs = batch if not self.causal else {k: v for k, v in batch.items() if k != "labels"}
         with torch.no_grad():
             teacher_logits = self.teacher(**inputs, use_cache=False).logits
-        return self.c.weight * distillation(outputs.logits, teacher_logits, batch["labels"], self.c.temperature,
-                                            self.c.targets, causal=self.causal)
+        return self.c.weight * distillation(
+            outputs.logits, teacher_logits, batch["labels"], self.c.temperature, self.c.targets, causal=self.causal
+        )
 
     def forward_parameters(self) -> int:
         return 0 if self.teacher is None else sum(p.numel() for p in self.teacher.parameters())

@@ -18,16 +18,18 @@ class Method:
     def __init__(self, cfg: MethodConfig):
         unknown = [s for s in cfg.strategies if s not in STRATEGIES]
         if unknown:
-            raise ConfigError(f"method.strategies: unknown strategy '{unknown[0]}' "
-                              f"(known: {', '.join(sorted(STRATEGIES))})")
+            raise ConfigError(
+                f"method.strategies: unknown strategy '{unknown[0]}' (known: {', '.join(sorted(STRATEGIES))})"
+            )
         if not cfg.strategies:
             raise ConfigError("method.strategies is empty; use [full] for plain fine-tuning")
         repeated = sorted({s for s in cfg.strategies if list(cfg.strategies).count(s) > 1})
         if repeated:
             raise ConfigError(f"method.strategies lists '{repeated[0]}' more than once")
         if "full" in cfg.strategies and "lora" in cfg.strategies:
-            raise ConfigError("method.strategies: 'full' (every weight trains) contradicts 'lora' (only adapters "
-                              "train); drop one")
+            raise ConfigError(
+                "method.strategies: 'full' (every weight trains) contradicts 'lora' (only adapters train); drop one"
+            )
         self.cfg = cfg
         self.strategies = [STRATEGIES[name](cfg) for name in cfg.strategies]
         self._plain = None
@@ -72,8 +74,9 @@ class Method:
         """The strategies' extra terms of a micro-batch (``batch``, ``outputs``: the loop's forward on it)."""
         terms = [t for s in self.strategies if (t := s.extra_loss(model, optimizer_step)) is not None]
         if batch is not None:
-            terms += [t for s in self.strategies
-                      if (t := s.batch_loss(model, batch, outputs, optimizer_step)) is not None]
+            terms += [
+                t for s in self.strategies if (t := s.batch_loss(model, batch, outputs, optimizer_step)) is not None
+            ]
         return sum(terms) if terms else None
 
     def forward_parameters(self) -> int:

@@ -32,6 +32,10 @@ class Oracle(Strategy):
         columns = examples.column_names
         earlier = [history[i].select_columns(columns).cast(examples.features) for i in range(len(history))]
         union = concatenate_datasets([*earlier, examples])
-        log.info("oracle (step %d): training from the initial weights on the union of steps 0..%d (%d examples)",
-                 step, step, len(union))
+        log.info(
+            "oracle (step %d): training from the initial weights on the union of steps 0..%d (%d examples)",
+            step,
+            step,
+            len(union),
+        )
         return union

@@ -62,11 +62,20 @@ class AnchorPenalty(Strategy):
         params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         weights = self.importance(model, params) or [None] * len(params)
         dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[str(self.c.anchor_dtype)]
-        self.anchors = [(n, p, p.detach().to(dtype, copy=True), None if w is None else w.to(dtype))
-                        for (n, p), w in zip(params, weights)]
+        self.anchors = [
+            (n, p, p.detach().to(dtype, copy=True), None if w is None else w.to(dtype))
+            for (n, p), w in zip(params, weights)
+        ]
         self._followed = False
-        log.info("%s (step %d): anchored %d tensors (%d values, %s) at the previous step's weights, coef %g",
-                 self.name, step, len(params), sum(p.numel() for _, p in params), dtype, self.c.coef)
+        log.info(
+            "%s (step %d): anchored %d tensors (%d values, %s) at the previous step's weights, coef %g",
+            self.name,
+            step,
+            len(params),
+            sum(p.numel() for _, p in params),
+            dtype,
+            self.c.coef,
+        )
         return model
 
     def weight(self, optimizer_step: int) -> float:
@@ -77,8 +86,9 @@ class AnchorPenalty(Strategy):
 
     def penalty(self) -> torch.Tensor:
         """sum_i F_i * (w_i - w_prev_i)^2 over every anchored (trainable) parameter, unweighted."""
-        terms = [AnchorTerm.apply(param, anchor, fisher) for _, param, anchor, fisher in self.anchors
-                 if param.requires_grad]
+        terms = [
+            AnchorTerm.apply(param, anchor, fisher) for _, param, anchor, fisher in self.anchors if param.requires_grad
+        ]
         return torch.stack(terms).sum() if terms else torch.zeros(())
 
     def extra_loss(self, model, optimizer_step):
@@ -166,15 +176,25 @@ class EWC(AnchorPenalty):
 
     def importance(self, model, params):
         if self._history is None or len(self._history) == 0:
-            raise RuntimeError("ewc needs the previous step's examples: mix_examples must run before "
-                               "prepare_model (as in run.py), and not at step 0")
+            raise RuntimeError(
+                "ewc needs the previous step's examples: mix_examples must run before "
+                "prepare_model (as in run.py), and not at step 0"
+            )
         history = self._history
-        return diagonal_fisher(model, [p for _, p in params], history[-1], history.pad_id, self.c.fisher_batches,
-                               self.c.fisher_batch_size, attention_reset=history.attention_reset)
+        return diagonal_fisher(
+            model,
+            [p for _, p in params],
+            history[-1],
+            history.pad_id,
+            self.c.fisher_batches,
+            self.c.fisher_batch_size,
+            attention_reset=history.attention_reset,
+        )
 
 
-def diagonal_fisher(model, params, examples, pad_id: int, n_batches: int, batch_size: int,
-                    seed: int = 0, attention_reset: bool = False) -> list[torch.Tensor]:
+def diagonal_fisher(
+    model, params, examples, pad_id: int, n_batches: int, batch_size: int, seed: int = 0, attention_reset: bool = False
+) -> list[torch.Tensor]:
     """Empirical diagonal Fisher: mean over batches of squared loss gradients, normalised to mean 1. Batches
     are collated and fed to the model as the training loop does (packed ``clm`` rows under
     ``attention_reset``: per-document positions, block-diagonal attention)."""
@@ -188,7 +208,7 @@ def diagonal_fisher(model, params, examples, pad_id: int, n_batches: int, batch_
     model.eval()
     used = 0
     for start in range(0, min(len(order), n_batches * batch_size), batch_size):
-        rows = [examples[i] for i in order[start:start + batch_size]]
+        rows = [examples[i] for i in order[start : start + batch_size]]
         batch = {k: v.to(device) for k, v in collate(rows, pad_id, attention_reset).items()}
         grads = torch.autograd.grad(model(**batch, use_cache=False).loss, params, allow_unused=True)
         for f, g in zip(fisher, grads):

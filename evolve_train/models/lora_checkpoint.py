@@ -30,8 +30,7 @@ def has_weights(directory: Path) -> bool:
 def is_adapter_only(path) -> bool:
     """A run's LoRA checkpoint saved without merged weights."""
     directory = Path(path)
-    return (directory.is_dir() and (directory / ADAPTER_DIR / ADAPTER_META).is_file()
-            and not has_weights(directory))
+    return directory.is_dir() and (directory / ADAPTER_DIR / ADAPTER_META).is_file() and not has_weights(directory)
 
 
 def subtract_adapter(peft_model) -> None:
@@ -55,8 +54,10 @@ def chain(path) -> tuple[Path, list[Path]]:
         step -= 1
     base = steps_root / str(step)
     if step < 0 or not base.is_dir() or not has_weights(base):
-        raise FileNotFoundError(f"{path} holds a LoRA adapter without merged weights; rebuilding it needs the "
-                                f"last full checkpoint before it, and {base} holds none (was it deleted?)")
+        raise FileNotFoundError(
+            f"{path} holds a LoRA adapter without merged weights; rebuilding it needs the "
+            f"last full checkpoint before it, and {base} holds none (was it deleted?)"
+        )
     return base, after[::-1]
 
 

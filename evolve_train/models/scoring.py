@@ -42,12 +42,14 @@ def prompt_groups(requests: Sequence[tuple[str, str]]) -> list[list[int]]:
 
 def filled_spans(groups: list[list[int]]) -> Callable[[int, int], int]:
     """``span_end`` of causal scoring: from ``start``, prompts until their options fill a batch of ``size``."""
+
     def span_end(start: int, size: int) -> int:
         stop, options = start, 0
         while stop < len(groups) and options < size:
             options += len(groups[stop])
             stop += 1
         return stop
+
     return span_end
 
 
@@ -56,13 +58,22 @@ def causal_option_batches(requests: Sequence[tuple[str, str]], size: int) -> lis
     (whole prompts; a batch is closed once their options reach ``size``, so any selection of whole batches,
     scored on its own, forms the same batches again)."""
     groups = prompt_groups(requests)
-    return [[i for group in groups[start:stop] for i in group]
-            for start, stop in spans(len(groups), size, filled_spans(groups))]
+    return [
+        [i for group in groups[start:stop] for i in group]
+        for start, stop in spans(len(groups), size, filled_spans(groups))
+    ]
 
 
-def causal_option_scores(model, requests: Sequence[tuple[str, str]], contexts: dict[str, list[int]],
-                         targets: list[list[int]], *, pad: int, batch_size: int | AutoBatchSize = 64,
-                         share_prefix: bool = True) -> list[float]:
+def causal_option_scores(
+    model,
+    requests: Sequence[tuple[str, str]],
+    contexts: dict[str, list[int]],
+    targets: list[list[int]],
+    *,
+    pad: int,
+    batch_size: int | AutoBatchSize = 64,
+    share_prefix: bool = True,
+) -> list[float]:
     """Sum of option-token log-probabilities for each request, in request order: ``contexts`` maps each
     prompt to its ids, ``targets[i]`` holds request i's option ids. Batches: :func:`causal_option_batches`."""
     device = next(model.parameters()).device
@@ -71,8 +82,7 @@ def causal_option_scores(model, requests: Sequence[tuple[str, str]], contexts: d
     score = _shared_prefix_batch if share_prefix else _full_sequence_batch
 
     def score_span(start: int, stop: int) -> None:
-        members = [(contexts[requests[group[0]][0]], [(i, targets[i]) for i in group])
-                   for group in groups[start:stop]]
+        members = [(contexts[requests[group[0]][0]], [(i, targets[i]) for i in group]) for group in groups[start:stop]]
         for index, value in score(model, members, pad, device):
             scores[index] = value
 
@@ -87,7 +97,7 @@ def _full_sequence_batch(model, members, pad: int, device):
     logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits.float()
     picked = torch.log_softmax(logits[:, :-1], dim=-1).gather(-1, ids[:, 1:].to(device).unsqueeze(-1)).squeeze(-1)
     for row, (tokens, n_target, index) in enumerate(rows):
-        yield index, picked[row, len(tokens) - 1 - n_target:len(tokens) - 1].sum().item()
+        yield index, picked[row, len(tokens) - 1 - n_target : len(tokens) - 1].sum().item()
 
 
 def _shared_prefix_batch(model, members, pad: int, device):
@@ -104,15 +114,21 @@ def _shared_prefix_batch(model, members, pad: int, device):
     span = option_ids.shape[1]
     option_ids, option_mask = option_ids.to(device), option_mask.to(device)
     positions = mask.sum(-1)[rows].unsqueeze(-1) + torch.arange(span, device=device)
-    logits = model(input_ids=option_ids, attention_mask=torch.cat([mask[rows], option_mask], dim=-1),
-                   position_ids=positions, cache=cache, use_cache=True).logits.float()
+    logits = model(
+        input_ids=option_ids,
+        attention_mask=torch.cat([mask[rows], option_mask], dim=-1),
+        position_ids=positions,
+        cache=cache,
+        use_cache=True,
+    ).logits.float()
     rest = torch.log_softmax(logits[:, :-1], dim=-1).gather(-1, option_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
     for k, (row, index, target) in enumerate(owners):
-        yield index, first[row, target[0]].item() + rest[k, :len(target) - 1].sum().item()
+        yield index, first[row, target[0]].item() + rest[k, : len(target) - 1].sum().item()
 
 
-def seq2seq_option_scores(model, sources: list[list[int]], targets: list[list[int]], *, pad: int,
-                          batch_size: int | AutoBatchSize = 64) -> list[float]:
+def seq2seq_option_scores(
+    model, sources: list[list[int]], targets: list[list[int]], *, pad: int, batch_size: int | AutoBatchSize = 64
+) -> list[float]:
     """Sum of decoder-target log-probabilities of ``targets[i]`` given the encoder input ``sources[i]``,
     ``batch_size`` requests at a time in request order (the batches of ``spans(len(sources), size)``)."""
     device = next(model.parameters()).device
@@ -123,7 +139,7 @@ def seq2seq_option_scores(model, sources: list[list[int]], targets: list[list[in
         chunk = targets[start:stop]
         labels = torch.full((len(chunk), max(len(t) for t in chunk)), -100, dtype=torch.long)
         for row, target in enumerate(chunk):
-            labels[row, :len(target)] = torch.tensor(target)
+            labels[row, : len(target)] = torch.tensor(target)
         logits = model(input_ids=ids.to(device), attention_mask=mask.to(device), labels=labels.to(device)).logits
         logprobs = torch.log_softmax(logits.float(), dim=-1)
         safe = labels.clamp(min=0).to(device)
@@ -153,7 +169,8 @@ def batch_token_nll(model, batch: dict[str, torch.Tensor], *, shift: bool) -> tu
     else:
         logits = model(**batch, labels=labels, use_cache=False).logits
         target = labels
-    nll = torch.nn.functional.cross_entropy(logits.float().transpose(1, 2), target, ignore_index=IGNORE,
-                                            reduction="none")
+    nll = torch.nn.functional.cross_entropy(
+        logits.float().transpose(1, 2), target, ignore_index=IGNORE, reduction="none"
+    )
     counted = target != IGNORE
     return (nll * counted).sum(-1).tolist(), counted.sum(-1).tolist()

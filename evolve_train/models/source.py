@@ -15,15 +15,22 @@ from typing import Optional
 
 from evolve_train.errors import ConfigError
 
-FETCH_HINT = ("run `evolve-data fetch-model smollm2-135m` (converts SmolLM2's GGUF into a Hugging Face "
-              "directory, docs/models.md) and pass model=smollm2_135m, or convert the GGUF with transformers "
-              "(from_pretrained(dir, gguf_file=...), then save a model built from its config)")
+FETCH_HINT = (
+    "run `evolve-data fetch-model smollm2-135m` (converts SmolLM2's GGUF into a Hugging Face "
+    "directory, docs/models.md) and pass model=smollm2_135m, or convert the GGUF with transformers "
+    "(from_pretrained(dir, gguf_file=...), then save a model built from its config)"
+)
 
 
 def looks_local(name: str) -> bool:
     """A filesystem path rather than a hub name (``org/name`` or ``name``)."""
-    return (name.startswith(("/", "./", "../", "~")) or os.path.isabs(name) or name.count("/") > 1
-            or os.path.exists(name) or name.endswith(".gguf"))
+    return (
+        name.startswith(("/", "./", "../", "~"))
+        or os.path.isabs(name)
+        or name.count("/") > 1
+        or os.path.exists(name)
+        or name.endswith(".gguf")
+    )
 
 
 def _describe(path: Path) -> Optional[str]:
@@ -34,16 +41,22 @@ def _describe(path: Path) -> Optional[str]:
         return "no such file or directory; pass a Hugging Face model directory or hub name"
     if path.is_file():
         if path.suffix == ".gguf":
-            return f"a GGUF file ({path.stat().st_size / 1e6:.0f} MB), not a Hugging Face model directory; " + FETCH_HINT
+            return (
+                f"a GGUF file ({path.stat().st_size / 1e6:.0f} MB), not a Hugging Face model directory; " + FETCH_HINT
+            )
         return "a file, not a Hugging Face model directory (one holding config.json and the weights)"
     if (path / "config.json").is_file() or is_adapter_only(path):
         return None
     ggufs = sorted(p.relative_to(path).as_posix() for p in path.rglob("*.gguf"))
     if ggufs:
-        return (f"a directory with GGUF files ({', '.join(ggufs[:3])}) but no config.json (an unpacked "
-                f"wheel or GGUF download?); " + FETCH_HINT)
-    return ("a directory without config.json, not a Hugging Face model directory; pass the directory that "
-            "save_pretrained wrote")
+        return (
+            f"a directory with GGUF files ({', '.join(ggufs[:3])}) but no config.json (an unpacked "
+            f"wheel or GGUF download?); " + FETCH_HINT
+        )
+    return (
+        "a directory without config.json, not a Hugging Face model directory; pass the directory that "
+        "save_pretrained wrote"
+    )
 
 
 def check_model_source(name_or_path: Optional[str], key: str = "model.name_or_path") -> None:

@@ -127,8 +127,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     lines, ok = check_lines(json.loads(path.read_text()))
     print("demo check (the default recipe's documented ranges):")
     print("\n".join("  " + line for line in lines))
-    print("demo check: " + ("every checked figure is inside its documented band" if ok
-                            else f"some figures are outside their documented band: {SEE}"))
+    print(
+        "demo check: "
+        + (
+            "every checked figure is inside its documented band"
+            if ok
+            else f"some figures are outside their documented band: {SEE}"
+        )
+    )
     return 0
 
 

@@ -36,8 +36,13 @@ def _value(value) -> float:
 
 def _read_back(axes_by_panel: dict) -> Series:
     """The points actually drawn: ``{panel: {line label: (xs, ys)}}``."""
-    return {panel: {line.get_label(): ([float(x) for x in line.get_xdata()], [float(y) for y in line.get_ydata()])
-                    for line in ax.get_lines()} for panel, ax in axes_by_panel.items()}
+    return {
+        panel: {
+            line.get_label(): ([float(x) for x in line.get_xdata()], [float(y) for y in line.get_ydata()])
+            for line in ax.get_lines()
+        }
+        for panel, ax in axes_by_panel.items()
+    }
 
 
 def _save(fig, path: Path) -> None:
@@ -53,7 +58,7 @@ def forgetting_layout(columns: list[str]) -> list[list[str | None]]:
     if plain:
         rows.append(plain[:3] + [None] * (3 - len(plain[:3])))
         for start in range(3, len(plain), 3):
-            chunk = plain[start:start + 3]
+            chunk = plain[start : start + 3]
             rows.append(chunk + [None] * (3 - len(chunk)))
     steps = sorted({int(c.rpartition("_")[2]) for c in columns if c.rpartition("_")[2].isdigit()})
     for step in steps:
@@ -61,7 +66,7 @@ def forgetting_layout(columns: list[str]) -> list[list[str | None]]:
     known = {c for row in rows for c in row if c}
     extra = [c for c in columns if c not in known]
     for start in range(0, len(extra), 3):
-        chunk = extra[start:start + 3]
+        chunk = extra[start : start + 3]
         rows.append(chunk + [None] * (3 - len(chunk)))
     return rows
 
@@ -92,8 +97,13 @@ def _legend_and_title(fig, panels: dict, title: str) -> None:
     first = next(iter(panels.values()), None)
     if first is not None:
         lines = first.get_lines()
-        fig.legend(lines, [line.get_label() for line in lines], loc="upper center", ncol=min(4, len(lines)),
-                   bbox_to_anchor=(0.5, 1.0))
+        fig.legend(
+            lines,
+            [line.get_label() for line in lines],
+            loc="upper center",
+            ncol=min(4, len(lines)),
+            bbox_to_anchor=(0.5, 1.0),
+        )
     fig.suptitle(title, y=1.03)
     fig.tight_layout()
 
@@ -131,8 +141,16 @@ def _band(ax, cells: list, color, label: str) -> None:
         k, s = cells[0]
         ax.vlines([k], [s.low], [s.high], colors=[color], linewidth=10, alpha=0.25, label=label, gid=BAND)
     elif cells:
-        ax.fill_between([k for k, _ in cells], [s.low for _, s in cells], [s.high for _, s in cells], color=color,
-                        alpha=0.2, linewidth=0, label=label, gid=BAND)
+        ax.fill_between(
+            [k for k, _ in cells],
+            [s.low for _, s in cells],
+            [s.high for _, s in cells],
+            color=color,
+            alpha=0.2,
+            linewidth=0,
+            label=label,
+            gid=BAND,
+        )
 
 
 def plot_seed_bands(groups, path: Path, metric: str = "em") -> dict:
@@ -145,7 +163,7 @@ def plot_seed_bands(groups, path: Path, metric: str = "em") -> dict:
         for group in groups:
             cells = [(k, group.stats(k, column, metric)) for k in group.checkpoints]
             cells = [(k, s) for k, s in cells if s.n]
-            line, = ax.plot([k for k, _ in cells], [s.mean for _, s in cells], marker="o", label=group.name)
+            (line,) = ax.plot([k for k, _ in cells], [s.mean for _, s in cells], marker="o", label=group.name)
             _band(ax, [(k, s) for k, s in cells if s.low is not None], line.get_color(), group.name)
     _legend_and_title(fig, panels, f"{metric.upper()} per eval set: mean across seeds, band = 95% t-interval")
     drawn = {"lines": _read_back(panels), "bands": _read_back_bands(panels)}
@@ -172,8 +190,15 @@ def plot_matrix_heatmap(run: Run, path: Path, metric: str = "em") -> np.ndarray:
     for i in range(len(ckpts)):
         for j in range(len(columns)):
             if not math.isnan(values[i, j]):
-                ax.text(j, i, f"{values[i, j]:.2f}", ha="center", va="center", fontsize=8,
-                        color="white" if values[i, j] < 0.5 else "black")
+                ax.text(
+                    j,
+                    i,
+                    f"{values[i, j]:.2f}",
+                    ha="center",
+                    va="center",
+                    fontsize=8,
+                    color="white" if values[i, j] < 0.5 else "black",
+                )
     fig.colorbar(image, ax=ax, label=metric.upper())
     ax.set_title(f"{run.label}: {metric.upper()} by checkpoint and eval set", fontsize=10)
     drawn = np.ma.filled(image.get_array().astype(float), np.nan)
@@ -192,6 +217,7 @@ def flat_metrics(row: dict) -> dict[str, float]:
         elif value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)):
             if not (prefix.endswith("/n") or prefix.endswith("_n")):
                 out[prefix] = _value(value)
+
     walk("", {k: v for k, v in row.items() if k not in HIDDEN})
     return out
 
@@ -205,8 +231,9 @@ def _group_rows(run: Run, group: str) -> list[dict]:
 
 def group_metric_names(runs: list[Run], group: str) -> list[str]:
     """Metrics of a group with at least one number (all-None metrics are not drawn)."""
-    names = {k for run in runs for row in _group_rows(run, group) for k, v in flat_metrics(row).items()
-             if not math.isnan(v)}
+    names = {
+        k for run in runs for row in _group_rows(run, group) for k, v in flat_metrics(row).items() if not math.isnan(v)
+    }
     return sorted(names)
 
 
@@ -228,8 +255,11 @@ def plot_group_metrics(runs: list[Run], group: str, path: Path) -> Series:
             rows = _group_rows(run, group)
             set_names = sorted({str(r.get("set_name") or "") for r in rows}, key=column_key)
             for set_name in set_names:
-                points = sorted((int(r["checkpoint"]), flat_metrics(r)[name]) for r in rows
-                                if str(r.get("set_name") or "") == set_name and name in flat_metrics(r))
+                points = sorted(
+                    (int(r["checkpoint"]), flat_metrics(r)[name])
+                    for r in rows
+                    if str(r.get("set_name") or "") == set_name and name in flat_metrics(r)
+                )
                 if points:
                     label = run.label if len(set_names) == 1 else f"{run.label} {set_name}"
                     ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=label)
@@ -275,5 +305,13 @@ def plot_training_loss(runs: list[Run], path: Path) -> Series:
     return series
 
 
-__all__ = ["SPLIT_ORDER", "em_matrix", "forgetting_layout", "plot_forgetting_curves", "plot_group_metrics",
-           "plot_matrix_heatmap", "plot_seed_bands", "plot_training_loss"]
+__all__ = [
+    "SPLIT_ORDER",
+    "em_matrix",
+    "forgetting_layout",
+    "plot_forgetting_curves",
+    "plot_group_metrics",
+    "plot_matrix_heatmap",
+    "plot_seed_bands",
+    "plot_training_loss",
+]

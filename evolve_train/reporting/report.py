@@ -26,10 +26,22 @@ from evolve_train.evaluation.compare import PairedDiff, check_same_columns, comp
 from evolve_train.evaluation.rows import Run, column_key
 from evolve_train.reporting import plots, retrieval, timesliced
 from evolve_train.reporting.runs import load_runs
-from evolve_train.reporting.seed_sections import (configurations_section, final_mean_section, pooled_section,
-                                                  step_mean_section, summary_section)
-from evolve_train.reporting.seeds import (PooledDiff, RunGroup, group_runs, has_seed_groups, pooled_diffs, relabel,
-                                          seed_pair_diffs)
+from evolve_train.reporting.seed_sections import (
+    configurations_section,
+    final_mean_section,
+    pooled_section,
+    step_mean_section,
+    summary_section,
+)
+from evolve_train.reporting.seeds import (
+    PooledDiff,
+    RunGroup,
+    group_runs,
+    has_seed_groups,
+    pooled_diffs,
+    relabel,
+    seed_pair_diffs,
+)
 
 GROUPS_PLOTTED = ("paired", "heldout")
 
@@ -58,8 +70,10 @@ def final_table(runs: list[Run]) -> tuple[list[str], list[list[str]]]:
     columns = list(dict.fromkeys(c for run in runs for c in run.columns))
     columns.sort(key=column_key)
     header = ["run", "checkpoint"] + columns
-    rows = [[run.label, str(run.final_checkpoint)] + [_fmt(run.cell(run.final_checkpoint, c)) for c in columns]
-            for run in runs]
+    rows = [
+        [run.label, str(run.final_checkpoint)] + [_fmt(run.cell(run.final_checkpoint, c)) for c in columns]
+        for run in runs
+    ]
     return header, rows
 
 
@@ -72,8 +86,9 @@ def continual_table(runs: list[Run]) -> Optional[tuple[list[str], list[list[str]
         fuar = (matrix.get("fuar") or {}).get(final)
         for kind, entry in (matrix.get("matrices") or {}).items():
             metrics = (entry.get("metrics") or {}).get(final) or {}
-            rows.append([run.label, kind, final] + [_fmt(metrics.get(k)) for k in ("avg_acc", "bwt", "fwt")]
-                        + [_fmt(fuar)])
+            rows.append(
+                [run.label, kind, final] + [_fmt(metrics.get(k)) for k in ("avg_acc", "bwt", "fwt")] + [_fmt(fuar)]
+            )
     return (["run", "matrix", "checkpoint", "avg_acc", "bwt", "fwt", "fuar"], rows) if rows else None
 
 
@@ -86,8 +101,11 @@ def groups_table(runs: list[Run]) -> Optional[tuple[list[str], list[list[str]]]]
                 continue
             last = max(per_checkpoint, key=int)
             body = per_checkpoint[last] or {}
-            cells = [f"{k}={_fmt(v) if isinstance(v, float) else v}" for k, v in body.items()
-                     if isinstance(v, (int, float)) and not isinstance(v, bool)]
+            cells = [
+                f"{k}={_fmt(v) if isinstance(v, float) else v}"
+                for k, v in body.items()
+                if isinstance(v, (int, float)) and not isinstance(v, bool)
+            ]
             if cells:
                 rows.append([run.label, group, str(last), "  ".join(cells)])
     return (["run", "group", "checkpoint", "metrics"], rows) if rows else None
@@ -112,24 +130,43 @@ def temporal_table(runs: list[Run]) -> Optional[tuple[list[str], list[list[str]]
         groups = run.summary.get("groups") or {}
         bodies = {g: (groups.get(g) or {}).get(str(run.final_checkpoint)) or {} for g, _ in TEMPORAL}
         if any(bodies.values()):
-            rows.append([run.label, str(run.final_checkpoint), str(bodies["paired"].get("n_pairs", "–")),
-                         str(bodies["ablation"].get("n", "–"))]
-                        + [_with_ci(bodies[g], name) for g, name in TEMPORAL])
+            rows.append(
+                [
+                    run.label,
+                    str(run.final_checkpoint),
+                    str(bodies["paired"].get("n_pairs", "–")),
+                    str(bodies["ablation"].get("n", "–")),
+                ]
+                + [_with_ci(bodies[g], name) for g, name in TEMPORAL]
+            )
     header = ["run", "checkpoint", "pairs", "dated questions"] + [f"{name} [95% CI]" for _, name in TEMPORAL]
     return (header, rows) if rows else None
 
 
 def diff_table(diffs: list[PairedDiff]) -> tuple[list[str], list[list[str]]]:
     header = ["run a", "run b", "eval set", "n", "EM a", "EM b", "diff (a − b)", "95% CI", "CI excludes 0", "kappa"]
-    rows = [[d.run_a, d.run_b, d.column, str(d.n), _fmt(d.em_a), _fmt(d.em_b), f"{d.diff:+.3f}",
-             f"[{d.ci_low:+.3f}, {d.ci_high:+.3f}]", "yes" if d.significant else "no", _fmt(d.kappa)]
-            for d in diffs]
+    rows = [
+        [
+            d.run_a,
+            d.run_b,
+            d.column,
+            str(d.n),
+            _fmt(d.em_a),
+            _fmt(d.em_b),
+            f"{d.diff:+.3f}",
+            f"[{d.ci_low:+.3f}, {d.ci_high:+.3f}]",
+            "yes" if d.significant else "no",
+            _fmt(d.kappa),
+        ]
+        for d in diffs
+    ]
     return header, rows
 
 
 def markdown_table(header: list[str], rows: list[list[str]]) -> str:
     def line(cells):
         return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+
     return "\n".join([line(header), "|" + "---|" * len(header)] + [line(r) for r in rows])
 
 
@@ -139,8 +176,10 @@ _NUM = " class='num'"
 
 def html_table(header: list[str], rows: list[list[str]]) -> str:
     head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
-    body = "".join("<tr>" + "".join(f"<td{_NUM if _NUMERIC.match(c) else ''}>{html.escape(c)}</td>" for c in row)
-                   + "</tr>" for row in rows)
+    body = "".join(
+        "<tr>" + "".join(f"<td{_NUM if _NUMERIC.match(c) else ''}>{html.escape(c)}</td>" for c in row) + "</tr>"
+        for row in rows
+    )
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
@@ -150,8 +189,12 @@ def make_plots(runs: list[Run], out_dir: Path, groups: Optional[list[RunGroup]] 
     figures, series = [], {}
     if groups:
         series["bands"] = plots.plot_seed_bands(groups, out_dir / "forgetting_bands.png")
-        figures.append(("EM per eval set over time steps: mean across seeds per configuration, band = 95% CI",
-                        "forgetting_bands.png"))
+        figures.append(
+            (
+                "EM per eval set over time steps: mean across seeds per configuration, band = 95% CI",
+                "forgetting_bands.png",
+            )
+        )
     series["forgetting"] = plots.plot_forgetting_curves(runs, out_dir / "forgetting_curves.png")
     figures.append(("EM per eval set over time steps (forgetting curves)", "forgetting_curves.png"))
     if retrieval.has_open_book(runs):
@@ -215,10 +258,12 @@ class Findings:
 
 
 def diff_section(findings: Findings, note: Optional[str]):
-    intro = (f"Paired bootstrap (B={findings.B}, METRICS.md §8) of EM(a) − EM(b) over the same questions at the "
-             "final checkpoints, from the per-item prediction files; `all` pools the items of Unchanged, New and "
-             "Updated (the comparison `evolve-gate --baseline` checks). On Outdated sets (stale answers) a "
-             "negative diff favours a. kappa: Cohen's kappa of the two runs' per-question outcomes.")
+    intro = (
+        f"Paired bootstrap (B={findings.B}, METRICS.md §8) of EM(a) − EM(b) over the same questions at the "
+        "final checkpoints, from the per-item prediction files; `all` pools the items of Unchanged, New and "
+        "Updated (the comparison `evolve-gate --baseline` checks). On Outdated sets (stale answers) a "
+        "negative diff favours a. kappa: Cohen's kappa of the two runs' per-question outcomes."
+    )
     title = "Paired differences (95% CI)"
     if findings.seeded:
         title = "Paired differences per seed (95% CI)"
@@ -235,33 +280,54 @@ def build_sections(findings: Findings, note: Optional[str]):
     groups, ``top`` holds the runs and the across-seed tables (the band figure follows them); then ``head``,
     the other figures and ``tail`` (per-step tables). Without, ``top`` is empty and the runs open ``head``."""
     runs = findings.runs
-    top = [("Runs", "Run dirs in this report.",
-            (["run", "experiment", "method", "seed", "dir"],
-             [[r.label, r.experiment, r.method, str(r.seed), str(r.path)] for r in runs]))]
+    top = [
+        (
+            "Runs",
+            "Run dirs in this report.",
+            (
+                ["run", "experiment", "method", "seed", "dir"],
+                [[r.label, r.experiment, r.method, str(r.seed), str(r.path)] for r in runs],
+            ),
+        )
+    ]
     if findings.seeded:
-        top += [configurations_section(findings.groups), final_mean_section(findings.groups),
-                summary_section(findings.groups)]
+        top += [
+            configurations_section(findings.groups),
+            final_mean_section(findings.groups),
+            summary_section(findings.groups),
+        ]
         if findings.pooled is not None:
             top.append(pooled_section(findings.pooled, findings.B))
     top, head = (top, []) if findings.seeded else ([], top)
-    head.append(("Final checkpoint", "EM of each run at its last checkpoint (Outdated: lower is better).",
-                 final_table(runs)))
+    head.append(
+        ("Final checkpoint", "EM of each run at its last checkpoint (Outdated: lower is better).", final_table(runs))
+    )
     for title, intro, table in (
-            ("Continual-learning metrics", "METRICS.md §3 at each run's final checkpoint.", continual_table(runs)),
-            ("Temporal metrics", "METRICS.md §4-5 over all temporal sets at each run's final checkpoint, with 95 % "
-             "bootstrap intervals (pairs / questions resampled; reliance = true − shuffled, paired).",
-             temporal_table(runs)),
-            ("Other evaluators", "Each group's row over all its sets at the final checkpoint.", groups_table(runs)),
-            ("Retrieval (open-book)", retrieval.open_book_intro(runs), retrieval.open_book_table(runs)),
-            ("Time-sliced aggregates", "METRICS.md §9 (after TiC-LM): means of the train-step × eval-slice matrix "
-             "over j < i (backward), j = i (in_dist) and j > i (forward); slice NLL in nats per loss token with "
-             "95 % bootstrap intervals over the slices' examples and the perplexity exp(NLL); EM of the §3 "
-             "matrices; regret = run − oracle over shared cells when `eval.oracle_run` was set.",
-             timesliced.aggregates_table(runs)),
-            ("Compute", "METRICS.md §11 per trained step: real input tokens, loss tokens, optimizer steps, wall "
-             "seconds, the training FLOPs estimate (4·N + 2·N_trainable)·T (= 6·N·T for full fine-tuning) and "
-             "its running sum; the checkpoint's evaluation tokens (input positions) and seconds apart.",
-             timesliced.compute_table(runs))):
+        ("Continual-learning metrics", "METRICS.md §3 at each run's final checkpoint.", continual_table(runs)),
+        (
+            "Temporal metrics",
+            "METRICS.md §4-5 over all temporal sets at each run's final checkpoint, with 95 % "
+            "bootstrap intervals (pairs / questions resampled; reliance = true − shuffled, paired).",
+            temporal_table(runs),
+        ),
+        ("Other evaluators", "Each group's row over all its sets at the final checkpoint.", groups_table(runs)),
+        ("Retrieval (open-book)", retrieval.open_book_intro(runs), retrieval.open_book_table(runs)),
+        (
+            "Time-sliced aggregates",
+            "METRICS.md §9 (after TiC-LM): means of the train-step × eval-slice matrix "
+            "over j < i (backward), j = i (in_dist) and j > i (forward); slice NLL in nats per loss token with "
+            "95 % bootstrap intervals over the slices' examples and the perplexity exp(NLL); EM of the §3 "
+            "matrices; regret = run − oracle over shared cells when `eval.oracle_run` was set.",
+            timesliced.aggregates_table(runs),
+        ),
+        (
+            "Compute",
+            "METRICS.md §11 per trained step: real input tokens, loss tokens, optimizer steps, wall "
+            "seconds, the training FLOPs estimate (4·N + 2·N_trainable)·T (= 6·N·T for full fine-tuning) and "
+            "its running sum; the checkpoint's evaluation tokens (input positions) and seconds apart.",
+            timesliced.compute_table(runs),
+        ),
+    ):
         if table:
             head.append((title, intro, table))
     if findings.diffs is not None:
@@ -276,8 +342,13 @@ def _ordered(figures, sections):
     the figures, then the per-step tables."""
     top, head, tail = sections
     lead = figures[:1] if top else []
-    return ([("table", s) for s in top] + [("figure", f) for f in lead] + [("table", s) for s in head]
-            + [("figure", f) for f in figures[len(lead):]] + [("table", s) for s in tail])
+    return (
+        [("table", s) for s in top]
+        + [("figure", f) for f in lead]
+        + [("table", s) for s in head]
+        + [("figure", f) for f in figures[len(lead) :]]
+        + [("table", s) for s in tail]
+    )
 
 
 def write_markdown(path: Path, headline: str, figures, sections) -> None:
@@ -292,21 +363,26 @@ def write_markdown(path: Path, headline: str, figures, sections) -> None:
     path.write_text("\n".join(parts), encoding="utf-8")
 
 
-CSS = ("body{font-family:system-ui,sans-serif;margin:24px;color:#222;background:#fff}"
-       "table{border-collapse:collapse;margin:8px 0 20px}td,th{border:1px solid #bbb;padding:3px 8px;"
-       "text-align:left;font-size:13px}td.num{text-align:right;white-space:nowrap}th{background:#e8eef7}"
-       "img{max-width:100%;border:1px solid #ddd;margin:6px 0 18px}h1{color:#1f4e79}")
+CSS = (
+    "body{font-family:system-ui,sans-serif;margin:24px;color:#222;background:#fff}"
+    "table{border-collapse:collapse;margin:8px 0 20px}td,th{border:1px solid #bbb;padding:3px 8px;"
+    "text-align:left;font-size:13px}td.num{text-align:right;white-space:nowrap}th{background:#e8eef7}"
+    "img{max-width:100%;border:1px solid #ddd;margin:6px 0 18px}h1{color:#1f4e79}"
+)
 
 
 def write_html(path: Path, out_dir: Path, headline: str, figures, sections) -> None:
-    parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>evolve-train report</title>"
-             f"<style>{CSS}</style></head><body><h1>evolve-train report</h1><p>{html.escape(headline)}</p>"]
+    parts = [
+        f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>evolve-train report</title>"
+        f"<style>{CSS}</style></head><body><h1>evolve-train report</h1><p>{html.escape(headline)}</p>"
+    ]
     for kind, item in _ordered(figures, sections):
         if kind == "figure":
             title, name = item
             data = base64.b64encode((out_dir / name).read_bytes()).decode("ascii")
-            parts.append(f"<h2>{html.escape(title)}</h2><img alt='{html.escape(title)}' "
-                         f"src='data:image/png;base64,{data}'>")
+            parts.append(
+                f"<h2>{html.escape(title)}</h2><img alt='{html.escape(title)}' src='data:image/png;base64,{data}'>"
+            )
         else:
             title, intro, (header, rows) = item
             intro_html = re.sub(r"`([^`]*)`", r"<code>\1</code>", html.escape(intro))
@@ -329,8 +405,9 @@ def find(run_dirs: Iterable[Path | str], B: int = 2000, seed: int = 0, ci: bool 
     return findings
 
 
-def build_report(run_dirs: Iterable[Path | str], out_dir: Path | str, B: int = 2000, seed: int = 0,
-                 ci: bool = True) -> dict:
+def build_report(
+    run_dirs: Iterable[Path | str], out_dir: Path | str, B: int = 2000, seed: int = 0, ci: bool = True
+) -> dict:
     """Write the report; returns paths, the plotted series, the paired diffs and, with configurations run with
     several seeds, the groups and pooled diffs (for callers and tests)."""
     findings = find(run_dirs, B=B, seed=seed, ci=ci)
@@ -340,13 +417,21 @@ def build_report(run_dirs: Iterable[Path | str], out_dir: Path | str, B: int = 2
     sections = build_sections(findings, check_same_columns(findings.runs))
     write_markdown(out_dir / "report.md", findings.headline, drawn["figures"], sections)
     write_html(out_dir / "report.html", out_dir, findings.headline, drawn["figures"], sections)
-    return {"html": out_dir / "report.html", "markdown": out_dir / "report.md", "runs": findings.runs,
-            "groups": findings.groups, "diffs": findings.diffs, "pooled": findings.pooled,
-            "series": drawn["series"], "figures": [out_dir / n for _, n in drawn["figures"]]}
+    return {
+        "html": out_dir / "report.html",
+        "markdown": out_dir / "report.md",
+        "runs": findings.runs,
+        "groups": findings.groups,
+        "diffs": findings.diffs,
+        "pooled": findings.pooled,
+        "series": drawn["series"],
+        "figures": [out_dir / n for _, n in drawn["figures"]],
+    }
 
 
-def write_report(run_dirs: Iterable[Path | str], out_dir: Path | str, B: int = 2000, seed: int = 0,
-                 ci: bool = True) -> Path:
+def write_report(
+    run_dirs: Iterable[Path | str], out_dir: Path | str, B: int = 2000, seed: int = 0, ci: bool = True
+) -> Path:
     """Compare the runs in ``run_dirs`` (run dirs or sweep dirs) into ``out_dir``; returns ``report.html``.
 
     Raises ``ReportError`` (naming the dir/file/split) for an incomplete run dir or runs that were evaluated

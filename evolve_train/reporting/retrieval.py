@@ -17,8 +17,12 @@ from evolve_train.evaluation.rows import ALL, SPLIT_ORDER, Run, column_key
 
 GROUP = "retrieval"
 PANELS = (*SPLIT_ORDER, ALL)
-ARMS = (("closed", "em", "-", "o"), ("open", "em_open", "--", "s"), ("initial + retrieval", "em_open", ":", "^"),
-        ("recall@k", "recall@k", "-.", "x"))
+ARMS = (
+    ("closed", "em", "-", "o"),
+    ("open", "em_open", "--", "s"),
+    ("initial + retrieval", "em_open", ":", "^"),
+    ("recall@k", "recall@k", "-.", "x"),
+)
 """(label, row metric, line style, marker) of each line drawn per run."""
 
 
@@ -73,8 +77,15 @@ def plot_open_book(runs: list[Run], path) -> dict:
                 xs, ys = arm_series(run, kind, label, metric)
                 if xs:
                     name = label if len(runs) == 1 else f"{run.label} {label}"
-                    ax.plot(xs, ys, linestyle=style, marker=marker, color=colors[n % len(colors)], label=name,
-                            alpha=0.55 if label == "recall@k" else 1.0)
+                    ax.plot(
+                        xs,
+                        ys,
+                        linestyle=style,
+                        marker=marker,
+                        color=colors[n % len(colors)],
+                        label=name,
+                        alpha=0.55 if label == "recall@k" else 1.0,
+                    )
         ticks = sorted({int(x) for line in ax.get_lines() for x in line.get_xdata()})
         ax.set_xticks(ticks, [checkpoint_label(k) for k in ticks])
         hint = " (stale answer: lower is better)" if kind == "outdated" else ""
@@ -84,13 +95,18 @@ def plot_open_book(runs: list[Run], path) -> dict:
         ax.set_ylabel("EM")
         ax.grid(alpha=0.3)
         panels[kind] = ax
-    for ax in cells[len(kinds):]:
+    for ax in cells[len(kinds) :]:
         ax.axis("off")
     if kinds and len(cells) > len(kinds):
         lines = panels[kinds[0]].get_lines()
-        cells[len(kinds)].legend(lines, [line.get_label() for line in lines], loc="center", fontsize=9,
-                                 title="initial + retrieval: the model before\ntraining at the store of step i",
-                                 title_fontsize=8)
+        cells[len(kinds)].legend(
+            lines,
+            [line.get_label() for line in lines],
+            loc="center",
+            fontsize=9,
+            title="initial + retrieval: the model before\ntraining at the store of step i",
+            title_fontsize=8,
+        )
     fig.suptitle("Closed-book vs open-book EM per split (BM25 over the snapshots seen so far)")
     fig.tight_layout()
     drawn = _read_back(panels)
@@ -112,28 +128,64 @@ def open_book_table(runs: list[Run]) -> Optional[tuple[list[str], list[list[str]
     out = []
     for run in runs:
         rows = open_book_rows(run)
-        trained = sorted((r for r in rows if r["checkpoint"] >= 0),
-                         key=lambda r: (r["checkpoint"], r["set_name"] == ALL, column_key(r["set_name"])))
+        trained = sorted(
+            (r for r in rows if r["checkpoint"] >= 0),
+            key=lambda r: (r["checkpoint"], r["set_name"] == ALL, column_key(r["set_name"])),
+        )
         initial = {(r["store"], r["set_name"]): r for r in rows if r["checkpoint"] < 0}
         for r in trained:
             base = initial.get((r["store"], r["set_name"]))
-            out.append([run.label, str(r["checkpoint"]), str(r["set_name"]), str(r.get("n")), _cell(r, "em"),
-                        _cell(r, "em_open"), _cell(r, "gap"), _cell(r, "recall@k"), _cell(base, "em_open")])
-        for (store, name), base in sorted(initial.items(), key=lambda kv: (kv[0][0], kv[0][1] == ALL,
-                                                                            column_key(kv[0][1]))):
+            out.append(
+                [
+                    run.label,
+                    str(r["checkpoint"]),
+                    str(r["set_name"]),
+                    str(r.get("n")),
+                    _cell(r, "em"),
+                    _cell(r, "em_open"),
+                    _cell(r, "gap"),
+                    _cell(r, "recall@k"),
+                    _cell(base, "em_open"),
+                ]
+            )
+        for (store, name), base in sorted(
+            initial.items(), key=lambda kv: (kv[0][0], kv[0][1] == ALL, column_key(kv[0][1]))
+        ):
             if not any(r["store"] == store for r in trained):  # no trained checkpoint at this store
-                out.append([run.label, f"init @ {store}", str(name), str(base.get("n")), _cell(base, "em"), "–",
-                            "–", _cell(base, "recall@k"), _cell(base, "em_open")])
-    header = ["run", "checkpoint", "eval set", "n", "closed EM [95% CI]", "open EM [95% CI]",
-              "open − closed [95% CI]", "recall@k [95% CI]", "initial + retrieval EM [95% CI]"]
+                out.append(
+                    [
+                        run.label,
+                        f"init @ {store}",
+                        str(name),
+                        str(base.get("n")),
+                        _cell(base, "em"),
+                        "–",
+                        "–",
+                        _cell(base, "recall@k"),
+                        _cell(base, "em_open"),
+                    ]
+                )
+    header = [
+        "run",
+        "checkpoint",
+        "eval set",
+        "n",
+        "closed EM [95% CI]",
+        "open EM [95% CI]",
+        "open − closed [95% CI]",
+        "recall@k [95% CI]",
+        "initial + retrieval EM [95% CI]",
+    ]
     return (header, out) if out else None
 
 
 def open_book_intro(runs: list[Run]) -> str:
     rows = [r for run in runs for r in open_book_rows(run)]
     scope, k = scope_of(runs), (rows[0].get("k") if rows else "?")
-    return (f"METRICS.md §10: BM25 top {k} passages (scope `{scope}`: the store of checkpoint i holds steps "
-            f"{'<= i' if scope == 'all' else 'i only'}) before the question; open − closed is the paired "
-            "bootstrap difference over the same questions; `initial + retrieval` is the model before any training "
-            "at the same store (the retriever-only arm). Outdated: lower is better. 95 % bootstrap intervals "
-            "over questions.")
+    return (
+        f"METRICS.md §10: BM25 top {k} passages (scope `{scope}`: the store of checkpoint i holds steps "
+        f"{'<= i' if scope == 'all' else 'i only'}) before the question; open − closed is the paired "
+        "bootstrap difference over the same questions; `initial + retrieval` is the model before any training "
+        "at the same store (the retriever-only arm). Outdated: lower is better. 95 % bootstrap intervals "
+        "over questions."
+    )

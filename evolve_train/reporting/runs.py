@@ -25,8 +25,9 @@ def expand_run_dirs(paths: Iterable[Path | str]) -> list[Path]:
         if (path / METRICS_FILE).exists() or (path / "summary.json").exists() or not path.is_dir():
             found.append(path)
             continue
-        below = sorted(p.parent for p in path.rglob(METRICS_FILE)
-                       if not SKIP_DIRS & set(p.relative_to(path).parts[:-1]))
+        below = sorted(
+            p.parent for p in path.rglob(METRICS_FILE) if not SKIP_DIRS & set(p.relative_to(path).parts[:-1])
+        )
         if not below:
             raise ReportError(f"{path}: incomplete run dir: no {METRICS_FILE} (nor any run dir below it)")
         found.extend(below)

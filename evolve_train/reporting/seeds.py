@@ -185,8 +185,11 @@ def _names(per_group: list[dict[str, Any]]) -> list[str]:
     keys = _differing(per_group)
     names = []
     for entries in per_group:
-        shown = [f"{k}={entries[k] if isinstance(entries.get(k), str) else json.dumps(entries.get(k))}"
-                 for k in keys if k in entries]
+        shown = [
+            f"{k}={entries[k] if isinstance(entries.get(k), str) else json.dumps(entries.get(k))}"
+            for k in keys
+            if k in entries
+        ]
         more = len(shown) - MAX_NAME_KEYS
         names.append(",".join(shown[:MAX_NAME_KEYS]) + (f",+{more} more" if more > 0 else ""))
     return names
@@ -252,11 +255,29 @@ class PooledDiff:
 def _pool(a: RunGroup, b: RunGroup, column: str, seeds: list, per_seed: list[PairedDiff]) -> PooledDiff:
     if len(per_seed) == 1:
         only = per_seed[0]
-        return PooledDiff(a.name, b.name, column, seeds, only.diff, only.ci_low, only.ci_high,
-                          f"1 seed: paired bootstrap over items (B={only.B})", per_seed)
+        return PooledDiff(
+            a.name,
+            b.name,
+            column,
+            seeds,
+            only.diff,
+            only.ci_low,
+            only.ci_high,
+            f"1 seed: paired bootstrap over items (B={only.B})",
+            per_seed,
+        )
     stats = t_interval([d.diff for d in per_seed])
-    return PooledDiff(a.name, b.name, column, seeds, stats.mean, stats.low, stats.high,
-                      f"{len(per_seed)} seeds: mean, t-interval (dof {len(per_seed) - 1})", per_seed)
+    return PooledDiff(
+        a.name,
+        b.name,
+        column,
+        seeds,
+        stats.mean,
+        stats.low,
+        stats.high,
+        f"{len(per_seed)} seeds: mean, t-interval (dof {len(per_seed) - 1})",
+        per_seed,
+    )
 
 
 def pooled_pair(a: RunGroup, b: RunGroup, B: int = 2000, seed: int = 0) -> list[PooledDiff]:
@@ -286,6 +307,19 @@ def seed_pair_diffs(pooled: list[PooledDiff]) -> list[PairedDiff]:
     return out
 
 
-__all__ = ["NON_RESULT_KEYS", "PooledDiff", "RunGroup", "SeedStats", "group_runs", "has_seed_groups",
-           "name_groups", "pooled_diffs", "pooled_pair", "relabel", "saved_config", "saved_overrides",
-           "seed_pair_diffs", "t_interval"]
+__all__ = [
+    "NON_RESULT_KEYS",
+    "PooledDiff",
+    "RunGroup",
+    "SeedStats",
+    "group_runs",
+    "has_seed_groups",
+    "name_groups",
+    "pooled_diffs",
+    "pooled_pair",
+    "relabel",
+    "saved_config",
+    "saved_overrides",
+    "seed_pair_diffs",
+    "t_interval",
+]

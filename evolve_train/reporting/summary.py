@@ -44,14 +44,17 @@ def format_summary_table(summary: dict) -> str:
     table = summary["em"]
     columns = sorted({c for cells in table.values() for c in cells}, key=column_key)
     width = max([10] + [len(c) + 1 for c in columns])
-    lines = ["EM by checkpoint (rows) and eval set (columns)",
-             "ckpt".ljust(6) + "".join(c.rjust(width) for c in columns)]
+    lines = [
+        "EM by checkpoint (rows) and eval set (columns)",
+        "ckpt".ljust(6) + "".join(c.rjust(width) for c in columns),
+    ]
     for checkpoint in sorted(table, key=int):
         cells = table[checkpoint]
-        lines.append(checkpoint.ljust(6) + "".join(
-            ("-" if cells.get(c) is None else f"{cells[c]:.3f}").rjust(width) for c in columns))
-    extra = [text for text in (format_evaluation(summary), format_timesliced(summary), format_compute(summary))
-             if text]
+        lines.append(
+            checkpoint.ljust(6)
+            + "".join(("-" if cells.get(c) is None else f"{cells[c]:.3f}").rjust(width) for c in columns)
+        )
+    extra = [text for text in (format_evaluation(summary), format_timesliced(summary), format_compute(summary)) if text]
     return "\n".join(lines + extra)
 
 
@@ -60,7 +63,9 @@ def format_compute(summary: dict) -> str:
     totals = (summary.get("compute") or {}).get("totals") or {}
     if totals.get("train_flops") is None:
         return ""
-    return (f"compute: training {totals['train_flops']:.3g} FLOPs, {int(totals['train_tokens'] or 0)} tokens "
-            f"({int(totals['loss_tokens'] or 0)} loss tokens), {int(totals['optimizer_steps'] or 0)} optimizer steps, "
-            f"{totals['train_seconds'] or 0:.1f} s; evaluation {totals.get('eval_tokens') or 0} tokens, "
-            f"{totals.get('eval_seconds') or 0:.1f} s")
+    return (
+        f"compute: training {totals['train_flops']:.3g} FLOPs, {int(totals['train_tokens'] or 0)} tokens "
+        f"({int(totals['loss_tokens'] or 0)} loss tokens), {int(totals['optimizer_steps'] or 0)} optimizer steps, "
+        f"{totals['train_seconds'] or 0:.1f} s; evaluation {totals.get('eval_tokens') or 0} tokens, "
+        f"{totals.get('eval_seconds') or 0:.1f} s"
+    )

@@ -36,8 +36,9 @@ def plot_slice_heatmap(run: Run, path: Path) -> Optional[np.ndarray]:
     entry = slice_nll(run)
     if not entry.get("P"):
         return None
-    rows = ([("init", entry["P_init"])] if entry.get("P_init") else []) + \
-        [(i, entry["P"][i]) for i in sorted(entry["P"], key=int)]
+    rows = ([("init", entry["P_init"])] if entry.get("P_init") else []) + [
+        (i, entry["P"][i]) for i in sorted(entry["P"], key=int)
+    ]
     columns = sorted({int(j) for _, row in rows for j in row})
     values = np.array([[_value(row.get(str(j))) for j in columns] for _, row in rows], dtype=float)
     fig, ax = plt.subplots(figsize=(1.5 + 1.1 * len(columns), 1.0 + 0.6 * len(rows)))
@@ -50,8 +51,15 @@ def plot_slice_heatmap(run: Run, path: Path) -> Optional[np.ndarray]:
     for r in range(len(rows)):
         for c in range(len(columns)):
             if not math.isnan(values[r, c]):
-                ax.text(c, r, f"{values[r, c]:.2f}", ha="center", va="center", fontsize=8,
-                        color="white" if values[r, c] > middle else "black")
+                ax.text(
+                    c,
+                    r,
+                    f"{values[r, c]:.2f}",
+                    ha="center",
+                    va="center",
+                    fontsize=8,
+                    color="white" if values[r, c] > middle else "black",
+                )
     fig.colorbar(image, ax=ax, label="NLL (nats / loss token)")
     ax.set_title(f"{run.label}: held-out slice NLL P[i][j]", fontsize=10)
     drawn = np.ma.filled(image.get_array().astype(float), np.nan)
@@ -124,8 +132,10 @@ def plot_retention_vs_flops(runs: list[Run], path: Path):
         return {}
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), layout="constrained")
     spent = [f for key in points for _, f, _ in points[key]]
-    for ax, (key, label) in zip(axes, (("unchanged_em", "Unchanged EM (higher: retained)"),
-                                       ("backward_nll", "backward slice NLL (lower: retained)"))):
+    for ax, (key, label) in zip(
+        axes,
+        (("unchanged_em", "Unchanged EM (higher: retained)"), ("backward_nll", "backward slice NLL (lower: retained)")),
+    ):
         for name, flops, value in points[key]:
             ax.plot([flops], [value], marker="o", ls="", label=name)
             ax.annotate(name, (flops, value), fontsize=7, xytext=(4, 4), textcoords="offset points")
@@ -153,21 +163,31 @@ def aggregates_table(runs: list[Run]) -> Optional[Table]:
         timesliced = run.summary.get("timesliced") or {}
         nll, ci = timesliced.get("nll") or {}, (timesliced.get("nll") or {}).get("ci") or {}
         if nll:
-            rows.append([run.label, "slice NLL [95% CI] (ppl)"] + [
-                _with_interval(nll.get(k), ci.get(k)) + f" ({_fmt(nll.get(k + '_perplexity'), 1)})"
-                for k in ("backward", "in_dist", "forward")])
+            rows.append(
+                [run.label, "slice NLL [95% CI] (ppl)"]
+                + [
+                    _with_interval(nll.get(k), ci.get(k)) + f" ({_fmt(nll.get(k + '_perplexity'), 1)})"
+                    for k in ("backward", "in_dist", "forward")
+                ]
+            )
         for kind in ("learned", "unchanged"):
             entry = (timesliced.get("em") or {}).get(kind)
             if entry:
-                rows.append([run.label, f"{kind} EM"] + [_fmt(entry.get(k)) for k in ("backward", "in_dist", "forward")])
+                rows.append(
+                    [run.label, f"{kind} EM"] + [_fmt(entry.get(k)) for k in ("backward", "in_dist", "forward")]
+                )
         regret = timesliced.get("regret") or {}
         if regret.get("nll"):
-            rows.append([run.label, "regret vs oracle (NLL)"] +
-                        [_fmt(regret["nll"].get(f"regret_{k}")) for k in ("backward", "in_dist", "forward")])
+            rows.append(
+                [run.label, "regret vs oracle (NLL)"]
+                + [_fmt(regret["nll"].get(f"regret_{k}")) for k in ("backward", "in_dist", "forward")]
+            )
         learned = (regret.get("em") or {}).get("learned")
         if learned:
-            rows.append([run.label, "regret vs oracle (learned EM)"] +
-                        [_fmt(learned.get(f"regret_{k}")) for k in ("backward", "in_dist", "forward")])
+            rows.append(
+                [run.label, "regret vs oracle (learned EM)"]
+                + [_fmt(learned.get(f"regret_{k}")) for k in ("backward", "in_dist", "forward")]
+            )
     return (["run", "matrix", "backward (j < i)", "in_dist (j = i)", "forward (j > i)"], rows) if rows else None
 
 
@@ -179,12 +199,32 @@ def compute_table(runs: list[Run]) -> Optional[Table]:
         compute = run.summary.get("compute") or {}
         for i, entry in sorted((compute.get("steps") or {}).items(), key=lambda kv: int(kv[0])):
             evaluated = (compute.get("eval") or {}).get(i) or {}
-            rows.append([run.label, i, str(entry.get("train_tokens")), str(entry.get("loss_tokens")),
-                         str(entry.get("optimizer_steps")), _fmt(entry.get("train_seconds"), 1),
-                         _sci(entry.get("train_flops")), _sci(entry.get("cumulative_train_flops")),
-                         str(evaluated.get("eval_tokens")), _fmt(evaluated.get("eval_seconds"), 1)])
-    header = ["run", "step", "tokens", "loss tokens", "optimizer steps", "train s", "FLOPs", "cumulative FLOPs",
-              "eval tokens", "eval s"]
+            rows.append(
+                [
+                    run.label,
+                    i,
+                    str(entry.get("train_tokens")),
+                    str(entry.get("loss_tokens")),
+                    str(entry.get("optimizer_steps")),
+                    _fmt(entry.get("train_seconds"), 1),
+                    _sci(entry.get("train_flops")),
+                    _sci(entry.get("cumulative_train_flops")),
+                    str(evaluated.get("eval_tokens")),
+                    _fmt(evaluated.get("eval_seconds"), 1),
+                ]
+            )
+    header = [
+        "run",
+        "step",
+        "tokens",
+        "loss tokens",
+        "optimizer steps",
+        "train s",
+        "FLOPs",
+        "cumulative FLOPs",
+        "eval tokens",
+        "eval s",
+    ]
     return (header, rows) if rows else None
 
 

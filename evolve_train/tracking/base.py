@@ -49,4 +49,5 @@ def register_logger(name: str):
     def decorate(factory):
         LOGGERS[name] = factory
         return factory
+
     return decorate

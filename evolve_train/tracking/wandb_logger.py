@@ -39,6 +39,8 @@ from evolve_train.utils.secrets import is_secret_key
 log = logging.getLogger(__name__)
 
 RUN_ID_FILE = "wandb_run_id.txt"
+
+
 def strip_secrets(value: Any) -> Any:
     """A copy of ``value`` (nested dicts/lists) without the keys :func:`is_secret_key` flags."""
     if isinstance(value, dict):
@@ -104,6 +106,7 @@ def run_identity(cfg: Any, sweep: Optional[tuple[str, str]] = None) -> tuple[str
 TRAIN_KEYS = ("loss", "lr", "tokens", "tokens_per_s", "peak_mem_gb", "mfu")
 """The ``train_log.jsonl`` keys charted as ``train/<key>``."""
 
+
 def _column(row: dict) -> str:
     return row.get("set_name") or (row["set"] if row.get("set_step") is None else f"{row['set']}_{row['set_step']}")
 
@@ -141,8 +144,12 @@ def summary_scalars(summary: dict) -> dict:
     nll = {k: v for k, v in (timesliced.get("nll") or {}).items() if k not in ("P", "P_init", "rows", "ci")}
     em = {kind: {k: v for k, v in entry.items() if k != "rows"} for kind, entry in (timesliced.get("em") or {}).items()}
     regret = {k: v for k, v in (timesliced.get("regret") or {}).items() if k != "oracle_run"}
-    return {**_flatten("timesliced/nll", nll), **_flatten("timesliced/em", em), **_flatten("timesliced/regret", regret),
-            **_flatten("compute", (summary.get("compute") or {}).get("totals") or {})}
+    return {
+        **_flatten("timesliced/nll", nll),
+        **_flatten("timesliced/em", em),
+        **_flatten("timesliced/regret", regret),
+        **_flatten("compute", (summary.get("compute") or {}).get("totals") or {}),
+    }
 
 
 def _flatten(prefix: str, value: Any) -> dict:
@@ -167,8 +174,17 @@ def sample_predictions(run_dir: Path, checkpoint: int, per_set: int, seed: int =
         chosen = sorted(random.Random(f"{seed}/{path.stem}").sample(range(len(items)), min(per_set, len(items))))
         for i in chosen:
             item = items[i]
-            table.append([path.stem, str(item.get("id")), item.get("prompt"), item.get("prediction"),
-                          " | ".join(map(str, item.get("golds") or [])), item.get("correct"), item.get("f1")])
+            table.append(
+                [
+                    path.stem,
+                    str(item.get("id")),
+                    item.get("prompt"),
+                    item.get("prediction"),
+                    " | ".join(map(str, item.get("golds") or [])),
+                    item.get("correct"),
+                    item.get("f1"),
+                ]
+            )
     return table
 
 
@@ -193,10 +209,19 @@ class WandbLogger(MetricLogger):
         id_file = self.run_dir / RUN_ID_FILE
         run_id = id_file.read_text(encoding="utf-8").strip() if id_file.exists() else new_run_id()
         self.run = wandb.init(
-            project=getattr(wcfg, "project", "evolve-train"), entity=getattr(wcfg, "entity", None),
-            group=group, job_type=method, name=name, tags=list(getattr(wcfg, "tags", []) or []),
-            config=config_dict(cfg), dir=str(self.run_dir), id=run_id, resume="allow", mode=self.mode,
-            reinit="create_new")
+            project=getattr(wcfg, "project", "evolve-train"),
+            entity=getattr(wcfg, "entity", None),
+            group=group,
+            job_type=method,
+            name=name,
+            tags=list(getattr(wcfg, "tags", []) or []),
+            config=config_dict(cfg),
+            dir=str(self.run_dir),
+            id=run_id,
+            resume="allow",
+            mode=self.mode,
+            reinit="create_new",
+        )
         if self.mode != "disabled":
             id_file.write_text(self.run.id + "\n", encoding="utf-8")
         self.run.define_metric("time_step")
@@ -239,10 +264,11 @@ class WandbLogger(MetricLogger):
         self._guard("log_train", self._log_train, row)
 
     def _log_train(self, row):
-        payload = {"train/global_step": self._global_step(row["time_step"], row["optimizer_step"]),
-                   "train/time_step": row["time_step"]}
-        payload.update({f"train/{k}": v for k, v in row.items()
-                        if k in TRAIN_KEYS and _is_number(v)})
+        payload = {
+            "train/global_step": self._global_step(row["time_step"], row["optimizer_step"]),
+            "train/time_step": row["time_step"],
+        }
+        payload.update({f"train/{k}": v for k, v in row.items() if k in TRAIN_KEYS and _is_number(v)})
         if row.get("group") == "within_step":  # the within-step probe (evaluation/within_step.py)
             payload.update(_flatten("within_step/em", row.get("em") or {}))
         self.run.log(payload)

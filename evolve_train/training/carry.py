@@ -84,15 +84,24 @@ def optimizer_state(model, optimizer, sharded: bool = False) -> dict[str, torch.
     if sharded:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
 
-        full = get_optimizer_state_dict(model, _torch_optimizer(optimizer),  # every process gets the full state
-                                        options=StateDictOptions(full_state_dict=True, cpu_offload=False))
+        full = get_optimizer_state_dict(
+            model,
+            _torch_optimizer(optimizer),  # every process gets the full state
+            options=StateDictOptions(full_state_dict=True, cpu_offload=False),
+        )
         states = full["state"]
     else:
         torch_optimizer = _torch_optimizer(optimizer)
-        states = {name: torch_optimizer.state[p] for name, p in model.named_parameters()
-                  if p in torch_optimizer.state and torch_optimizer.state[p]}
-    return {f"{name}/{key}": (value if isinstance(value, torch.Tensor) else torch.tensor(value)).detach().cpu()
-            .clone() for name, state in states.items() for key, value in state.items()}
+        states = {
+            name: torch_optimizer.state[p]
+            for name, p in model.named_parameters()
+            if p in torch_optimizer.state and torch_optimizer.state[p]
+        }
+    return {
+        f"{name}/{key}": (value if isinstance(value, torch.Tensor) else torch.tensor(value)).detach().cpu().clone()
+        for name, state in states.items()
+        for key, value in state.items()
+    }
 
 
 def _by_name(tensors: dict[str, torch.Tensor]) -> dict[str, dict[str, torch.Tensor]]:
@@ -113,10 +122,16 @@ def load_optimizer_state(model, optimizer, tensors: dict[str, torch.Tensor], sha
 
         names = {name for name, p in model.named_parameters() if p.requires_grad}
         state = {name: value for name, value in grouped.items() if name in names}
-        groups = [{**{k: v for k, v in group.items() if k != "params"}, "params": sorted(state)}
-                  for group in torch_optimizer.param_groups]
-        set_optimizer_state_dict(model, torch_optimizer, {"state": state, "param_groups": groups},
-                                 options=StateDictOptions(full_state_dict=True))
+        groups = [
+            {**{k: v for k, v in group.items() if k != "params"}, "params": sorted(state)}
+            for group in torch_optimizer.param_groups
+        ]
+        set_optimizer_state_dict(
+            model,
+            torch_optimizer,
+            {"state": state, "param_groups": groups},
+            options=StateDictOptions(full_state_dict=True),
+        )
         return len(state)
     index = {p: i for i, p in enumerate(p for group in torch_optimizer.param_groups for p in group["params"])}
     state = {index[p]: grouped[name] for name, p in model.named_parameters() if p in index and name in grouped}

@@ -37,8 +37,9 @@ def _fsync_tree(path: Path) -> None:
     fsync_tree(path)
 
 
-def save_checkpoint(run_dir: Path, step: int, model, tokenizer, extra_files=None, state_dict=None,
-                    weights: bool = True) -> Path:
+def save_checkpoint(
+    run_dir: Path, step: int, model, tokenizer, extra_files=None, state_dict=None, weights: bool = True
+) -> Path:
     """Save model + tokenizer for ``step`` atomically; ``extra_files(dir)`` may add method files.
 
     ``state_dict``: the gathered full weights of a sharded (FSDP / DeepSpeed) model, see
@@ -52,8 +53,9 @@ def save_checkpoint(run_dir: Path, step: int, model, tokenizer, extra_files=None
     try:
         tmp.mkdir(parents=True)
         if weights:
-            model.save_pretrained(tmp, safe_serialization=True,
-                                  **({"state_dict": state_dict} if state_dict is not None else {}))
+            model.save_pretrained(
+                tmp, safe_serialization=True, **({"state_dict": state_dict} if state_dict is not None else {})
+            )
         else:
             model.config.save_pretrained(tmp)
         faults.point("checkpoint_write")
@@ -65,9 +67,12 @@ def save_checkpoint(run_dir: Path, step: int, model, tokenizer, extra_files=None
         shutil.rmtree(tmp, ignore_errors=True)
         if isinstance(error, OSError):
             hint = " (the disk is full)" if error.errno == errno.ENOSPC else ""
-            raise OSError(error.errno, f"could not write the checkpoint of step {step} under {final}{hint}: "
-                                       f"{error}; no partial checkpoint was left. Free space and run the same "
-                                       "command again to resume.") from error
+            raise OSError(
+                error.errno,
+                f"could not write the checkpoint of step {step} under {final}{hint}: "
+                f"{error}; no partial checkpoint was left. Free space and run the same "
+                "command again to resume.",
+            ) from error
         raise
     if final.exists():  # a checkpoint of an unfinished earlier attempt at this step
         shutil.rmtree(final)
@@ -144,8 +149,9 @@ def ensure_writable(run_dir: Path) -> None:
             handle.flush()
             os.fsync(handle.fileno())
     except OSError as error:
-        raise ConfigError(f"the run dir {run_dir} is not writable ({error}); choose another run_dir / "
-                          "hydra.run.dir") from error
+        raise ConfigError(
+            f"the run dir {run_dir} is not writable ({error}); choose another run_dir / hydra.run.dir"
+        ) from error
     finally:
         try:
             probe.unlink(missing_ok=True)
@@ -165,14 +171,21 @@ def preflight(run_dir: Path, model, remaining_steps: int, save_every_n_steps: in
     free = shutil.disk_usage(run_dir).free
     needed_next = checkpoint + states
     if free < needed_next:
-        raise ConfigError(f"not enough free disk space under {run_dir}: {free / 2**20:.1f} MiB free, about "
-                          f"{needed_next / 2**20:.1f} MiB needed for the next checkpoint"
-                          f"{' and training states' if states else ''}; free space or choose another run dir")
+        raise ConfigError(
+            f"not enough free disk space under {run_dir}: {free / 2**20:.1f} MiB free, about "
+            f"{needed_next / 2**20:.1f} MiB needed for the next checkpoint"
+            f"{' and training states' if states else ''}; free space or choose another run dir"
+        )
     needed_all = remaining_steps * checkpoint + states
     if free < needed_all:
-        log.warning("the disk under %s has %.1f MiB free; the %d remaining checkpoints need about %.1f MiB: "
-                    "the run will fail when the disk fills (it stops with a clear error and resumes after)",
-                    run_dir, free / 2**20, remaining_steps, needed_all / 2**20)
+        log.warning(
+            "the disk under %s has %.1f MiB free; the %d remaining checkpoints need about %.1f MiB: "
+            "the run will fail when the disk fills (it stops with a clear error and resumes after)",
+            run_dir,
+            free / 2**20,
+            remaining_steps,
+            needed_all / 2**20,
+        )
 
 
 @dataclass

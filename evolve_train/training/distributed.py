@@ -25,8 +25,9 @@ log = logging.getLogger(__name__)
 
 def fsdp2_requested() -> bool:
     """The launch asks for FSDP2: ``accelerate launch`` sets these from configs/accelerate/fsdp.yaml."""
-    return (os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true"
-            and os.environ.get("FSDP_VERSION", "1") == "2")
+    return (
+        os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true" and os.environ.get("FSDP_VERSION", "1") == "2"
+    )
 
 
 def build_accelerator(trainer, **kwargs):
@@ -70,8 +71,9 @@ def process_group_timeout():
     if not (dist.is_available() and dist.is_initialized()):
         return None
     group = dist.distributed_c10d._get_default_group()
-    return group._get_backend(torch.device("cpu") if dist.get_backend() == "gloo" else
-                              torch.device("cuda")).options._timeout
+    return group._get_backend(
+        torch.device("cpu") if dist.get_backend() == "gloo" else torch.device("cuda")
+    ).options._timeout
 
 
 def enable_fsdp2_on_cpu(accelerator) -> bool:
@@ -91,8 +93,9 @@ def enable_fsdp2_on_cpu(accelerator) -> bool:
     PartialState().distributed_type = DistributedType.FSDP
     accelerator.state.distributed_type = DistributedType.FSDP
     accelerator.state.fsdp_plugin = plugin
-    log.info("FSDP2 on CPU: %d gloo processes, parameters sharded by accelerate's fully_shard",
-             accelerator.num_processes)
+    log.info(
+        "FSDP2 on CPU: %d gloo processes, parameters sharded by accelerate's fully_shard", accelerator.num_processes
+    )
     return True
 
 
@@ -154,8 +157,11 @@ def meta_skeleton(model: torch.nn.Module) -> torch.nn.Module:
     memo = {}
     for tensor in list(model.parameters()) + list(model.buffers()):
         empty = torch.empty_like(tensor, device="meta")
-        memo[id(tensor)] = (torch.nn.Parameter(empty, requires_grad=tensor.requires_grad)
-                            if isinstance(tensor, torch.nn.Parameter) else empty)
+        memo[id(tensor)] = (
+            torch.nn.Parameter(empty, requires_grad=tensor.requires_grad)
+            if isinstance(tensor, torch.nn.Parameter)
+            else empty
+        )
     return copy.deepcopy(model, memo)
 
 
@@ -201,8 +207,7 @@ def train_sharded(accelerator, model: torch.nn.Module, train):
     skeleton = meta_skeleton(model)
     result = train(model)
     local, total = shard_sizes(model)
-    log.info("FSDP2: process %d held %d of %d parameter values while training", accelerator.process_index,
-             local, total)
+    log.info("FSDP2: process %d held %d of %d parameter values while training", accelerator.process_index, local, total)
     plain = unsharded_copy(model, skeleton)
     plain.train(model.training)
     return plain, result

@@ -38,8 +38,8 @@ class LengthGroupedBatches:
         group = self.batch_size * self.group_factor
         batches = []
         for start in range(0, len(order), group):
-            chunk = sorted(order[start:start + group], key=lambda i: self.lengths[i])
-            batches.extend(chunk[i:i + self.batch_size] for i in range(0, len(chunk), self.batch_size))
+            chunk = sorted(order[start : start + group], key=lambda i: self.lengths[i])
+            batches.extend(chunk[i : i + self.batch_size] for i in range(0, len(chunk), self.batch_size))
         rng.shuffle(batches)
         return batches
 
@@ -89,8 +89,8 @@ def collate(examples: list[dict], pad_id: int, attention_reset: bool = False) ->
     input_ids = np.full((len(examples), width), pad_id, dtype=np.int64)
     labels = np.full((len(examples), max(label_lengths)), IGNORE, dtype=np.int64)
     for row, example in enumerate(examples):
-        input_ids[row, :lengths[row]] = example["input_ids"]
-        labels[row, :label_lengths[row]] = example["labels"]
+        input_ids[row, : lengths[row]] = example["input_ids"]
+        labels[row, : label_lengths[row]] = example["labels"]
     batch = {"input_ids": torch.from_numpy(input_ids), "labels": torch.from_numpy(labels)}
     if attention_reset and "position_ids" in examples[0]:
         batch["position_ids"] = torch.from_numpy(packed_positions(examples, lengths, width))
@@ -103,8 +103,8 @@ def packed_positions(examples: list[dict], lengths: list[int], width: int) -> np
     """Each row's ``position_ids``, its right padding numbered 0, 1, ... as a segment of its own."""
     positions = np.tile(np.arange(width, dtype=np.int64), (len(examples), 1))
     for row, example in enumerate(examples):
-        positions[row, :lengths[row]] = example["position_ids"]
-        positions[row, lengths[row]:] -= lengths[row]
+        positions[row, : lengths[row]] = example["position_ids"]
+        positions[row, lengths[row] :] -= lengths[row]
     return positions
 
 

@@ -29,8 +29,10 @@ def parse(spec: str) -> list[tuple[str, int, int]]:
     for part in filter(None, (p.strip() for p in spec.split(","))):
         fields = part.split(":")
         if len(fields) not in (2, 3) or fields[0] not in POINTS or not fields[1].isdigit() or int(fields[1]) < 1:
-            raise ValueError(f"{ENV}: bad fault {part!r}; expected <point>:<count>[:<signal>] with point one of "
-                             f"{', '.join(POINTS)} and count >= 1")
+            raise ValueError(
+                f"{ENV}: bad fault {part!r}; expected <point>:<count>[:<signal>] with point one of "
+                f"{', '.join(POINTS)} and count >= 1"
+            )
         signum = getattr(signal, fields[2]) if len(fields) == 3 else signal.SIGKILL
         faults.append((fields[0], int(fields[1]), int(signum)))
     return faults

@@ -33,21 +33,22 @@ from evolve_train.errors import ConfigError
 log = logging.getLogger(__name__)
 
 MAY_DIFFER_ON_RESUME = (
-    "logger",                      # where metrics go
-    "resume", "run_dir",           # how the run dir is found
-    "extra",                       # free-form notes, not read by the framework
-    "data.cache_dir",              # where materialised datasets are cached
-    "method.step0_cache",          # where the shared step-0 checkpoint is looked up
-    "method.lora.save_merged",     # what a LoRA checkpoint holds (merged weights too), not what is trained
-    "trainer.num_threads",         # speed
-    "trainer.log_every",           # how often train_log.jsonl gets a row
+    "logger",  # where metrics go
+    "resume",
+    "run_dir",  # how the run dir is found
+    "extra",  # free-form notes, not read by the framework
+    "data.cache_dir",  # where materialised datasets are cached
+    "method.step0_cache",  # where the shared step-0 checkpoint is looked up
+    "method.lora.save_merged",  # what a LoRA checkpoint holds (merged weights too), not what is trained
+    "trainer.num_threads",  # speed
+    "trainer.log_every",  # how often train_log.jsonl gets a row
     "trainer.save_every_n_steps",  # how often a resumable training state is saved
     "trainer.keep_last_states",
-    "trainer.dist_timeout_s",      # how long a rank waits for the others
-    "trainer.peak_flops",          # the denominator of the logged MFU
-    "eval.batch_size",             # prompts per generation batch (speed, memory)
-    "eval.gate",                   # thresholds read by evolve-gate after the run
-    "eval.oracle_run",             # the oracle run the summary's regret is computed against
+    "trainer.dist_timeout_s",  # how long a rank waits for the others
+    "trainer.peak_flops",  # the denominator of the logged MFU
+    "eval.batch_size",  # prompts per generation batch (speed, memory)
+    "eval.gate",  # thresholds read by evolve-gate after the run
+    "eval.oracle_run",  # the oracle run the summary's regret is computed against
 )
 """Keys (and everything below them) that may differ between a run and its resume; every other key of the
 config is result-affecting."""
@@ -92,8 +93,9 @@ def result_config(cfg) -> dict[str, Any]:
 
     if isinstance(cfg, DictConfig):
         cfg = OmegaConf.to_object(cfg)
-    return {key: _digest(value) if _is_secret(key) else value
-            for key, value in flatten(cfg).items() if not may_differ(key)}
+    return {
+        key: _digest(value) if _is_secret(key) else value for key, value in flatten(cfg).items() if not may_differ(key)
+    }
 
 
 def fingerprint(config: dict[str, Any]) -> str:
@@ -119,16 +121,19 @@ def _show(value: Any) -> str:
 
 def _refusal(run_dir: Path, changed: list[tuple[str, Any, Any]]) -> str:
     lines = "\n".join(f"  {key}: {_show(old)} -> {_show(new)}" for key, old, new in changed)
-    return (f"{run_dir} holds a run with a different configuration (recorded in its state.json); resuming it "
-            f"would mix two configurations. Changed (recorded -> now):\n{lines}\n"
-            "Restore the recorded values, run without hydra.run.dir / run_dir (the run dir is then named after "
-            "the overrides), choose another run dir, or delete this one to start over. Keys that may differ on "
-            f"resume: {', '.join(MAY_DIFFER_ON_RESUME)}.")
+    return (
+        f"{run_dir} holds a run with a different configuration (recorded in its state.json); resuming it "
+        f"would mix two configurations. Changed (recorded -> now):\n{lines}\n"
+        "Restore the recorded values, run without hydra.run.dir / run_dir (the run dir is then named after "
+        "the overrides), choose another run dir, or delete this one to start over. Keys that may differ on "
+        f"resume: {', '.join(MAY_DIFFER_ON_RESUME)}."
+    )
 
 
 def _holds_run(run_dir: Path, state) -> bool:
     return bool(state.trained or state.evaluated) or any(
-        (Path(run_dir) / name).exists() for name in ("steps", "metrics.jsonl", "train_state"))
+        (Path(run_dir) / name).exists() for name in ("steps", "metrics.jsonl", "train_state")
+    )
 
 
 def check_resume(run_dir: Path, cfg, state) -> None:
@@ -142,13 +147,21 @@ def check_resume(run_dir: Path, cfg, state) -> None:
     recorded = getattr(state, "identity", None)
     if recorded is None:
         if _holds_run(run_dir, state):
-            log.warning("%s: state.json records no config (a run dir from before config fingerprints); resuming "
-                        "without checking that the config is unchanged, and recording the current one", run_dir)
+            log.warning(
+                "%s: state.json records no config (a run dir from before config fingerprints); resuming "
+                "without checking that the config is unchanged, and recording the current one",
+                run_dir,
+            )
         return
     changed, removed, added = config_diff(recorded.get("config", {}), result_config(cfg))
     if removed or added:  # a code version added or removed settings: not a change of this run's values
-        log.warning("%s: settings only in the recorded config: %s; only in this one: %s (a different code "
-                    "version); not compared", run_dir, removed or "none", added or "none")
+        log.warning(
+            "%s: settings only in the recorded config: %s; only in this one: %s (a different code "
+            "version); not compared",
+            run_dir,
+            removed or "none",
+            added or "none",
+        )
     if changed:
         raise ConfigError(_refusal(Path(run_dir), changed))
 
@@ -159,6 +172,7 @@ def record(state, cfg) -> None:
 
 
 # --- the run-dir tag (resolver ``evolve_run_tag``) ---------------------------------------------------------
+
 
 def _readable(value: Any) -> str:
     if isinstance(value, str):
@@ -209,11 +223,12 @@ def run_tag(overrides: list[str]) -> str:
     digest = hashlib.sha256("\n".join(c for c, _ in items).encode("utf-8")).hexdigest()[:8]
     readable = _safe(",".join(r for _, r in items))
     if len(readable) > TAG_MAX_CHARS:
-        readable = readable[:TAG_MAX_CHARS - 1] + "+"
+        readable = readable[: TAG_MAX_CHARS - 1] + "+"
     return f"{readable}_{digest}/"
 
 
 # --- Hydra's .hydra/ record (resolver ``evolve_hydra_subdir``) --------------------------------------------
+
 
 def _task_config(root):
     """The task config (a :class:`Config`) of Hydra's full config ``root`` (``hydra`` removed)."""

@@ -32,8 +32,13 @@ from evolve_train.training.nonfinite import NonFiniteGuard, NonFiniteLossError  
 from evolve_train.training.packing import TokenBudgetBatches
 from evolve_train.training.rows import TokenRows
 from evolve_train.training.schedule import lr_factor, lr_lambda  # noqa: F401  (lr_lambda re-exported)
-from evolve_train.training.telemetry import (Throughput, device_peak_flops, flops_per_token, parameter_counts,
-                                             training_flops)
+from evolve_train.training.telemetry import (
+    Throughput,
+    device_peak_flops,
+    flops_per_token,
+    parameter_counts,
+    training_flops,
+)
 from evolve_train.training.train_state import Progress, StepStates
 
 
@@ -82,18 +87,33 @@ def planned_steps_for_method(batches: Batches, epochs: float, grad_accum: int, m
     per_epoch = [method.epoch_rows(e, n) for e in range(math.ceil(epochs))]
     if all(rows is None for rows in per_epoch) and isinstance(batches, LengthGroupedBatches):
         return planned_optimizer_steps(len(batches), epochs, grad_accum)
-    counts = [batches.count(e) if rows is None else batches.subset([batches.lengths[i] for i in rows]).count(e)
-              for e, rows in enumerate(per_epoch)]
+    counts = [
+        batches.count(e) if rows is None else batches.subset([batches.lengths[i] for i in rows]).count(e)
+        for e, rows in enumerate(per_epoch)
+    ]
     whole = int(epochs)
     total = sum(counts[:whole]) + (epochs - whole) * (counts[whole] if whole < len(counts) else 0)
     return max(1, math.ceil(total / grad_accum))
 
 
-def train_time_step(model: torch.nn.Module, examples, *, step: int, epochs: float, cfg: TrainerConfig,
-                    method: Method, accelerator: Accelerator, collate_fn: Callable[[list], dict], seed: int,
-                    log_fn=None, states: StepStates | None = None, n_time_steps: int = 1,
-                    optimizer_carry: OptimizerCarry | None = None, schedule_step: int | None = None,
-                    probe=None) -> StepResult:
+def train_time_step(
+    model: torch.nn.Module,
+    examples,
+    *,
+    step: int,
+    epochs: float,
+    cfg: TrainerConfig,
+    method: Method,
+    accelerator: Accelerator,
+    collate_fn: Callable[[list], dict],
+    seed: int,
+    log_fn=None,
+    states: StepStates | None = None,
+    n_time_steps: int = 1,
+    optimizer_carry: OptimizerCarry | None = None,
+    schedule_step: int | None = None,
+    probe=None,
+) -> StepResult:
     """Train ``model`` in place on one time step's tokenized ``examples``.
 
     ``collate_fn`` pads a list of rows into a batch (the model adapter's); ``states``
@@ -105,9 +125,20 @@ def train_time_step(model: torch.nn.Module, examples, *, step: int, epochs: floa
     ``probe.every`` optimizer steps (and before the first).
     """
     start = time.perf_counter()
-    trainer = StepTrainer(model, TokenRows(examples), step=step, epochs=epochs, cfg=cfg, method=method,
-                          accelerator=accelerator, collate_fn=collate_fn, seed=seed, n_time_steps=n_time_steps,
-                          optimizer_carry=optimizer_carry, schedule_step=schedule_step)
+    trainer = StepTrainer(
+        model,
+        TokenRows(examples),
+        step=step,
+        epochs=epochs,
+        cfg=cfg,
+        method=method,
+        accelerator=accelerator,
+        collate_fn=collate_fn,
+        seed=seed,
+        n_time_steps=n_time_steps,
+        optimizer_carry=optimizer_carry,
+        schedule_step=schedule_step,
+    )
     trainer.probe = probe
     trainer.begin(log_fn, states)
     trainer.run()
@@ -122,9 +153,22 @@ class StepTrainer:
     """One time step's training: what it trains (model, optimizer, schedule), on what (rows in
     deterministic length-grouped batches), and where it stands (:class:`Progress`, restorable)."""
 
-    def __init__(self, model, rows, *, step: int, epochs: float, cfg: TrainerConfig, method: Method,
-                 accelerator: Accelerator, collate_fn, seed: int, n_time_steps: int = 1,
-                 optimizer_carry: OptimizerCarry | None = None, schedule_step: int | None = None):
+    def __init__(
+        self,
+        model,
+        rows,
+        *,
+        step: int,
+        epochs: float,
+        cfg: TrainerConfig,
+        method: Method,
+        accelerator: Accelerator,
+        collate_fn,
+        seed: int,
+        n_time_steps: int = 1,
+        optimizer_carry: OptimizerCarry | None = None,
+        schedule_step: int | None = None,
+    ):
         self.n_time_steps, self.optimizer_carry = n_time_steps, optimizer_carry
         self.schedule_step = step if schedule_step is None else schedule_step  # whose LR curve this step runs
         self.step, self.cfg, self.method, self.accelerator = step, cfg, method, accelerator
@@ -144,8 +188,9 @@ class StepTrainer:
         cfg, accelerator = self.cfg, self.accelerator
         fused = accelerator.device.type == "cuda"
         optimizer = torch.optim.AdamW(self.trainable, lr=cfg.lr, weight_decay=cfg.weight_decay, fused=fused)
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer,
-                                                      lr_factor(cfg, self.schedule_step, self.total, self.n_time_steps))
+        scheduler = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lr_factor(cfg, self.schedule_step, self.total, self.n_time_steps)
+        )
         if cfg.compile:  # trains the same parameters in place through a compiled graph
             model = torch.compile(model)
         configure_deepspeed(accelerator, cfg.batch_size)  # no-op unless launched with a DeepSpeed config
@@ -166,22 +211,40 @@ class StepTrainer:
         """Restore the newest mid-step state of this step, if any (model, optimizer, schedule, RNG, data
         position), and set up the guard and counters from it."""
         self.states, self.log_fn = states, log_fn
-        self.guard = NonFiniteGuard(self.cfg.nonfinite, self.step, self.accelerator.device,
-                                    self.total * self.cfg.grad_accum,
-                                    last_good=states.last_good if states is not None else None)
+        self.guard = NonFiniteGuard(
+            self.cfg.nonfinite,
+            self.step,
+            self.accelerator.device,
+            self.total * self.cfg.grad_accum,
+            last_good=states.last_good if states is not None else None,
+        )
         self.progress = Progress()
         if states is not None:
             self.progress, self.log_fn = states.begin(
-                self.model, self.optimizer, self.scheduler, log_fn, planned_steps=self.total, rows=len(self.rows),
-                batch_size=self.cfg.batch_size, grad_accum=self.cfg.grad_accum, epochs=self.epochs,
-                seed=self.seed, lr=self.cfg.lr, **plan_extras(self.cfg, packed=is_packed(self.rows)))
+                self.model,
+                self.optimizer,
+                self.scheduler,
+                log_fn,
+                planned_steps=self.total,
+                rows=len(self.rows),
+                batch_size=self.cfg.batch_size,
+                grad_accum=self.cfg.grad_accum,
+                epochs=self.epochs,
+                seed=self.seed,
+                lr=self.cfg.lr,
+                **plan_extras(self.cfg, packed=is_packed(self.rows)),
+            )
         self.resumed_at = (self.progress.epoch, self.progress.next_batch)
         self.guard.skipped = self.progress.skipped
         self.tokens = self.progress.tokens  # this process's real tokens (host ints: no device sync)
         self.all_tokens = self.tokens * self.accelerator.num_processes  # every process's, exact from here on
-        self.throughput = Throughput(self.accelerator.device, self.all_tokens, self.flops_per_token,
-                                     device_peak_flops(self.accelerator.device, self.cfg.mixed_precision,
-                                                       self.cfg.peak_flops), self.accelerator.num_processes)
+        self.throughput = Throughput(
+            self.accelerator.device,
+            self.all_tokens,
+            self.flops_per_token,
+            device_peak_flops(self.accelerator.device, self.cfg.mixed_precision, self.cfg.peak_flops),
+            self.accelerator.num_processes,
+        )
         self.begin_tokens = self.all_tokens
         self.loss_tokens = self.progress.loss_tokens
         if self.probe is not None and self.progress.optimizer_steps == 0:
@@ -190,15 +253,20 @@ class StepTrainer:
     def run(self) -> None:
         """Epochs of batches until the planned number of optimizer steps."""
         progress = self.progress
-        self.bar = tqdm(total=self.total, initial=progress.optimizer_steps, desc=f"step {self.step}",
-                        disable=None if self.accelerator.is_main_process else True, dynamic_ncols=True,
-                        leave=False)
+        self.bar = tqdm(
+            total=self.total,
+            initial=progress.optimizer_steps,
+            desc=f"step {self.step}",
+            disable=None if self.accelerator.is_main_process else True,
+            dynamic_ncols=True,
+            leave=False,
+        )
         while progress.optimizer_steps < self.total:
             rows = self.method.epoch_rows(progress.epoch, len(self.batches.lengths))
             for index, indices in enumerate(epoch_batches(self.batches, progress.epoch, rows)):
                 if progress.epoch == self.resumed_at[0] and index < self.resumed_at[1]:
                     continue  # trained before the state this step resumed from
-                shard = indices[self.accelerator.process_index::self.accelerator.num_processes]
+                shard = indices[self.accelerator.process_index :: self.accelerator.num_processes]
                 self.all_tokens += int(self.lengths[indices].sum())
                 if shard and self.train_batch(index, shard):
                     break
@@ -212,8 +280,11 @@ class StepTrainer:
         batch = self.collate_fn([self.rows[i] for i in shard])
         self.loss_tokens += int((batch["labels"] != -100).sum())  # host tensor: no device sync
         # the global batch's token mean, as one process computes it (one integer all-reduce; 1.0 alone)
-        scale = (global_mean_scale(loss_token_count(batch, self.encoder_decoder), accelerator)
-                 if accelerator.num_processes > 1 else 1.0)
+        scale = (
+            global_mean_scale(loss_token_count(batch, self.encoder_decoder), accelerator)
+            if accelerator.num_processes > 1
+            else 1.0
+        )
         batch = {k: v.to(accelerator.device, non_blocking=True) for k, v in batch.items()}
         with accelerator.accumulate(self.model):
             if self.method.reads_outputs:  # a strategy reads the logits (LwF): the full head
@@ -265,11 +336,16 @@ class StepTrainer:
             self._probe()  # before a due state is saved, so the state carries the row
         if self.states is not None:  # a due mid-step state (or Ctrl-C: save, then TrainingInterrupted)
             self.states.after_optimizer_step(
-                progress.optimizer_steps, self.total,
-                lambda: dataclasses.replace(progress, next_batch=index + 1, tokens=self.tokens,
-                                            loss_tokens=self.loss_tokens, rows=[]),
-                self.model, self.optimizer, self.scheduler,
-                check=lambda: self.guard.check(progress.optimizer_steps))
+                progress.optimizer_steps,
+                self.total,
+                lambda: dataclasses.replace(
+                    progress, next_batch=index + 1, tokens=self.tokens, loss_tokens=self.loss_tokens, rows=[]
+                ),
+                self.model,
+                self.optimizer,
+                self.scheduler,
+                check=lambda: self.guard.check(progress.optimizer_steps),
+            )
         faults.point("optimizer_step")
         return progress.optimizer_steps >= self.total
 
@@ -279,11 +355,17 @@ class StepTrainer:
         progress.last_loss = loss.detach().float().item()
         self.bar.set_postfix(loss=f"{progress.last_loss:.3f}")
         if self.log_fn is not None:
-            self.log_fn({"time_step": self.step, "optimizer_step": progress.optimizer_steps,
-                         "loss": progress.last_loss, "lr": self.scheduler.get_last_lr()[0],
-                         "tokens": self.tokens * self.accelerator.num_processes,
-                         **self.throughput.window(self.all_tokens),
-                         **({"skipped": progress.skipped} if progress.skipped else {})})
+            self.log_fn(
+                {
+                    "time_step": self.step,
+                    "optimizer_step": progress.optimizer_steps,
+                    "loss": progress.last_loss,
+                    "lr": self.scheduler.get_last_lr()[0],
+                    "tokens": self.tokens * self.accelerator.num_processes,
+                    **self.throughput.window(self.all_tokens),
+                    **({"skipped": progress.skipped} if progress.skipped else {}),
+                }
+            )
 
     def _probe(self) -> None:
         """The within-step probe's row (logged with the training rows, so a resumed step keeps it)."""
@@ -294,19 +376,25 @@ class StepTrainer:
 
     def result(self, seconds: float) -> StepResult:
         world = self.accelerator.num_processes
-        return StepResult(optimizer_steps=self.progress.optimizer_steps, tokens=self.tokens * world,
-                          final_loss=self.progress.last_loss, seconds=seconds,
-                          skipped_batches=self.progress.skipped,
-                          tokens_per_s=round((self.all_tokens - self.begin_tokens) / max(seconds, 1e-9), 1),
-                          loss_tokens=self.loss_tokens * world,
-                          flops=training_flops(*self.n_params, self.tokens * world, self.forward_params))
+        return StepResult(
+            optimizer_steps=self.progress.optimizer_steps,
+            tokens=self.tokens * world,
+            final_loss=self.progress.last_loss,
+            seconds=seconds,
+            skipped_batches=self.progress.skipped,
+            tokens_per_s=round((self.all_tokens - self.begin_tokens) / max(seconds, 1e-9), 1),
+            loss_tokens=self.loss_tokens * world,
+            flops=training_flops(*self.n_params, self.tokens * world, self.forward_params),
+        )
 
 
 def plan_extras(cfg: TrainerConfig, packed: bool) -> dict:
     """What the resume fingerprint adds to the plan for the batching options (only where they apply, so the
     states of runs without them keep their fingerprint)."""
-    return {**({"tokens_per_batch": cfg.tokens_per_batch} if cfg.tokens_per_batch else {}),
-            **({"attention_reset": cfg.attention_reset} if packed else {})}
+    return {
+        **({"tokens_per_batch": cfg.tokens_per_batch} if cfg.tokens_per_batch else {}),
+        **({"attention_reset": cfg.attention_reset} if packed else {}),
+    }
 
 
 def is_packed(rows) -> bool:
@@ -326,6 +414,8 @@ def check_attention_reset(cfg: TrainerConfig, model, rows) -> None:
         return
     implementation = getattr(getattr(model, "config", None), "_attn_implementation", None) or "eager"
     if implementation not in RESET_ATTENTION:
-        raise ValueError(f"trainer.attention_reset=true needs one of the attention implementations "
-                         f"{', '.join(RESET_ATTENTION)} (model.attn_implementation is {implementation!r}): set "
-                         "model.attn_implementation=sdpa or trainer.attention_reset=false")
+        raise ValueError(
+            f"trainer.attention_reset=true needs one of the attention implementations "
+            f"{', '.join(RESET_ATTENTION)} (model.attn_implementation is {implementation!r}): set "
+            "model.attn_implementation=sdpa or trainer.attention_reset=false"
+        )

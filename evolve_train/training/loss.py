@@ -54,8 +54,9 @@ def batch_loss(model, unwrapped, batch: dict) -> torch.Tensor:
     inputs = {key: value for key, value in batch.items() if key != "labels"}
     logits = model(**inputs, use_cache=False, logits_to_keep=positions).logits  # (rows, kept, vocab)
     targets = labels[:, 1:].index_select(1, positions)
-    return torch.nn.functional.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1),
-                                             ignore_index=IGNORE)
+    return torch.nn.functional.cross_entropy(
+        logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=IGNORE
+    )
 
 
 def loss_token_count(batch: dict, encoder_decoder: bool) -> int:

@@ -38,8 +38,14 @@ class NonFiniteLossError(EvolveTrainError, RuntimeError):
 
 
 class NonFiniteGuard:
-    def __init__(self, mode: str, step: int, device: torch.device, planned_micro_batches: int,
-                 last_good: Optional[Callable[[], str]] = None):
+    def __init__(
+        self,
+        mode: str,
+        step: int,
+        device: torch.device,
+        planned_micro_batches: int,
+        last_good: Optional[Callable[[], str]] = None,
+    ):
         if mode not in MODES:
             raise ValueError(f"trainer.nonfinite must be stop or skip, got {mode!r}")
         self.mode, self.step, self.device = mode, step, device
@@ -107,14 +113,23 @@ class NonFiniteGuard:
         epoch, batch, micro = self._positions[bad]
         window = len(self._positions)
         self.skipped += window
-        log.warning("time step %d: skipped %d micro-batch(es) with a non-finite %s (%s) at epoch %d, batch %d "
-                    "(trainer.nonfinite=skip; %d skipped in this step so far)", self.step, window, self._kind(),
-                    self._value(), epoch, batch, self.skipped)
+        log.warning(
+            "time step %d: skipped %d micro-batch(es) with a non-finite %s (%s) at epoch %d, batch %d "
+            "(trainer.nonfinite=skip; %d skipped in this step so far)",
+            self.step,
+            window,
+            self._kind(),
+            self._value(),
+            epoch,
+            batch,
+            self.skipped,
+        )
         if self.skipped > self.limit:
             raise NonFiniteLossError(
                 f"time step {self.step}: {self.skipped} micro-batches skipped for non-finite losses or gradients "
                 f"(limit {self.limit}, {MAX_SKIP_SHARE:.0%} of the step); the model has likely diverged. "
-                f"Last good checkpoint: {self._last_good()}")
+                f"Last good checkpoint: {self._last_good()}"
+            )
         self._reset()
         return True
 
@@ -143,4 +158,5 @@ class NonFiniteGuard:
             f"of the epoch (micro-batch {micro} of the step, around optimizer step {optimizer_step}); training "
             f"stopped and nothing after the last good checkpoint was saved. Last good checkpoint: "
             f"{self._last_good()}. Rerunning resumes from it; consider a lower trainer.lr, trainer.grad_clip > 0, "
-            "or trainer.nonfinite=skip to skip such batches.")
+            "or trainer.nonfinite=skip to skip such batches."
+        )

@@ -100,8 +100,9 @@ class TokenBudgetBatches:
 
     def subset(self, lengths: Sequence[int]) -> "TokenBudgetBatches":
         """The same batching over other rows' ``lengths`` (a method's per-epoch selection)."""
-        return TokenBudgetBatches(list(lengths), self.tokens_per_batch, self.seed, self.num_processes,
-                                  self.group_factor)
+        return TokenBudgetBatches(
+            list(lengths), self.tokens_per_batch, self.seed, self.num_processes, self.group_factor
+        )
 
 
 class DocumentPacker:
@@ -133,14 +134,15 @@ class DocumentPacker:
         stop = total - total % self.seq_len if full_only else total
         for start in range(0, stop, self.seq_len):
             for name, values in self.carry.items():
-                rows[name].append(values[start:start + self.seq_len])
+                rows[name].append(values[start : start + self.seq_len])
         rows["position_ids"] = [restart_first_segment(p) for p in rows["position_ids"]]
         self.carry = {name: values[stop:] for name, values in self.carry.items()}
         return rows
 
 
-def pack_documents(documents: Iterable[list[int]], seq_len: int, eos_id: int,
-                   prefix: Sequence[int] = ()) -> dict[str, list[list[int]]]:
+def pack_documents(
+    documents: Iterable[list[int]], seq_len: int, eos_id: int, prefix: Sequence[int] = ()
+) -> dict[str, list[list[int]]]:
     """Documents' token ids -> rows of ``seq_len`` ids (``input_ids``, ``labels``, ``position_ids``), each
     document laid out as ``prefix + ids + [eos_id]``; see the module docstring."""
     packer = DocumentPacker(seq_len, eos_id, prefix)
@@ -164,8 +166,9 @@ def restart_first_segment(positions: list[int]) -> list[int]:
     return out
 
 
-def chunk_documents(documents: Iterable[list[int]], seq_len: int, eos_id: int,
-                    prefix: Sequence[int] = ()) -> dict[str, list[list[int]]]:
+def chunk_documents(
+    documents: Iterable[list[int]], seq_len: int, eos_id: int, prefix: Sequence[int] = ()
+) -> dict[str, list[list[int]]]:
     """The unpacked layout: each ``ids + [eos_id]`` cut on its own into pieces that each open with ``prefix``
     (the last piece of every document is short, and padded in its batch)."""
     width = seq_len - len(prefix)
@@ -174,8 +177,8 @@ def chunk_documents(documents: Iterable[list[int]], seq_len: int, eos_id: int,
     for doc in documents:
         row = list(doc) + [eos_id]
         for start in range(0, len(row), width):
-            rows["input_ids"].append(list(prefix) + row[start:start + width])
-            rows["labels"].append(skip + row[start:start + width])
+            rows["input_ids"].append(list(prefix) + row[start : start + width])
+            rows["labels"].append(skip + row[start : start + width])
     return rows
 
 

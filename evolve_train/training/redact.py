@@ -82,8 +82,10 @@ def redact_override(text: str, secrets: set[str]) -> str:
 def redact_value(value: Any, secrets: set[str]) -> Any:
     """``value`` (parsed YAML) with secret keys' values and known secret strings replaced."""
     if isinstance(value, dict):
-        return {k: (REDACTED if is_secret_key(str(k)) and value[k] not in (None, "", {}, [])
-                    else redact_value(v, secrets)) for k, v in value.items()}
+        return {
+            k: (REDACTED if is_secret_key(str(k)) and value[k] not in (None, "", {}, []) else redact_value(v, secrets))
+            for k, v in value.items()
+        }
     if isinstance(value, list):
         return [redact_value(v, secrets) for v in value]
     if isinstance(value, str):

@@ -99,8 +99,9 @@ class FlatColumn:
         for chunk in column.chunks:
             offsets = chunk.offsets  # honours a sliced chunk; indexes chunk.values
             where = _in_file(offsets, maps)
-            self.offsets.append(_read(where, np.dtype(offsets.type.to_pandas_dtype()), 0, len(offsets))
-                                if where else offsets.to_numpy())
+            self.offsets.append(
+                _read(where, np.dtype(offsets.type.to_pandas_dtype()), 0, len(offsets)) if where else offsets.to_numpy()
+            )
             self.values.append(Values(chunk.values, maps))
         sizes = [len(offsets) - 1 for offsets in self.offsets]
         self.starts = np.cumsum([0] + sizes)

@@ -74,11 +74,13 @@ def cooldown_start(cfg: TrainerConfig, total: int) -> tuple[int, int]:
 
 def lr_lambda(warmup: int, total: int, min_ratio: float):
     """Linear warmup, then linear decay to ``min_ratio`` of the peak (``schedule=linear``, today's expressions)."""
+
     def factor(step: int) -> float:
         if step < warmup:
             return (step + 1) / warmup
         progress = (step - warmup) / max(1, total - warmup)
         return max(min_ratio, 1.0 - (1.0 - min_ratio) * progress)
+
     return factor
 
 
@@ -104,8 +106,10 @@ def shape(cfg: TrainerConfig, time_step: int, t: int, total: int) -> float:
     if kind == Schedule.wsd:
         return 1.0 if t < start else _cooled(1.0, t, start, length, m)
     if kind == Schedule.rsqrt:
+
         def rsqrt(i: int) -> float:
             return min(1.0, math.sqrt(max(1, cfg.warmup_steps) / (i + 1)))
+
         return rsqrt(t) if t < start else _cooled(rsqrt(start), t, start, length, m)
     if kind == Schedule.infinite:
         c = cfg.constant_lr_ratio
@@ -124,6 +128,7 @@ def lr_factor(cfg: TrainerConfig, time_step: int, total: int, n_time_steps: int)
     def factor(t: int) -> float:
         value = shape(cfg, time_step, t, total)
         return value if top == 1.0 else top * value
+
     return factor
 
 

@@ -27,9 +27,18 @@ from typing import Callable, Optional
 
 log = logging.getLogger(__name__)
 
-TRAINER_FIELDS_NOT_IN_KEY = ("epochs", "log_every", "num_threads", "save_every_n_steps", "keep_last_states",
-                            "dist_timeout_s", "peak_flops",
-                            "rewarm", "peak_schedule", "optimizer_state")  # step 0: always warmed, peak 1, fresh AdamW
+TRAINER_FIELDS_NOT_IN_KEY = (
+    "epochs",
+    "log_every",
+    "num_threads",
+    "save_every_n_steps",
+    "keep_last_states",
+    "dist_timeout_s",
+    "peak_flops",
+    "rewarm",
+    "peak_schedule",
+    "optimizer_state",
+)  # step 0: always warmed, peak 1, fresh AdamW
 META = "step0_meta.json"
 
 
@@ -96,13 +105,18 @@ def step0_key(cfg, tokenizer, num_processes: int, step0=None, runtime: Optional[
     step0_schedule = trainer.pop("step0_schedule", None)
     if step0_schedule is not None:  # step 0 runs this shape whatever trainer.schedule says (training/schedule.py)
         trainer["schedule"] = step0_schedule
-    parts = {"data": data, "model": dataclasses.asdict(cfg.model), "seed": cfg.seed, "trainer": trainer,
-             "method": _method_part(cfg.method), "num_processes": num_processes,
-             "runtime": runtime if runtime is not None else accelerate_runtime(),
-             "tokenizer": tokenizer_fingerprint(tokenizer),
-             "corpus": step0_corpus_fingerprint(step0) if step0 is not None else None,
-             "versions": [evolve_train.__version__, torch.__version__, transformers.__version__,
-                          accelerate.__version__]}
+    parts = {
+        "data": data,
+        "model": dataclasses.asdict(cfg.model),
+        "seed": cfg.seed,
+        "trainer": trainer,
+        "method": _method_part(cfg.method),
+        "num_processes": num_processes,
+        "runtime": runtime if runtime is not None else accelerate_runtime(),
+        "tokenizer": tokenizer_fingerprint(tokenizer),
+        "corpus": step0_corpus_fingerprint(step0) if step0 is not None else None,
+        "versions": [evolve_train.__version__, torch.__version__, transformers.__version__, accelerate.__version__],
+    }
     blob = json.dumps(parts, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:20]
 
@@ -127,10 +141,12 @@ class Step0Cache:
 
     def recording(self, log_fn: Optional[Callable]) -> Callable:
         """Wrap the training-row logger so the rows are stored with the checkpoint (and replayed on a hit)."""
+
         def record(row: dict) -> None:
             self.train_rows.append(dict(row))
             if log_fn is not None:
                 log_fn(row)
+
         return record
 
     def load(self, model_cfg, accelerator, log_fn: Optional[Callable] = None):
@@ -150,8 +166,11 @@ class Step0Cache:
         for row in meta.get("train_rows", []):
             if log_fn is not None:
                 log_fn({**row, "from_step0_cache": True})
-        log.info("step 0: loaded from the step-0 cache %s (trained by %s); not training it again",
-                 self.path, meta.get("trained_by"))
+        log.info(
+            "step 0: loaded from the step-0 cache %s (trained by %s); not training it again",
+            self.path,
+            meta.get("trained_by"),
+        )
         return model, StepResult(**meta["result"])
 
     def store(self, model, tokenizer, result, trained_by: str) -> Optional[Path]:
@@ -163,8 +182,12 @@ class Step0Cache:
         shutil.rmtree(tmp, ignore_errors=True)
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
-        meta = {"key": self.key, "trained_by": trained_by, "result": dataclasses.asdict(result),
-                "train_rows": self.train_rows}
+        meta = {
+            "key": self.key,
+            "trained_by": trained_by,
+            "result": dataclasses.asdict(result),
+            "train_rows": self.train_rows,
+        }
         (tmp / META).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
         try:
             os.rename(tmp, self.path)

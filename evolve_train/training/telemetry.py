@@ -89,8 +89,14 @@ def _first(config, *names: str) -> Optional[int]:
 class Throughput:
     """Tokens per second (and MFU, peak memory) over the window between two log rows."""
 
-    def __init__(self, device: torch.device, tokens: int, flops_per_token: Optional[float],
-                 peak_flops: Optional[float], num_processes: int):
+    def __init__(
+        self,
+        device: torch.device,
+        tokens: int,
+        flops_per_token: Optional[float],
+        peak_flops: Optional[float],
+        num_processes: int,
+    ):
         self.device, self.num_processes = device, num_processes
         self.flops = flops_per_token if peak_flops else None
         self.peak = (peak_flops or 0.0) * num_processes

@@ -45,8 +45,15 @@ def encoder_fingerprint(adapter) -> str:
 
     cls = type(adapter)
     source = inspect.getsource(sys.modules[cls.__module__]) + inspect.getsource(packing)
-    parts = [cls.__module__, cls.__qualname__, adapter.prefix, adapter.suffix, adapter.eos_id, adapter.pad_id,
-             hashlib.sha256(source.encode("utf-8")).hexdigest()]
+    parts = [
+        cls.__module__,
+        cls.__qualname__,
+        adapter.prefix,
+        adapter.suffix,
+        adapter.eos_id,
+        adapter.pad_id,
+        hashlib.sha256(source.encode("utf-8")).hexdigest(),
+    ]
     return hashlib.sha256(json.dumps(parts, default=str).encode("utf-8")).hexdigest()
 
 
@@ -57,10 +64,16 @@ def token_key(step, adapter, settings: dict) -> str:
 
     import evolve_train
 
-    return cache.digest({"format": FORMAT, "data": step_fingerprint(step),
-                         "tokenizer": tokenizer_fingerprint(adapter.tokenizer),
-                         "encoder": encoder_fingerprint(adapter), "settings": settings,
-                         "versions": [evolve_train.__version__, datasets.__version__, tokenizers.__version__]})
+    return cache.digest(
+        {
+            "format": FORMAT,
+            "data": step_fingerprint(step),
+            "tokenizer": tokenizer_fingerprint(adapter.tokenizer),
+            "encoder": encoder_fingerprint(adapter),
+            "settings": settings,
+            "versions": [evolve_train.__version__, datasets.__version__, tokenizers.__version__],
+        }
+    )
 
 
 class TokenCache:
@@ -102,8 +115,8 @@ class TokenCache:
         log.info("tokenized cache hit %s (step %s)", final, step.name)
         return Dataset.from_file(str(final / ROWS))
 
+
 def _save(batches, tmp: Path, step, settings: dict) -> None:
     rows = write_int_rows(batches, str(tmp / ROWS))
-    meta = {"format": FORMAT, "step": step.name, "rows": rows, "settings": settings,
-            "data": step_fingerprint(step)}
+    meta = {"format": FORMAT, "step": step.name, "rows": rows, "settings": settings, "data": step_fingerprint(step)}
     (tmp / META).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")

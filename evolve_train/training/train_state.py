@@ -247,8 +247,7 @@ class StepStates:
     """The mid-step states of one time step. Use as a context manager around ``train_time_step``
     (it defers Ctrl-C while inside) and pass it as ``states=``."""
 
-    def __init__(self, run_dir: Path, step: int, every: int, keep: int, accelerator, method=None,
-                 resume: bool = True):
+    def __init__(self, run_dir: Path, step: int, every: int, keep: int, accelerator, method=None, resume: bool = True):
         self.run_dir, self.step = Path(run_dir), step
         self.every, self.keep = max(0, int(every)), max(1, int(keep))
         self.accelerator, self.method, self.resume = accelerator, method, resume
@@ -273,10 +272,12 @@ class StepStates:
     def __exit__(self, exc_type, exc, traceback) -> None:
         self._restore_handlers()
         if self.interrupt_requested and exc_type is None:  # the signal came after the step's last update
-            raise TrainingInterrupted(f"interrupted ({SIGNAL_NAMES[self.interrupt_requested]}) at the end of time "
-                                      f"step {self.step}, before its checkpoint; it resumes from "
-                                      f"{self.last_good()}. Run the same command again to resume.",
-                                      self.interrupt_requested)
+            raise TrainingInterrupted(
+                f"interrupted ({SIGNAL_NAMES[self.interrupt_requested]}) at the end of time "
+                f"step {self.step}, before its checkpoint; it resumes from "
+                f"{self.last_good()}. Run the same command again to resume.",
+                self.interrupt_requested,
+            )
 
     def _restore_handlers(self) -> None:
         for signum, handler in self._previous_handlers.items():
@@ -285,16 +286,23 @@ class StepStates:
 
     def _on_signal(self, signum, frame) -> None:
         self.interrupt_requested = signum
-        log.warning("%s: saving a resumable state at the end of this optimizer step (a second signal stops at "
-                    "once, losing the step's progress since the last saved state)", SIGNAL_NAMES[signum])
+        log.warning(
+            "%s: saving a resumable state at the end of this optimizer step (a second signal stops at "
+            "once, losing the step's progress since the last saved state)",
+            SIGNAL_NAMES[signum],
+        )
         self._restore_handlers()
 
     # -- the loop's hooks -------------------------------------------------------------------------
     def begin(self, model, optimizer, scheduler, log_fn, **fingerprint) -> tuple[Progress, Optional[Callable]]:
         """Restore the newest matching state of this step (if any); returns the progress to continue from
         and ``log_fn`` wrapped to record the step's rows. Rows of the restored state are logged again."""
-        self.fingerprint = {"format": FORMAT, "step": self.step, "num_processes": self.accelerator.num_processes,
-                            **fingerprint}
+        self.fingerprint = {
+            "format": FORMAT,
+            "step": self.step,
+            "num_processes": self.accelerator.num_processes,
+            **fingerprint,
+        }
         self._log_fn = log_fn
         progress = self._restore(model, optimizer, scheduler) if self.resume else None
         progress = progress or Progress()
@@ -307,13 +315,22 @@ class StepStates:
             self.rows.append(dict(row))
             if log_fn is not None:
                 log_fn(row)
+
         return progress, record
 
     def due(self, optimizer_steps: int, total: int) -> bool:
         return self.every > 0 and (optimizer_steps % self.every == 0 or optimizer_steps >= total)
 
-    def after_optimizer_step(self, optimizer_steps: int, total: int, progress: Callable[[], Progress], model,
-                             optimizer, scheduler, check: Optional[Callable[[], None]] = None) -> None:
+    def after_optimizer_step(
+        self,
+        optimizer_steps: int,
+        total: int,
+        progress: Callable[[], Progress],
+        model,
+        optimizer,
+        scheduler,
+        check: Optional[Callable[[], None]] = None,
+    ) -> None:
         """Save a state when due or when Ctrl-C was pressed (then raise :class:`TrainingInterrupted`).
         ``check`` (the non-finite guard) runs first: a state is never saved after a non-finite update."""
         interrupted = self.interrupt_requested
@@ -327,12 +344,17 @@ class StepStates:
             raise TrainingInterrupted(
                 f"interrupted ({SIGNAL_NAMES[interrupted]}) in time step {self.step} after optimizer step "
                 f"{optimizer_steps} of {total}; resumable state saved to {self.saved}. Run the same command "
-                "again to resume.", interrupted)
+                "again to resume.",
+                interrupted,
+            )
 
     def last_good(self) -> str:
         """The newest saved point a rerun resumes from (for error messages)."""
-        previous = (f"{self.run_dir / 'steps' / str(self.step - 1)} (the checkpoint of step {self.step - 1})"
-                    if self.step > 0 else "none (step 0 starts from scratch)")
+        previous = (
+            f"{self.run_dir / 'steps' / str(self.step - 1)} (the checkpoint of step {self.step - 1})"
+            if self.step > 0
+            else "none (step 0 starts from scratch)"
+        )
         if self.saved is not None:
             return f"{self.saved} (mid-step state of step {self.step}); before it {previous}"
         return previous
@@ -371,8 +393,11 @@ class StepStates:
             if main:
                 shutil.rmtree(tmp, ignore_errors=True)
             if isinstance(error, OSError):
-                raise OSError(error.errno, f"could not write the training state {final} ({error}); nothing "
-                                           f"half-written was left. Last good: {self.last_good()}") from error
+                raise OSError(
+                    error.errno,
+                    f"could not write the training state {final} ({error}); nothing "
+                    f"half-written was left. Last good: {self.last_good()}",
+                ) from error
             raise
         if accelerator.num_processes > 1:
             accelerator.wait_for_everyone()
@@ -386,12 +411,10 @@ class StepStates:
         tensors: dict[str, torch.Tensor] = {}
         meta: dict[str, Any] = {"fingerprint": self.fingerprint, "progress": asdict(progress)}
         meta["rng"] = split_tensors(rng_state(), tensors, "rng")
-        meta["method"] = split_tensors(self.method.state_dict() if self.method is not None else {}, tensors,
-                                       "method")
+        meta["method"] = split_tensors(self.method.state_dict() if self.method is not None else {}, tensors, "method")
         if not sharded:
             unwrapped = self.accelerator.unwrap_model(model)
-            weights = {n: p.detach().cpu().contiguous() for n, p in unwrapped.named_parameters()
-                       if p.requires_grad}
+            weights = {n: p.detach().cpu().contiguous() for n, p in unwrapped.named_parameters() if p.requires_grad}
             save_file(weights, str(tmp / MODEL_FILE), metadata={"format": "pt"})
             meta["optimizer"] = split_tensors(optimizer.state_dict(), tensors, "optimizer")
             meta["scheduler"] = split_tensors(scheduler.state_dict(), tensors, "scheduler")
@@ -402,7 +425,7 @@ class StepStates:
 
     def _prune_own(self) -> None:
         mine = [(opt, path) for step, opt, path in list_states(self.run_dir) if step == self.step]
-        for _, path in mine[:-self.keep]:
+        for _, path in mine[: -self.keep]:
             shutil.rmtree(path, ignore_errors=True)
 
     def _restore(self, model, optimizer, scheduler) -> Optional[Progress]:
@@ -413,8 +436,10 @@ class StepStates:
             if problem is None:
                 meta = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
                 if meta.get("fingerprint") != self.fingerprint:
-                    problem = (f"it was saved for another plan of this step ({meta.get('fingerprint')} != "
-                               f"{self.fingerprint}; did the config change?)")
+                    problem = (
+                        f"it was saved for another plan of this step ({meta.get('fingerprint')} != "
+                        f"{self.fingerprint}; did the config change?)"
+                    )
             if problem is None:
                 try:
                     progress = self._load(path, meta, model, optimizer, scheduler)
@@ -422,9 +447,14 @@ class StepStates:
                     problem = f"it could not be loaded: {error}"
                 else:
                     self.saved = path
-                    log.info("resuming time step %d from the training state %s (optimizer step %d, epoch %d, "
-                             "batch %d)", self.step, path, progress.optimizer_steps, progress.epoch,
-                             progress.next_batch)
+                    log.info(
+                        "resuming time step %d from the training state %s (optimizer step %d, epoch %d, batch %d)",
+                        self.step,
+                        path,
+                        progress.optimizer_steps,
+                        progress.epoch,
+                        progress.next_batch,
+                    )
                     return progress
             log.warning("ignoring the incomplete or unusable training state %s: %s", path, problem)
         return None
@@ -439,8 +469,9 @@ class StepStates:
             unwrapped = self.accelerator.unwrap_model(model)
             params = {n: p for n, p in unwrapped.named_parameters() if p.requires_grad}
             if set(weights) != set(params):
-                raise ValueError(f"its trainable parameters differ from the model's ({len(weights)} vs "
-                                 f"{len(params)} tensors)")
+                raise ValueError(
+                    f"its trainable parameters differ from the model's ({len(weights)} vs {len(params)} tensors)"
+                )
             for name, value in weights.items():
                 if value.shape != params[name].shape:
                     raise ValueError(f"{name} has shape {tuple(value.shape)}, the model {tuple(params[name].shape)}")

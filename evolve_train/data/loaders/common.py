@@ -12,8 +12,14 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping, Optional, Sequence
 
 from evolve_train.data.corpus import records_of_file
-from evolve_train.data.qa_items import (QAItem, _check_mapping, _csv_records, _decoded_lines,
-                                        _item_from_record, _jsonl_records)
+from evolve_train.data.qa_items import (
+    QAItem,
+    _check_mapping,
+    _csv_records,
+    _decoded_lines,
+    _item_from_record,
+    _jsonl_records,
+)
 from evolve_train.errors import DataError
 
 MASK_TOKENS = ("<mask>", "<extra_id_0>", "[MASK]")
@@ -65,8 +71,9 @@ def numbered_records(path: Path, required: tuple[str, ...] = ()) -> Iterator[tup
         header = csv_header(path)
         for name in required:
             if name not in header:
-                raise DataError(f"missing column '{name}' (header: {', '.join(header)})", file=str(path),
-                                line=1, field=name)
+                raise DataError(
+                    f"missing column '{name}' (header: {', '.join(header)})", file=str(path), line=1, field=name
+                )
         records = _csv_records(path)
     else:
         records = _jsonl_records(path)
@@ -76,21 +83,24 @@ def numbered_records(path: Path, required: tuple[str, ...] = ()) -> Iterator[tup
             raise DataError(f"expected a JSON object, got {type(record).__name__}", file=str(path), line=number)
         for name in required:
             if name not in record:
-                reason = ("row has fewer cells than the header" if from_csv
-                          else f"missing required field '{name}'")
+                reason = "row has fewer cells than the header" if from_csv else f"missing required field '{name}'"
                 raise DataError(reason, file=str(path), line=number, field=name)
         count += 1
         yield number, record
     if not count:
-        raise DataError("empty file: no rows after the header" if from_csv else "empty file: no records",
-                        file=str(path), line=1 if from_csv else None)
+        raise DataError(
+            "empty file: no rows after the header" if from_csv else "empty file: no records",
+            file=str(path),
+            line=1 if from_csv else None,
+        )
 
 
 def _text_cell(record: Mapping[str, Any], name: str, path: Path, number: int) -> str:
     value = record.get(name)
     if not isinstance(value, str):
-        raise DataError(f"wrong type: expected a string, got {type(value).__name__}", file=str(path),
-                        line=number, field=name)
+        raise DataError(
+            f"wrong type: expected a string, got {type(value).__name__}", file=str(path), line=number, field=name
+        )
     if not value.strip():
         raise DataError(f"empty '{name}'", file=str(path), line=number, field=name)
     return value
@@ -111,8 +121,10 @@ def read_training_file(path: Path, cache_dir: Optional[Path] = None) -> tuple[Se
 def _documents(path: Path) -> Iterator[dict]:
     for number, record in numbered_records(path, ("text",)):
         doc_id = record.get("doc_id")
-        yield {"text": _text_cell(record, "text", path, number),
-               "doc_id": None if doc_id in (None, "") else str(doc_id)}
+        yield {
+            "text": _text_cell(record, "text", path, number),
+            "doc_id": None if doc_id in (None, "") else str(doc_id),
+        }
 
 
 def _pairs(path: Path) -> Iterator[dict]:
@@ -120,8 +132,12 @@ def _pairs(path: Path) -> Iterator[dict]:
         source = _text_cell(record, "input", path, number)
         target = _text_cell(record, "output", path, number)
         if not any(mask in source for mask in MASK_TOKENS):
-            raise DataError(f"no mask token ({', '.join(MASK_TOKENS)}) in the masked-entity input",
-                            file=str(path), line=number, field="input")
+            raise DataError(
+                f"no mask token ({', '.join(MASK_TOKENS)}) in the masked-entity input",
+                file=str(path),
+                line=number,
+                field="input",
+            )
         yield {"input": source, "output": target}
 
 
@@ -133,9 +149,13 @@ def _first_keys(path: Path) -> set[str]:
     return set()
 
 
-def read_release_items(path: Path, fields: Optional[Mapping[str, str]], default_split: str,
-                       id_prefix: Optional[str],
-                       answers_column: Optional[str] = None) -> list[tuple[int, QAItem]]:
+def read_release_items(
+    path: Path,
+    fields: Optional[Mapping[str, str]],
+    default_split: str,
+    id_prefix: Optional[str],
+    answers_column: Optional[str] = None,
+) -> list[tuple[int, QAItem]]:
     """(line, QAItem) of a QA file that may lack ids (the EvolvingQA CSVs): ``id`` is the mapped id column
     when the file has one (duplicates fail), else ``<id_prefix>/L<line>`` (``L<line>`` without a prefix).
     ``answers`` come from the mapped column, else ``answers_column``, else ``answers``/``answer``, whichever
@@ -163,8 +183,12 @@ def read_release_items(path: Path, fields: Optional[Mapping[str, str]], default_
         except DataError as err:
             raise DataError(err.reason, file=str(path), line=number, field=err.field) from None
         if item.id in seen:
-            raise DataError(f"duplicate id '{item.id}' (lines {seen[item.id]} and {number})", file=str(path),
-                            line=number, field=id_column)
+            raise DataError(
+                f"duplicate id '{item.id}' (lines {seen[item.id]} and {number})",
+                file=str(path),
+                line=number,
+                field=id_column,
+            )
         seen[item.id] = number
         item.extra.pop("__id__", None)
         items.append((number, item))

@@ -57,6 +57,7 @@ class Wording:
 @dataclass
 class Plan:
     """The facts' states at the cuts, and what each step's corpus and sets hold."""
+
     facts: list[Fact]
     cuts: list[str]
     states: list[dict[FactKey, State]]
@@ -79,15 +80,20 @@ class Plan:
 
     def new(self, step: int) -> list[Fact]:
         """Facts of ``new_<step>``: no value at any earlier cut, one at cut ``step``."""
-        return [f for f in self.facts if self.states[step][f.key]
-                and not any(state[f.key] for state in self.states[:step])]
+        return [
+            f for f in self.facts if self.states[step][f.key] and not any(state[f.key] for state in self.states[:step])
+        ]
 
     def unchanged(self) -> list[Fact]:
-        return [f for f in self.facts if self.states[0][f.key]
-                and all(state[f.key] == self.states[0][f.key] for state in self.states)]
+        return [
+            f
+            for f in self.facts
+            if self.states[0][f.key] and all(state[f.key] == self.states[0][f.key] for state in self.states)
+        ]
 
 
 # ---------------------------------------------------------------- configuration
+
 
 def parse_cuts(cuts: list) -> list[tuple[str, date]]:
     """(as written, day) of each cut; strictly increasing, else a ConfigError naming the cut."""
@@ -99,8 +105,10 @@ def parse_cuts(cuts: list) -> list[tuple[str, date]]:
         except ValueError as err:
             raise ConfigError(f"data.dyknow.cuts[{k}]: {err} (give YYYY, YYYY-MM or YYYY-MM-DD)") from None
         if parsed and day <= parsed[-1][1]:
-            raise ConfigError(f"data.dyknow.cuts must be strictly increasing: cut {k} ({text}) is not after "
-                              f"cut {k - 1} ({parsed[-1][0]})")
+            raise ConfigError(
+                f"data.dyknow.cuts must be strictly increasing: cut {k} ({text}) is not after "
+                f"cut {k - 1} ({parsed[-1][0]})"
+            )
         parsed.append((text, day))
     return parsed
 
@@ -125,15 +133,22 @@ def plan_of(cfg: DataConfig) -> Plan:
         raise DataError("missing directory: data.root does not exist", file=str(root))
     dyknow = cfg.dyknow
     cuts = parse_cuts(list(dyknow.cuts))
-    facts = read_facts(root, list(dyknow.categories) if dyknow.categories is not None else None,
-                       qa=dyknow.qa_questions)
+    facts = read_facts(root, list(dyknow.categories) if dyknow.categories is not None else None, qa=dyknow.qa_questions)
     states = [{f.key: f.state(day) for f in facts} for _, day in cuts]
     wordings = {f.key: wording_of(f, list(dyknow.train_wordings)) for f in facts}
-    return Plan(facts, [text for text, _ in cuts], states, wordings, date_form(cfg),
-                cfg.time_prefix_format or PREFIX_FORMAT, dyknow)
+    return Plan(
+        facts,
+        [text for text, _ in cuts],
+        states,
+        wordings,
+        date_form(cfg),
+        cfg.time_prefix_format or PREFIX_FORMAT,
+        dyknow,
+    )
 
 
 # ---------------------------------------------------------------- corpora
+
 
 def step_corpus(plan: Plan, step: int, passages: Optional[dict] = None) -> tuple[list[dict], list[dict]]:
     """Masked-entity pairs and documents of one step (see the module docstring), dated with cut ``step``."""
@@ -155,20 +170,29 @@ def step_corpus(plan: Plan, step: int, passages: Optional[dict] = None) -> tuple
                     continue
                 for value in state[fact.key]:
                     sentences.append(f"{prompt} {value}.")
-                    pairs.append({"input": stamp(f"{prompt} {MASK}.", entity), "output": value,
-                                  "entity": entity, "relation": fact.relation, "wording": name})
+                    pairs.append(
+                        {
+                            "input": stamp(f"{prompt} {MASK}.", entity),
+                            "output": value,
+                            "entity": entity,
+                            "relation": fact.relation,
+                            "wording": name,
+                        }
+                    )
             rng.shuffle(sentences)
             doc_id = f"{category}/{entity}" + (f"#{number}" if number else "")
             texts.append({"doc_id": doc_id, "text": stamp(" ".join(sentences), entity)})
         for fact in facts if passages else []:
             for k, (text, matched) in enumerate(passages.get(fact.key, [])):
                 if set(matched) & set(state[fact.key]):
-                    texts.append({"doc_id": f"{category}/{entity}/{fact.relation}/passage{k}",
-                                  "text": stamp(text, text)})  # a passage keeps its first letter's case
+                    texts.append(
+                        {"doc_id": f"{category}/{entity}/{fact.relation}/passage{k}", "text": stamp(text, text)}
+                    )  # a passage keeps its first letter's case
     return pairs, texts
 
 
 # ---------------------------------------------------------------- eval sets
+
 
 def fact_split(fact: Fact, dyknow: DyKnowConfig) -> str:
     """dev for a seeded ``dev_share`` of the facts (every item of a fact in the same split)."""
@@ -186,9 +210,21 @@ def _question(plan: Plan, fact: Fact, cloze: str, timestamp: Optional[str]) -> s
     return dated(cloze, timestamp, plan.form, fact.entity, plan.prefix_format)
 
 
-def item(plan: Plan, set_name: str, kind: str, step: Optional[int], fact: Fact, answers: State,
-         timestamp: Optional[str], ask_dated: bool = True, *, key: str = "", pair_id: Optional[str] = None,
-         stable: bool = False, extra: Optional[dict] = None) -> dict:
+def item(
+    plan: Plan,
+    set_name: str,
+    kind: str,
+    step: Optional[int],
+    fact: Fact,
+    answers: State,
+    timestamp: Optional[str],
+    ask_dated: bool = True,
+    *,
+    key: str = "",
+    pair_id: Optional[str] = None,
+    stable: bool = False,
+    extra: Optional[dict] = None,
+) -> dict:
     """One eval item about ``fact`` (see the module docstring); ``timestamp`` = the cut whose state it asks
     (``ask_dated`` false: an undated question, as the world's undated items, still timestamped)."""
     wording = plan.wordings[fact.key]
@@ -196,45 +232,99 @@ def item(plan: Plan, set_name: str, kind: str, step: Optional[int], fact: Fact, 
     asked = timestamp if ask_dated else None
     variants = [fact.prompts[name] for name in wording.heldout] + fact.questions[:1]
     names = list(wording.heldout) + (["qa_generated"] if fact.questions else [])
-    info = {"category": fact.category, "entity": fact.entity, "relation": fact.relation,
-            "wording": wording.question, "cloze": cloze,
-            "variants": [_question(plan, fact, v, asked) for v in variants], "variant_wordings": names,
-            **(extra or {})}
+    info = {
+        "category": fact.category,
+        "entity": fact.entity,
+        "relation": fact.relation,
+        "wording": wording.question,
+        "cloze": cloze,
+        "variants": [_question(plan, fact, v, asked) for v in variants],
+        "variant_wordings": names,
+        **(extra or {}),
+    }
     if asked is not None and plan.form != "none":
         info["ts_template"] = dated_template(cloze, plan.form, fact.entity, plan.prefix_format)
     item_id = f"{set_name}/{slug(fact)}" + (f"/{key}" if key else "")
-    return {"id": item_id, "question": _question(plan, fact, cloze, asked), "answers": list(answers),
-            "set": kind, "step": step, "timestamp": timestamp, "split": fact_split(fact, plan.dyknow),
-            "pair_id": pair_id, "stable": stable,
-            "base_question": fact.questions[0] if fact.questions else cloze, "extra": info}
+    return {
+        "id": item_id,
+        "question": _question(plan, fact, cloze, asked),
+        "answers": list(answers),
+        "set": kind,
+        "step": step,
+        "timestamp": timestamp,
+        "split": fact_split(fact, plan.dyknow),
+        "pair_id": pair_id,
+        "stable": stable,
+        "base_question": fact.questions[0] if fact.questions else cloze,
+        "extra": info,
+    }
 
 
 def split_sets(plan: Plan) -> list[EvalSet]:
     """Unchanged, and New_k / Updated_k / Outdated_k of every step k >= 1."""
     dated_world = plan.form != "none"
     last = len(plan.cuts) - 1
-    sets = [EvalSet("unchanged", "unchanged", None, [
-        item(plan, "unchanged", "unchanged", None, f, plan.states[0][f.key],
-             plan.cuts[0] if dated_world else plan.cuts[last], stable=True) for f in plan.unchanged()])]
+    sets = [
+        EvalSet(
+            "unchanged",
+            "unchanged",
+            None,
+            [
+                item(
+                    plan,
+                    "unchanged",
+                    "unchanged",
+                    None,
+                    f,
+                    plan.states[0][f.key],
+                    plan.cuts[0] if dated_world else plan.cuts[last],
+                    stable=True,
+                )
+                for f in plan.unchanged()
+            ],
+        )
+    ]
     for k in range(1, len(plan.cuts)):
         now, before = plan.states[k], plan.states[k - 1]
-        sets.append(EvalSet(f"new_{k}", "new", k, [item(plan, f"new_{k}", "new", k, f, now[f.key], plan.cuts[k])
-                                                   for f in plan.new(k)]))
+        sets.append(
+            EvalSet(
+                f"new_{k}",
+                "new",
+                k,
+                [item(plan, f"new_{k}", "new", k, f, now[f.key], plan.cuts[k]) for f in plan.new(k)],
+            )
+        )
         updated, outdated = [], []
         for f in plan.changed(k):
             pair = f"{slug(f)}/{k}"
             ended = tuple(v for v in before[f.key] if v not in now[f.key])
             updated.append(item(plan, f"updated_{k}", "updated", k, f, now[f.key], plan.cuts[k], pair_id=pair))
-            outdated.append(item(plan, f"outdated_{k}", "outdated", k, f, ended,
-                                 plan.cuts[k] if dated_world else plan.cuts[k - 1], pair_id=pair))
+            outdated.append(
+                item(
+                    plan,
+                    f"outdated_{k}",
+                    "outdated",
+                    k,
+                    f,
+                    ended,
+                    plan.cuts[k] if dated_world else plan.cuts[k - 1],
+                    pair_id=pair,
+                )
+            )
         sets += [EvalSet(f"updated_{k}", "updated", k, updated), EvalSet(f"outdated_{k}", "outdated", k, outdated)]
     return sets
 
 
 def _pool(plan: Plan, fact: Fact) -> list[str]:
     """Distractors: every value of the category's facts with the same relation (``""`` for all its facts)."""
-    return sorted({v.text for f in plan.facts if f.category == fact.category
-                   and (f.relation == fact.relation or not fact.relation) for v in f.values})
+    return sorted(
+        {
+            v.text
+            for f in plan.facts
+            if f.category == fact.category and (f.relation == fact.relation or not fact.relation)
+            for v in f.values
+        }
+    )
 
 
 def _options(rng: random.Random, golds: list[str], plan: Plan, fact: Fact) -> list[str]:
@@ -256,22 +346,71 @@ def paired_set(plan: Plan, step: int) -> EvalSet:
         options = _options(rng, ended + list(now), plan, fact)
         pair = f"{PAIRED_KIND}/{slug(fact)}/{step}"
         common = {"options": options}
-        items.append(item(plan, name, PAIRED_KIND, step, fact, tuple(ended), plan.cuts[step - 1], key="old",
-                          pair_id=pair, extra={"role": "old", **common}))
-        items.append(item(plan, name, PAIRED_KIND, step, fact, tuple(began), plan.cuts[step], key="new",
-                          pair_id=pair, extra={"role": "new", **common}))
+        items.append(
+            item(
+                plan,
+                name,
+                PAIRED_KIND,
+                step,
+                fact,
+                tuple(ended),
+                plan.cuts[step - 1],
+                key="old",
+                pair_id=pair,
+                extra={"role": "old", **common},
+            )
+        )
+        items.append(
+            item(
+                plan,
+                name,
+                PAIRED_KIND,
+                step,
+                fact,
+                tuple(began),
+                plan.cuts[step],
+                key="new",
+                pair_id=pair,
+                extra={"role": "new", **common},
+            )
+        )
         by_step = {str(s): list(plan.states[s][fact.key]) for s in range(step, len(plan.cuts))}
-        items.append(item(plan, name, PAIRED_KIND, step, fact, now, None, key="now",
-                          extra={"role": "now", "answers_by_step": by_step, **common}))
+        items.append(
+            item(
+                plan,
+                name,
+                PAIRED_KIND,
+                step,
+                fact,
+                now,
+                None,
+                key="now",
+                extra={"role": "now", "answers_by_step": by_step, **common},
+            )
+        )
     unchanged = plan.unchanged()
-    sample = sorted(random.Random(f"{plan.dyknow.split_seed}-dyknow-stable").sample(
-        range(len(unchanged)), min(plan.dyknow.stable_probes, len(unchanged))))
+    sample = sorted(
+        random.Random(f"{plan.dyknow.split_seed}-dyknow-stable").sample(
+            range(len(unchanged)), min(plan.dyknow.stable_probes, len(unchanged))
+        )
+    )
     for index in sample:
         fact = unchanged[index]
         value = plan.states[step][fact.key]
-        items.append(item(plan, name, PAIRED_KIND, step, fact, value, plan.cuts[step], key=f"stable/{plan.cuts[step]}",
-                          stable=True, extra={"role": "stable",
-                                              "options": _options(rng, list(value), plan, fact)}))
+        items.append(
+            item(
+                plan,
+                name,
+                PAIRED_KIND,
+                step,
+                fact,
+                value,
+                plan.cuts[step],
+                key=f"stable/{plan.cuts[step]}",
+                stable=True,
+                extra={"role": "stable", "options": _options(rng, list(value), plan, fact)},
+            )
+        )
     for probe in items:  # the choice evaluators read options and gold_index at the top level
         probe["options"] = probe["extra"].pop("options")
         probe["gold_index"] = probe["options"].index(probe["answers"][0])
@@ -287,7 +426,9 @@ def dyknow_timeline(cfg: DataConfig) -> Timeline:
         pairs, texts = step_corpus(plan, k, passages)
         steps.append(TimeStep(index=k, name=cut, pairs=pairs, texts=texts))
     if not steps[0].pairs:
-        raise DataError(f"no fact of data.root has a value at the first cut ({plan.cuts[0]}): choose a later "
-                        "data.dyknow.cuts[0]", file=str(Path(cfg.root) / "grc_generated.json"))
+        raise DataError(
+            f"no fact of data.root has a value at the first cut ({plan.cuts[0]}): choose a later data.dyknow.cuts[0]",
+            file=str(Path(cfg.root) / "grc_generated.json"),
+        )
     sets = split_sets(plan) + [paired_set(plan, k) for k in range(len(plan.cuts))]
     return Timeline(steps=steps, eval_sets=sets, prompt_template=cfg.prompt_template)

@@ -125,8 +125,7 @@ def _answer(raw: Any) -> Value:
     for part in parts:
         match = _QUALIFIER.match(part.strip())
         if not match:
-            raise ValueError(f"malformed qualifier {part.strip()!r} (expected 'S: <date>', 'E: <date>' or "
-                             "'P: <date>')")
+            raise ValueError(f"malformed qualifier {part.strip()!r} (expected 'S: <date>', 'E: <date>' or 'P: <date>')")
         name, stamp = match[1], match[2]
         if name not in QUALIFIERS:
             raise ValueError(f"unknown qualifier '{name}' (known: {', '.join(QUALIFIERS)})")
@@ -144,15 +143,23 @@ def _answer(raw: Any) -> Value:
     return Value(text, **days)
 
 
-def parse_answer(raw: Any, category: str = "?", entity: str = "?", relation: str = "",
-                 file: Optional[str] = None, index: Optional[int] = None) -> Value:
+def parse_answer(
+    raw: Any,
+    category: str = "?",
+    entity: str = "?",
+    relation: str = "",
+    file: Optional[str] = None,
+    index: Optional[int] = None,
+) -> Value:
     """One answer as a :class:`Value`; DataError naming category, entity, relation and the answer."""
     try:
         return _answer(raw)
     except ValueError as err:
-        raise DataError(f"malformed answer {raw!r} of {where(category, entity, relation)}: {err}", file=file,
-                        field=_field(category, entity, relation, f"answers[{index}]" if index is not None
-                                     else "answers")) from None
+        raise DataError(
+            f"malformed answer {raw!r} of {where(category, entity, relation)}: {err}",
+            file=file,
+            field=_field(category, entity, relation, f"answers[{index}]" if index is not None else "answers"),
+        ) from None
 
 
 def _field(category: str, entity: str, relation: str, leaf: str) -> str:
@@ -164,8 +171,9 @@ def _load(path: Path) -> dict:
         with open(path, encoding="utf-8") as handle:
             data = json.load(handle)
     except FileNotFoundError:
-        raise DataError(f"missing file: DyKnow's {path.name} not found (data.root must hold it)",
-                        file=str(path)) from None
+        raise DataError(
+            f"missing file: DyKnow's {path.name} not found (data.root must hold it)", file=str(path)
+        ) from None
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         line = getattr(err, "lineno", None)
         raise DataError(f"malformed JSON: {err}", file=str(path), line=line) from None
@@ -178,20 +186,29 @@ def _entries(data: dict, path: Path, leaf_keys: tuple[str, ...]):
     """(category, entity, relation, entry) of every fact entry of one DyKnow file."""
     for category, entities in data.items():
         if not isinstance(entities, dict):
-            raise DataError(f"category '{category}': expected an object of entities, got "
-                            f"{type(entities).__name__}", file=str(path), field=category)
+            raise DataError(
+                f"category '{category}': expected an object of entities, got {type(entities).__name__}",
+                file=str(path),
+                field=category,
+            )
         for entity, body in entities.items():
             if not isinstance(body, dict) or not body:
-                raise DataError(f"{where(category, entity, '')}: expected an object of relations or of "
-                                f"{'/'.join(leaf_keys)}", file=str(path), field=_field(category, entity, "", ""))
+                raise DataError(
+                    f"{where(category, entity, '')}: expected an object of relations or of {'/'.join(leaf_keys)}",
+                    file=str(path),
+                    field=_field(category, entity, "", ""),
+                )
             if any(key in body for key in leaf_keys):
                 yield category, entity, "", body
                 continue
             for relation, entry in body.items():
                 if not isinstance(entry, dict):
-                    raise DataError(f"{where(category, entity, relation)}: expected an object with "
-                                    f"{'/'.join(leaf_keys)}, got {type(entry).__name__}", file=str(path),
-                                    field=_field(category, entity, relation, ""))
+                    raise DataError(
+                        f"{where(category, entity, relation)}: expected an object with "
+                        f"{'/'.join(leaf_keys)}, got {type(entry).__name__}",
+                        file=str(path),
+                        field=_field(category, entity, relation, ""),
+                    )
                 yield category, entity, relation, entry
 
 
@@ -199,20 +216,30 @@ def _prompts(entry: dict, category: str, entity: str, relation: str, path: Path)
     prompts = entry.get("questions")
     name = _field(category, entity, relation, "questions")
     if not isinstance(prompts, dict) or not prompts:
-        raise DataError(f"{where(category, entity, relation)}: 'questions' must be a non-empty object of "
-                        "prompt name -> cloze prompt", file=str(path), field=name)
+        raise DataError(
+            f"{where(category, entity, relation)}: 'questions' must be a non-empty object of "
+            "prompt name -> cloze prompt",
+            file=str(path),
+            field=name,
+        )
     for key, prompt in prompts.items():
         if not isinstance(prompt, str) or not prompt.strip():
-            raise DataError(f"{where(category, entity, relation)}: prompt '{key}' must be a non-empty string, "
-                            f"got {prompt!r}", file=str(path), field=f"{name}/{key}")
+            raise DataError(
+                f"{where(category, entity, relation)}: prompt '{key}' must be a non-empty string, got {prompt!r}",
+                file=str(path),
+                field=f"{name}/{key}",
+            )
     return {key: prompt.strip() for key, prompt in prompts.items()}
 
 
 def _values(entry: dict, category: str, entity: str, relation: str, path: Path) -> list[Value]:
     answers = entry.get("answers")
     if not isinstance(answers, list) or not answers:
-        raise DataError(f"{where(category, entity, relation)}: 'answers' must be a non-empty list",
-                        file=str(path), field=_field(category, entity, relation, "answers"))
+        raise DataError(
+            f"{where(category, entity, relation)}: 'answers' must be a non-empty list",
+            file=str(path),
+            field=_field(category, entity, relation, "answers"),
+        )
     return [parse_answer(raw, category, entity, relation, str(path), k) for k, raw in enumerate(answers)]
 
 
@@ -224,11 +251,14 @@ def read_facts(root: Path, categories: Optional[list[str]] = None, qa: bool = Tr
     if categories is not None:
         missing = [c for c in categories if c not in data]
         if missing:
-            raise DataError(f"data.dyknow.categories: {missing} not in the file (it has: {', '.join(data)})",
-                            file=str(path))
+            raise DataError(
+                f"data.dyknow.categories: {missing} not in the file (it has: {', '.join(data)})", file=str(path)
+            )
         data = {c: data[c] for c in categories}
-    facts = [Fact(c, e, r, _prompts(entry, c, e, r, path), _values(entry, c, e, r, path))
-             for c, e, r, entry in _entries(data, path, FACT_KEYS)]
+    facts = [
+        Fact(c, e, r, _prompts(entry, c, e, r, path), _values(entry, c, e, r, path))
+        for c, e, r, entry in _entries(data, path, FACT_KEYS)
+    ]
     qa_path = Path(root) / QA_FILE
     if qa and qa_path.is_file():
         questions = read_questions(qa_path)
@@ -243,8 +273,11 @@ def read_questions(path: Path) -> dict[FactKey, list[str]]:
     for c, e, r, entry in _entries(_load(path), path, FACT_KEYS):
         questions = entry.get("questions")
         if not isinstance(questions, list) or not all(isinstance(q, str) and q.strip() for q in questions):
-            raise DataError(f"{where(c, e, r)}: 'questions' must be a list of non-empty strings", file=str(path),
-                            field=_field(c, e, r, "questions"))
+            raise DataError(
+                f"{where(c, e, r)}: 'questions' must be a list of non-empty strings",
+                file=str(path),
+                field=_field(c, e, r, "questions"),
+            )
         out[(c, e, r)] = [q.strip() for q in questions]
     return out
 
@@ -257,19 +290,28 @@ def read_passages(root: Path) -> dict[FactKey, list[tuple[str, tuple[str, ...]]]
     for c, e, r, entry in _entries(_load(path), path, ("matches",)):
         matches = entry.get("matches")
         if not isinstance(matches, dict):
-            raise DataError(f"{where(c, e, r)}: 'matches' must be an object of match kinds", file=str(path),
-                            field=_field(c, e, r, "matches"))
+            raise DataError(
+                f"{where(c, e, r)}: 'matches' must be an object of match kinds",
+                file=str(path),
+                field=_field(c, e, r, "matches"),
+            )
         seen: dict[str, tuple[str, ...]] = {}
         for kind, found in matches.items():
             for k, match in enumerate(found or []):
                 text = ((match or {}).get("paragraph") or {}).get("text") if isinstance(match, dict) else None
                 matched = match.get("matched") if isinstance(match, dict) else None
                 matched = [matched] if isinstance(matched, str) else matched
-                if not isinstance(text, str) or not isinstance(matched, list) or \
-                        not all(isinstance(m, str) for m in matched):
-                    raise DataError(f"{where(c, e, r)}: a match needs paragraph.text (a string) and matched (a "
-                                    "string or a list of strings)", file=str(path),
-                                    field=_field(c, e, r, f"matches/{kind}[{k}]"))
+                if (
+                    not isinstance(text, str)
+                    or not isinstance(matched, list)
+                    or not all(isinstance(m, str) for m in matched)
+                ):
+                    raise DataError(
+                        f"{where(c, e, r)}: a match needs paragraph.text (a string) and matched (a "
+                        "string or a list of strings)",
+                        file=str(path),
+                        field=_field(c, e, r, f"matches/{kind}[{k}]"),
+                    )
                 seen.setdefault(text.strip(), tuple(m.strip() for m in matched))
         out[(c, e, r)] = list(seen.items())
     return out

@@ -27,8 +27,14 @@ from evolve_train.data.timestamps import parse_timestamp
 from evolve_train.errors import DataError
 
 EVENT_KEYS = ("knowledge_event", "questions")
-_QUESTION_FIELDS = {"question": "text", "answers": "correct", "timestamp": "timestamp", "options": "distractors",
-                    "dimension": "dimension", "id": "id"}
+_QUESTION_FIELDS = {
+    "question": "text",
+    "answers": "correct",
+    "timestamp": "timestamp",
+    "options": "distractors",
+    "dimension": "dimension",
+    "id": "id",
+}
 
 
 def looks_like_events(record: Any) -> bool:
@@ -48,7 +54,7 @@ def _array_records(path: Path) -> Iterator[tuple[int, Any]]:
     elif isinstance(document, list):
         start = text.index("[")
     else:
-        raise DataError("expected a JSON array of events (or {\"events\": [...]})", file=str(path), line=1)
+        raise DataError('expected a JSON array of events (or {"events": [...]})', file=str(path), line=1)
     decoder, position = json.JSONDecoder(), start + 1
     while True:
         while position < len(text) and text[position] in " \t\r\n,":
@@ -70,8 +76,9 @@ def _str_field(value: Any, name: str, allow_int: bool = False) -> str:
     if allow_int and isinstance(value, int) and not isinstance(value, bool):
         return str(value)
     if not isinstance(value, str) or not value.strip():
-        raise DataError("wrong type: expected a non-empty string" if not isinstance(value, str) else "empty value",
-                        field=name)
+        raise DataError(
+            "wrong type: expected a non-empty string" if not isinstance(value, str) else "empty value", field=name
+        )
     return value
 
 
@@ -100,11 +107,18 @@ def _event_items(event: Any, default_split: str, forms: tuple[str, ...]) -> list
         distractors = question.get("distractors", [])
         if not isinstance(distractors, list) or not all(isinstance(d, str) and d.strip() for d in distractors):
             raise DataError("wrong type: expected a list of non-empty strings", field=f"{where}.distractors")
-        record = {"id": f"{event_id}/{k}", "question": question["text"], "answers": question["correct"],
-                  "timestamp": question["timestamp"], "dimension": dimension, "split": event.get("split"),
-                  "base_question": f"event:{event_id}",
-                  "knowledge_event": knowledge, "source": event.get("source"),
-                  "verification": event.get("verification")}
+        record = {
+            "id": f"{event_id}/{k}",
+            "question": question["text"],
+            "answers": question["correct"],
+            "timestamp": question["timestamp"],
+            "dimension": dimension,
+            "split": event.get("split"),
+            "base_question": f"event:{event_id}",
+            "knowledge_event": knowledge,
+            "source": event.get("source"),
+            "verification": event.get("verification"),
+        }
         try:
             item = QAItem.from_dict(record, default_split=default_split)
         except DataError as err:
@@ -123,16 +137,27 @@ def _event_items(event: Any, default_split: str, forms: tuple[str, ...]) -> list
         if "mc" in forms and distractors:
             options = [item.answers[0], *distractors]
             random.Random(f"{item.id}/mc").shuffle(options)
-            items.append(QAItem(id=f"{item.id}/mc", question=item.question, answers=[item.answers[0]],
-                                timestamp=item.timestamp, split=item.split, dimension=item.dimension,
-                                options=options, gold_index=options.index(item.answers[0]),
-                                pair_id=f"{event_id}/mc" if chained else None,
-                                base_question=f"event:{event_id}/mc", extra=dict(item.extra)))
+            items.append(
+                QAItem(
+                    id=f"{item.id}/mc",
+                    question=item.question,
+                    answers=[item.answers[0]],
+                    timestamp=item.timestamp,
+                    split=item.split,
+                    dimension=item.dimension,
+                    options=options,
+                    gold_index=options.index(item.answers[0]),
+                    pair_id=f"{event_id}/mc" if chained else None,
+                    base_question=f"event:{event_id}/mc",
+                    extra=dict(item.extra),
+                )
+            )
     return items
 
 
-def read_events(path: str | Path, default_split: str = "private",
-                forms: tuple[str, ...] = ("open", "mc")) -> list[tuple[int, QAItem]]:
+def read_events(
+    path: str | Path, default_split: str = "private", forms: tuple[str, ...] = ("open", "mc")
+) -> list[tuple[int, QAItem]]:
     """(line of the event, item) for every question of every event in ``path`` (JSON or JSONL).
 
     ``forms`` selects open-form (``open``) and multiple-choice (``mc``) items. DataError names the file,
@@ -149,8 +174,12 @@ def read_events(path: str | Path, default_split: str = "private",
             raise DataError(err.reason, file=str(path), line=number, field=err.field) from None
         event_id = str(event["id"])
         if event_id in seen:
-            raise DataError(f"duplicate event id '{event_id}' (lines {seen[event_id]} and {number})", file=str(path),
-                            line=number, field="id")
+            raise DataError(
+                f"duplicate event id '{event_id}' (lines {seen[event_id]} and {number})",
+                file=str(path),
+                line=number,
+                field="id",
+            )
         seen[event_id] = number
         out += [(number, item) for item in items]
     if not seen:

@@ -25,8 +25,14 @@ from typing import Optional
 
 from evolve_train.config import DataConfig
 from evolve_train.data.cache import resolve_cache_dir
-from evolve_train.data.loaders.common import (csv_header, effective_fields, numbered_records,
-                                              read_release_items, read_training_file, require_file)
+from evolve_train.data.loaders.common import (
+    csv_header,
+    effective_fields,
+    numbered_records,
+    read_release_items,
+    read_training_file,
+    require_file,
+)
 from evolve_train.data.schema import EvalSet, TimeStep, Timeline
 from evolve_train.errors import ConfigError, DataError
 
@@ -51,8 +57,7 @@ def _find(root: Path, pattern: re.Pattern) -> dict[str, Path]:
     for path in sorted(root.rglob("*.csv")):
         if pattern.match(path.name):
             if path.name in found:
-                raise DataError(f"two files named {path.name}: {found[path.name]} and {path}; keep one",
-                                file=str(path))
+                raise DataError(f"two files named {path.name}: {found[path.name]} and {path}; keep one", file=str(path))
             found[path.name] = path
     return found
 
@@ -68,6 +73,7 @@ def _span(name: str) -> Optional[tuple[Optional[int], int]]:
 
 def default_order(names: list[str]) -> list[str]:
     """Full snapshots (YYYYMMDD) first, then diffs (MMNN) by months, then other names."""
+
     def key(name: str):
         span = _span(name)
         if span is not None and span[0] is None:
@@ -75,6 +81,7 @@ def default_order(names: list[str]) -> list[str]:
         if span is not None:
             return 1, f"{span[0]:02d}{span[1]:02d}", 0
         return 2, name, 0
+
     return sorted(names, key=key)
 
 
@@ -84,27 +91,38 @@ def training_files(root: Path, steps: Optional[list[str]]) -> dict[str, Path]:
     for name, path in _find(root, TRAIN_FILE).items():
         step = TRAIN_FILE.match(name)[1]
         if step in by_step:
-            raise DataError(f"two training files for step {step}: {by_step[step].name} and {name}; keep one",
-                            file=str(path), field="step")
+            raise DataError(
+                f"two training files for step {step}: {by_step[step].name} and {name}; keep one",
+                file=str(path),
+                field="step",
+            )
         by_step[step] = path
     if steps:
         order = [str(s) for s in steps]
         for step in order:
             if step not in by_step:
-                raise DataError(f"missing file: no training file wikipedia_{step}*.csv for step {step} "
-                                "named in data.steps", file=str(root / f"wikipedia_{step}.csv"), field="data.steps")
+                raise DataError(
+                    f"missing file: no training file wikipedia_{step}*.csv for step {step} named in data.steps",
+                    file=str(root / f"wikipedia_{step}.csv"),
+                    field="data.steps",
+                )
     else:
         order = default_order(list(by_step))
     if not order:
-        raise DataError("missing file: no training file wikipedia_<STEP>*.csv under data.root",
-                        file=str(root / "wikipedia_<STEP>.csv"))
+        raise DataError(
+            "missing file: no training file wikipedia_<STEP>*.csv under data.root",
+            file=str(root / "wikipedia_<STEP>.csv"),
+        )
     for previous, current in zip(order, order[1:]):
         before, now = _span(previous), _span(current)
         if before is not None and now is not None and (now[0] is None or now[0] != before[1]):
             starts = "is a full snapshot" if now[0] is None else f"starts at month {now[0]:02d}"
-            raise DataError(f"steps out of order (or one missing): step {current} {starts} but the step before "
-                            f"it, {previous}, ends at month {before[1]:02d} (order them in data.steps)",
-                            file=str(by_step[current]), field="data.steps")
+            raise DataError(
+                f"steps out of order (or one missing): step {current} {starts} but the step before "
+                f"it, {previous}, ends at month {before[1]:02d} (order them in data.steps)",
+                file=str(by_step[current]),
+                field="data.steps",
+            )
     return {step: by_step[step] for step in order}
 
 
@@ -126,8 +144,9 @@ def adaptation_file(root: Path) -> Path:
     return require_file(root / "unchanged_train.csv", "the QA-adaptation train set (unchanged_train.csv)")
 
 
-def _items(path: Path, cfg: DataConfig, set_name: str, kind: str, step: Optional[int],
-           answers: Optional[str] = None) -> list[tuple[int, dict]]:
+def _items(
+    path: Path, cfg: DataConfig, set_name: str, kind: str, step: Optional[int], answers: Optional[str] = None
+) -> list[tuple[int, dict]]:
     """(line, item dict) of one QA file; ids are ``<set_name>/<id column or L<line>>``."""
     fields = effective_fields(cfg.fields)
     if answers:
@@ -161,8 +180,12 @@ def _check_outdated_answers(path: Path) -> None:
         return
     for number, record in numbered_records(path, ("answer1",)):
         if not str(record.get("answer1") or "").strip():
-            raise DataError("an Updated item needs its outdated answer: empty 'answer1'", file=str(path),
-                            line=number, field="answer1")
+            raise DataError(
+                "an Updated item needs its outdated answer: empty 'answer1'",
+                file=str(path),
+                line=number,
+                field="answer1",
+            )
 
 
 def evolvingqa_timeline(cfg: DataConfig) -> Timeline:
@@ -175,22 +198,38 @@ def evolvingqa_timeline(cfg: DataConfig) -> Timeline:
     for name, path in files.items():
         pairs, texts = read_training_file(path, cache_dir)
         steps.append(TimeStep(index=index_of[name], name=name, pairs=pairs, texts=texts))
-    sets = [EvalSet("unchanged", "unchanged", None,
-                    [record for _, record in _items(unchanged_file(root), cfg, "unchanged", "unchanged", None)])]
-    qa_files = sorted(_find(root, QA_FILE).items(),  # in step order; per step new, then edited
-                      key=lambda kv: (index_of.get(QA_FILE.match(kv[0])[2], len(index_of)), kv[0].startswith("edited"),
-                                      kv[0]))
+    sets = [
+        EvalSet(
+            "unchanged",
+            "unchanged",
+            None,
+            [record for _, record in _items(unchanged_file(root), cfg, "unchanged", "unchanged", None)],
+        )
+    ]
+    qa_files = sorted(
+        _find(root, QA_FILE).items(),  # in step order; per step new, then edited
+        key=lambda kv: (index_of.get(QA_FILE.match(kv[0])[2], len(index_of)), kv[0].startswith("edited"), kv[0]),
+    )
     for name, path in qa_files:
         kind, step = QA_FILE.match(name).groups()
         if step not in index_of:
             if cfg.steps:
                 continue  # a step left out of data.steps: its QA sets are left out too
-            raise DataError(f"missing file: no training file wikipedia_{step}*.csv for the step of this QA set",
-                            file=str(path), field="step")
+            raise DataError(
+                f"missing file: no training file wikipedia_{step}*.csv for the step of this QA set",
+                file=str(path),
+                field="step",
+            )
         index = index_of[step]
         if kind == "new":
-            sets.append(EvalSet(f"new_{index}", "new", index,
-                                [record for _, record in _items(path, cfg, f"new_{index}", "new", index)]))
+            sets.append(
+                EvalSet(
+                    f"new_{index}",
+                    "new",
+                    index,
+                    [record for _, record in _items(path, cfg, f"new_{index}", "new", index)],
+                )
+            )
         else:
             _check_outdated_answers(path)
             sets += _edited_sets(path, cfg, index)

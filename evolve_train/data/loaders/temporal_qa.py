@@ -66,16 +66,20 @@ def step_order(cfg: DataConfig) -> list[str]:
     else:
         if any(_timestamp(name) is None for name in names):
             bad = next(name for name in names if _timestamp(name) is None)
-            raise ConfigError(f"data.steps is not set and step name '{bad}' is not a timestamp: "
-                              "give the order in data.steps")
+            raise ConfigError(
+                f"data.steps is not set and step name '{bad}' is not a timestamp: give the order in data.steps"
+            )
         order = sorted(names, key=_timestamp)
     days = [_timestamp(name) for name in order]
     if all(day is not None for day in days):
         for k in range(1, len(order)):
             if days[k] <= days[k - 1]:
                 first = resolve_path(cfg.train_files[order[k]][0], cfg.root) if cfg.train_files[order[k]] else None
-                raise DataError(f"steps out of order: step {order[k]} is not after step {order[k - 1]}",
-                                file=str(first) if first else None, field="data.steps")
+                raise DataError(
+                    f"steps out of order: step {order[k]} is not after step {order[k - 1]}",
+                    file=str(first) if first else None,
+                    field="data.steps",
+                )
     return order
 
 
@@ -96,8 +100,11 @@ def _assign_step(item: QAItem, names: list[str], days: list[Optional[date]], whe
             return item.step
         if str(item.step) in names:
             return names.index(str(item.step))
-        raise DataError(f"step {item.step} is neither a step index (0..{len(names) - 1}) nor a step name "
-                        f"({', '.join(names)})", **where, field="step")
+        raise DataError(
+            f"step {item.step} is neither a step index (0..{len(names) - 1}) nor a step name ({', '.join(names)})",
+            **where,
+            field="step",
+        )
     if item.timestamp is not None and all(day is not None for day in days):
         day = parse_timestamp(item.timestamp)
         return max([k for k, start in enumerate(days) if start <= day], default=0)
@@ -127,22 +134,37 @@ def _derive_sets(items: list[tuple[QAItem, dict]]) -> list[dict]:
             else:
                 kind = "unchanged" if not item.step else "new"
         if kind in ("new", "updated", "outdated") and item.step is None:
-            raise DataError(f"a{'n' if kind[0] in 'aeiou' else ''} {kind} item needs a step: give 'step' or a "
-                            "timestamp (with step names that are timestamps)", **where, field="step")
+            raise DataError(
+                f"a{'n' if kind[0] in 'aeiou' else ''} {kind} item needs a step: give 'step' or a "
+                "timestamp (with step names that are timestamps)",
+                **where,
+                field="step",
+            )
         record = {**item.to_dict(), "set": kind, "step": None if kind == "unchanged" else item.step}
         records.append(record)
         if kind != "updated":
             continue
-        has_twin = (item.pair_id is not None and item.pair_id in explicit_outdated) or \
-            (item.id in older_of and older_of[item.id].set == "outdated")
+        has_twin = (item.pair_id is not None and item.pair_id in explicit_outdated) or (
+            item.id in older_of and older_of[item.id].set == "outdated"
+        )
         if has_twin:
             continue
         old = older_of.get(item.id)
         if old is None:
-            raise DataError(f"Updated item '{item.id}' has no outdated answer: add an 'outdated' item with the "
-                            "same pair_id, or an older item of the same question", **where, field="pair_id")
-        twin = {**record, "id": f"{item.id}#outdated", "answers": list(old.answers), "set": "outdated",
-                "pair_id": item.pair_id or f"{old.id}->{item.id}", "outdated_from": old.id}
+            raise DataError(
+                f"Updated item '{item.id}' has no outdated answer: add an 'outdated' item with the "
+                "same pair_id, or an older item of the same question",
+                **where,
+                field="pair_id",
+            )
+        twin = {
+            **record,
+            "id": f"{item.id}#outdated",
+            "answers": list(old.answers),
+            "set": "outdated",
+            "pair_id": item.pair_id or f"{old.id}->{item.id}",
+            "outdated_from": old.id,
+        }
         if item.options is not None:  # multiple choice: the gold option is the stale answer, if offered
             stale = [k for k, option in enumerate(item.options) if option in old.answers]
             if stale:
@@ -152,8 +174,9 @@ def _derive_sets(items: list[tuple[QAItem, dict]]) -> list[dict]:
         records.append(twin)
         record.setdefault("pair_id", f"{old.id}->{item.id}")
     if dropped:
-        log.info("temporal_qa: %d items are only the older answer of a pair (Outdated golds; asked in paired_<k>)",
-                 dropped)
+        log.info(
+            "temporal_qa: %d items are only the older answer of a pair (Outdated golds; asked in paired_<k>)", dropped
+        )
     return records + _paired_records(pairs, {item.id: item.step for item in plain})
 
 
@@ -179,8 +202,9 @@ def eval_sets_of(records: list[dict]) -> list[EvalSet]:
         groups.setdefault((record["set"], record["step"]), []).append(record)
     order = {kind: k for k, kind in enumerate(SET_KINDS)}
     sets = []
-    for (kind, step), members in sorted(groups.items(), key=lambda kv: (kv[0][1] is not None, kv[0][1] or 0,
-                                                                         order.get(kv[0][0], 9), kv[0][0])):
+    for (kind, step), members in sorted(
+        groups.items(), key=lambda kv: (kv[0][1] is not None, kv[0][1] or 0, order.get(kv[0][0], 9), kv[0][0])
+    ):
         name = kind if step is None else f"{kind}_{step}"
         sets.append(EvalSet(name=name, kind=kind, step=step, items=members))
     return sets
@@ -208,8 +232,11 @@ def temporal_qa_timeline(cfg: DataConfig) -> Timeline:
         for number, item in _read_eval_file(path, cfg):
             where = {"file": str(path), "line": number}
             if item.id in first_seen:
-                raise DataError(f"duplicate id '{item.id}' (also in {first_seen[item.id]})", **where,
-                                field=cfg.fields.get("id", "id"))
+                raise DataError(
+                    f"duplicate id '{item.id}' (also in {first_seen[item.id]})",
+                    **where,
+                    field=cfg.fields.get("id", "id"),
+                )
             first_seen[item.id] = f"{path}, line {number}"
             item.step = _assign_step(item, names, days, where)
             items.append((item, where))

@@ -5,5 +5,16 @@
 every step's slice), ``retrieval`` (§10, open-book).
 See docs/evaluation.md and docs/hygiene.md."""
 
-from evolve_train.evaluation.evaluators import (ablation, calibration, dimensions, grad_norms,  # noqa: F401
-                                               heldout, hygiene, matrix, paired, retrieval, slices, splits)
+from evolve_train.evaluation.evaluators import (  # noqa: F401  (imported to register)
+    ablation,
+    calibration,
+    dimensions,
+    grad_norms,
+    heldout,
+    hygiene,
+    matrix,
+    paired,
+    retrieval,
+    slices,
+    splits,
+)

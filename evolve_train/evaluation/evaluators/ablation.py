@@ -18,8 +18,7 @@ from evolve_train.data.timestamps import parse_timestamp, strip_timestamp_phrase
 from evolve_train.evaluation.context import EvalContext
 from evolve_train.evaluation.evaluators.common import ALL, qa_item, row, temporal_sets
 from evolve_train.evaluation.metrics.answer import prediction_of
-from evolve_train.evaluation.metrics.temporal import (draw_other_timestamps, timestamp_ablation,
-                                                       timestamp_invariance)
+from evolve_train.evaluation.metrics.temporal import draw_other_timestamps, timestamp_ablation, timestamp_invariance
 from evolve_train.evaluation.registry import register_evaluator
 
 
@@ -36,8 +35,9 @@ def retimestamped(item: dict, timestamp: Optional[str]) -> Optional[str]:
 
 def timestamp_pool(ctx: EvalContext) -> list[str]:
     """Distinct timestamps of the timeline's timestamped questions (all steps), in time order."""
-    stamps = {str(item["timestamp"]) for s in ctx.timeline.eval_sets for item in s.items
-              if item.get("timestamp") is not None}
+    stamps = {
+        str(item["timestamp"]) for s in ctx.timeline.eval_sets for item in s.items if item.get("timestamp") is not None
+    }
     return sorted(stamps, key=lambda ts: (parse_timestamp(ts), ts))
 
 
@@ -65,11 +65,15 @@ def _ablate(ctx: EvalContext, items: list[dict], pool: list[str]) -> dict:
     ids = [item["id"] for item in usable]
     by_group = {name: dict(zip(ids, (answers[p] for p in group))) for name, group in prompts.items()}
     replaced = {item_id: [answers[p] for p in group] for item_id, group in zip(ids, replaced_prompts)}
-    result = timestamp_ablation([qa_item(item) for item in usable], by_group["true"], by_group["shuffled"],
-                                by_group["none"])
+    result = timestamp_ablation(
+        [qa_item(item) for item in usable], by_group["true"], by_group["shuffled"], by_group["none"]
+    )
     ks = [len(group) for group in replaced_prompts]
-    result.update(timestamp_invariance=timestamp_invariance(by_group["true"], replaced) if usable else None,
-                  k=min(ks) if ks else 0, n_skipped=len(items) - len(usable))
+    result.update(
+        timestamp_invariance=timestamp_invariance(by_group["true"], replaced) if usable else None,
+        k=min(ks) if ks else 0,
+        n_skipped=len(items) - len(usable),
+    )
     return result
 
 

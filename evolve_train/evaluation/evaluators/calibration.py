@@ -13,8 +13,12 @@ from __future__ import annotations
 
 from evolve_train.evaluation.context import EvalContext
 from evolve_train.evaluation.evaluators.common import ALL, row, sample, select
-from evolve_train.evaluation.metrics.calibration import (calibration_summary, cyclic_rotations, mc_predict,
-                                                          position_consistency)
+from evolve_train.evaluation.metrics.calibration import (
+    calibration_summary,
+    cyclic_rotations,
+    mc_predict,
+    position_consistency,
+)
 from evolve_train.evaluation.registry import register_evaluator
 
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -32,27 +36,34 @@ def lettered_prompt(prompt: str, options: list[str]) -> str:
 
 def _summary(ctx: EvalContext, items: list[dict]) -> dict:
     scores = ctx.option_scores([(ctx.timeline.prompt(item), item["options"]) for item in items])
-    return calibration_summary(scores, [item["options"] for item in items], [gold_index(item) for item in items],
-                               getattr(ctx.cfg, "overconfidence_tau", 0.8))
+    return calibration_summary(
+        scores,
+        [item["options"] for item in items],
+        [gold_index(item) for item in items],
+        getattr(ctx.cfg, "overconfidence_tau", 0.8),
+    )
 
 
 def position_check(ctx: EvalContext, items: list[dict]) -> dict:
     """§7 position_consistency on a seeded sample (lettered options under K cyclic rotations)."""
-    chosen_items = sample([i for i in items if len(i["options"]) <= len(LETTERS)],
-                          getattr(ctx.cfg, "position_items", 64), f"position-{ctx.checkpoint}")
+    chosen_items = sample(
+        [i for i in items if len(i["options"]) <= len(LETTERS)],
+        getattr(ctx.cfg, "position_items", 64),
+        f"position-{ctx.checkpoint}",
+    )
     rotations_wanted = getattr(ctx.cfg, "position_rotations", 0)
     questions, owners = [], []
     for index, item in enumerate(chosen_items):
         options = item["options"]
         for rotated in cyclic_rotations(options, rotations_wanted or len(options)):
-            questions.append((lettered_prompt(ctx.timeline.prompt(item), rotated),
-                              [LETTERS[k] for k in range(len(rotated))]))
+            questions.append(
+                (lettered_prompt(ctx.timeline.prompt(item), rotated), [LETTERS[k] for k in range(len(rotated))])
+            )
             owners.append((index, rotated))
     chosen: list[list[str]] = [[] for _ in chosen_items]
     for (index, rotated), scores in zip(owners, ctx.option_scores(questions)):
         chosen[index].append(rotated[mc_predict(scores)])
-    return {"position_consistency": position_consistency(chosen) if chosen else None,
-            "position_n": len(chosen_items)}
+    return {"position_consistency": position_consistency(chosen) if chosen else None, "position_n": len(chosen_items)}
 
 
 @register_evaluator("calibration")
@@ -61,10 +72,20 @@ def calibration_evaluator(ctx: EvalContext) -> list[dict]:
     rows, everything = [], []
     sets = select(ctx, lambda item: bool(item.get("options")))
     for eval_set in sets:
-        rows.append(row(ctx, "calibration", eval_set.kind, eval_set.name, eval_set.step,
-                        **_summary(ctx, eval_set.items)))
+        rows.append(
+            row(ctx, "calibration", eval_set.kind, eval_set.name, eval_set.step, **_summary(ctx, eval_set.items))
+        )
         everything += eval_set.items
     if sets:
-        rows.append(row(ctx, "calibration", "mixed" if len({s.kind for s in sets}) > 1 else sets[0].kind, ALL,
-                        None, **_summary(ctx, everything), **position_check(ctx, everything)))
+        rows.append(
+            row(
+                ctx,
+                "calibration",
+                "mixed" if len({s.kind for s in sets}) > 1 else sets[0].kind,
+                ALL,
+                None,
+                **_summary(ctx, everything),
+                **position_check(ctx, everything),
+            )
+        )
     return rows

@@ -18,12 +18,21 @@ ALL = "all"
 def qa_item(item: dict, question: Optional[str] = None, answers: Optional[list[str]] = None) -> QAItem:
     """The metric library's view of an eval item dict (timestamps as strings)."""
     timestamp = item.get("timestamp")
-    return QAItem(id=item["id"], question=question if question is not None else item["question"],
-                  answers=list(answers if answers is not None else item["answers"]), set=item.get("set"),
-                  step=item.get("step"), timestamp=None if timestamp is None else str(timestamp),
-                  pair_id=item.get("pair_id"), dimension=item.get("dimension"), options=item.get("options"),
-                  gold_index=item.get("gold_index"), stable=item.get("stable"),
-                  base_question=item.get("base_question"), extra=item.get("extra") or {})
+    return QAItem(
+        id=item["id"],
+        question=question if question is not None else item["question"],
+        answers=list(answers if answers is not None else item["answers"]),
+        set=item.get("set"),
+        step=item.get("step"),
+        timestamp=None if timestamp is None else str(timestamp),
+        pair_id=item.get("pair_id"),
+        dimension=item.get("dimension"),
+        options=item.get("options"),
+        gold_index=item.get("gold_index"),
+        stable=item.get("stable"),
+        base_question=item.get("base_question"),
+        extra=item.get("extra") or {},
+    )
 
 
 def select(ctx: EvalContext, keep: Callable[[dict], bool], kinds: Optional[Iterable[str]] = None) -> list[EvalSet]:
@@ -51,8 +60,11 @@ def temporal_sets(ctx: EvalContext) -> list[EvalSet]:
     paired = select(ctx, lambda item: True, kinds=[PAIRED_KIND])
     if paired or any(s.kind == PAIRED_KIND for s in ctx.timeline.eval_sets):
         return paired
-    return select(ctx, lambda item: item.get("timestamp") is not None and item.get("set") != "outdated",
-                  kinds=[k for k in {s.kind for s in ctx.timeline.eval_sets} if k != "outdated"])
+    return select(
+        ctx,
+        lambda item: item.get("timestamp") is not None and item.get("set") != "outdated",
+        kinds=[k for k in {s.kind for s in ctx.timeline.eval_sets} if k != "outdated"],
+    )
 
 
 def split_sets(ctx: EvalContext) -> list[EvalSet]:
@@ -60,8 +72,13 @@ def split_sets(ctx: EvalContext) -> list[EvalSet]:
     return [s for s in ctx.sets() if s.kind in SET_KINDS]
 
 
-def generate(ctx: EvalContext, eval_set: EvalSet, golds: Optional[list[list[str]]] = None,
-             prompts: Optional[list[str]] = None, save: bool = True) -> tuple[dict[str, str], dict[str, int]]:
+def generate(
+    ctx: EvalContext,
+    eval_set: EvalSet,
+    golds: Optional[list[list[str]]] = None,
+    prompts: Optional[list[str]] = None,
+    save: bool = True,
+) -> tuple[dict[str, str], dict[str, int]]:
     """Greedy predictions (cut at the stop strings) and EM per item id; writes the set's predictions file."""
     prompts = prompts or [ctx.timeline.prompt(item) for item in eval_set.items]
     golds = golds or [item["answers"] for item in eval_set.items]
@@ -71,16 +88,30 @@ def generate(ctx: EvalContext, eval_set: EvalSet, golds: Optional[list[list[str]
         prediction = prediction_of(generation, ctx.cfg.stop_strings, ctx.cfg.stop_patterns)
         predictions[item["id"]] = prediction
         correct[item["id"]] = exact_match(prediction, gold)
-        records.append({"id": item["id"], "prompt": prompt, "generation": generation, "prediction": prediction,
-                        "golds": gold, "correct": correct[item["id"]]})
+        records.append(
+            {
+                "id": item["id"],
+                "prompt": prompt,
+                "generation": generation,
+                "prediction": prediction,
+                "golds": gold,
+                "correct": correct[item["id"]],
+            }
+        )
     if save and ctx.writes and ctx.run_dir is not None and ctx.cfg.save_predictions:
         write_predictions(ctx.run_dir, ctx.checkpoint, eval_set.name, records)
     return predictions, correct
 
 
 def row(ctx: EvalContext, group: str, kind: str, set_name: str, set_step: Optional[int], **metrics) -> dict:
-    return {"group": group, "checkpoint": ctx.checkpoint, "set": kind, "set_name": set_name, "set_step": set_step,
-            **metrics}
+    return {
+        "group": group,
+        "checkpoint": ctx.checkpoint,
+        "set": kind,
+        "set_name": set_name,
+        "set_step": set_step,
+        **metrics,
+    }
 
 
 def sample(items: list[dict], cap: int, seed: str) -> list[dict]:

@@ -40,8 +40,11 @@ def dimensions_evaluator(ctx: EvalContext) -> list[dict]:
     sets = select(ctx, lambda item: item.get("dimension") is not None)
     for eval_set in sets:
         _, correct = generate(ctx, eval_set)
-        rows.append(row(ctx, "dimensions", eval_set.kind, eval_set.name, eval_set.step,
-                        **_summary(ctx, eval_set.items, correct)))
+        rows.append(
+            row(
+                ctx, "dimensions", eval_set.kind, eval_set.name, eval_set.step, **_summary(ctx, eval_set.items, correct)
+            )
+        )
         everything += eval_set.items
         all_correct.update(correct)
     if sets:

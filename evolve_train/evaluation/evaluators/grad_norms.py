@@ -64,9 +64,20 @@ def grad_norms_evaluator(ctx: EvalContext) -> list[dict]:
     rows = []
     for eval_set in split_sets(ctx):
         items = sample(eval_set.items, cap, f"grad-{eval_set.name}")
-        norms, losses = example_grad_norms(ctx, [ctx.timeline.prompt(i) for i in items],
-                                           [i["answers"][0] for i in items])
-        rows.append(row(ctx, "grad_norms", eval_set.kind, eval_set.name, eval_set.step, n=len(items),
-                        mean_grad_norm=mean(norms), median_grad_norm=statistics.median(norms) if norms else None,
-                        mean_loss=mean(losses)))
+        norms, losses = example_grad_norms(
+            ctx, [ctx.timeline.prompt(i) for i in items], [i["answers"][0] for i in items]
+        )
+        rows.append(
+            row(
+                ctx,
+                "grad_norms",
+                eval_set.kind,
+                eval_set.name,
+                eval_set.step,
+                n=len(items),
+                mean_grad_norm=mean(norms),
+                median_grad_norm=statistics.median(norms) if norms else None,
+                mean_loss=mean(losses),
+            )
+        )
     return rows

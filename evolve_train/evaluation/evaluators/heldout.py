@@ -45,7 +45,7 @@ def token_windows(adapter: ModelAdapter, text: str, window: int) -> list[list[in
     stream: list[int] = []
     for ids in adapter.encode(documents):
         stream.extend(ids + [adapter.eos_id])
-    return [stream[i:i + window] for i in range(0, len(stream), window) if len(stream[i:i + window]) > 1]
+    return [stream[i : i + window] for i in range(0, len(stream), window) if len(stream[i : i + window]) > 1]
 
 
 @torch.no_grad()
@@ -55,15 +55,16 @@ def text_loss(model, windows: list[list[int]], batch_size: int) -> tuple[float, 
     total, count = 0.0, 0
     model.eval()
     for start in range(0, len(windows), batch_size):
-        chunk = windows[start:start + batch_size]
+        chunk = windows[start : start + batch_size]
         width = max(len(w) for w in chunk)
         ids = torch.zeros((len(chunk), width), dtype=torch.long)
         labels = torch.full((len(chunk), width), IGNORE, dtype=torch.long)
         for row, tokens in enumerate(chunk):
-            ids[row, :len(tokens)] = torch.tensor(tokens)
-            labels[row, :len(tokens)] = torch.tensor(tokens)
-        sums, counts = batch_token_nll(model, {"input_ids": ids, "labels": labels,
-                                               "attention_mask": (labels != IGNORE).long()}, shift=True)
+            ids[row, : len(tokens)] = torch.tensor(tokens)
+            labels[row, : len(tokens)] = torch.tensor(tokens)
+        sums, counts = batch_token_nll(
+            model, {"input_ids": ids, "labels": labels, "attention_mask": (labels != IGNORE).long()}, shift=True
+        )
         total += sum(sums)
         count += sum(counts)
     return total, count
@@ -82,7 +83,16 @@ def heldout_evaluator(ctx: EvalContext) -> list[dict]:
         windows = token_windows(ctx.adapter, path.read_text(encoding="utf-8"), window)
         total, count = text_loss(ctx.model, windows, max(1, ctx.cfg.batch_size // 8))
         loss = total / count if count else None
-        rows.append({"group": "heldout", "checkpoint": ctx.checkpoint, "set": "heldout", "set_name": path.stem,
-                     "set_step": None, "n": count, "loss": loss,
-                     "perplexity": math.exp(loss) if loss is not None else None})
+        rows.append(
+            {
+                "group": "heldout",
+                "checkpoint": ctx.checkpoint,
+                "set": "heldout",
+                "set_name": path.stem,
+                "set_step": None,
+                "n": count,
+                "loss": loss,
+                "perplexity": math.exp(loss) if loss is not None else None,
+            }
+        )
     return rows

@@ -47,6 +47,7 @@ SPOTCHECK = "contamination_spotcheck.jsonl"
 
 # ---------------------------------------------------------------- config
 
+
 def _setting(cfg, section: str, name: str, default):
     return getattr(getattr(cfg, section, None), name, default)
 
@@ -70,8 +71,9 @@ def check_rewrites(rewrites) -> list[dict]:
             except re.error as err:
                 raise ConfigError(f"{key}: invalid regular expression {rewrite['pattern']!r}: {err}") from None
         elif "{question}" not in rewrite["template"]:
-            raise ConfigError(f"{key}: a template must contain {{question}} (it rewrites the question, keeping "
-                              "its gold)")
+            raise ConfigError(
+                f"{key}: a template must contain {{question}} (it rewrites the question, keeping its gold)"
+            )
         rewrite.setdefault("name", f"rewrite{k}")
         checked.append(rewrite)
     return checked
@@ -88,8 +90,9 @@ def check_config(cfg) -> None:
             raise ConfigError("eval.contamination.spotcheck and max_items_per_set must be >= 0")
     if flips is not None:
         if flips.templates < 2:
-            raise ConfigError(f"eval.flip_rate.templates must be >= 2 (the original and a variant), got "
-                              f"{flips.templates}")
+            raise ConfigError(
+                f"eval.flip_rate.templates must be >= 2 (the original and a variant), got {flips.templates}"
+            )
         if flips.samples < 1:
             raise ConfigError(f"eval.flip_rate.samples must be >= 1 (1 = greedy), got {flips.samples}")
         if flips.samples > 1 and not flips.temperature > 0:
@@ -97,6 +100,7 @@ def check_config(cfg) -> None:
 
 
 # ---------------------------------------------------------------- variants
+
 
 def apply_rewrite(rewrite: dict, item: dict) -> Optional[str]:
     """The item's question rewritten, or None when the rewrite does not apply (no match, no change)."""
@@ -110,8 +114,9 @@ def apply_rewrite(rewrite: dict, item: dict) -> Optional[str]:
 
 def perturbations(item: dict, rewrites: list[dict], limit: int) -> list[tuple[str, str]]:
     """Up to ``limit`` (name, perturbed question): the item's ``extra.variants``, else the rewrites."""
-    variants = [(f"variant{k}", v) for k, v in enumerate((item.get("extra") or {}).get("variants") or [])
-                if isinstance(v, str)]
+    variants = [
+        (f"variant{k}", v) for k, v in enumerate((item.get("extra") or {}).get("variants") or []) if isinstance(v, str)
+    ]
     if not variants:
         variants = [(r["name"], text) for r in rewrites if (text := apply_rewrite(r, item)) is not None]
     seen, out = {item["question"]}, []
@@ -132,9 +137,12 @@ def surface_variants(question: str) -> dict[str, str]:
     ``qa_frame`` (``Question: <q>\nAnswer:``). A rewrite that leaves the question as it is is left out."""
     stripped = question.rstrip()
     punctuated = stripped[:-1].rstrip() if stripped[-1:] in (".", "?", "!", ":") else stripped + ":"
-    kinds = {"case": question.lower() if question.lower() != question else question.upper(),
-             "spacing": question.replace(" ", "  "), "punctuation": punctuated,
-             "qa_frame": f"Question: {question}\nAnswer:"}
+    kinds = {
+        "case": question.lower() if question.lower() != question else question.upper(),
+        "spacing": question.replace(" ", "  "),
+        "punctuation": punctuated,
+        "qa_frame": f"Question: {question}\nAnswer:",
+    }
     return {kind: text for kind, text in kinds.items() if text != question}
 
 
@@ -163,8 +171,12 @@ def kind_stats(plan: list[tuple[dict, dict[str, list[str]]]], answer) -> dict:
             perturbed.append([exact_match(p, item["answers"]) for p in predictions])
             templates.append([first] + predictions)
         stats = gap_stats(original, perturbed)
-        out[kind] = {"contamination_gap": stats["contamination_gap"], "acc_perturbed": stats["acc_perturbed"],
-                     "flip_rate": flip_rate(templates), "n": stats["n"]}
+        out[kind] = {
+            "contamination_gap": stats["contamination_gap"],
+            "acc_perturbed": stats["acc_perturbed"],
+            "flip_rate": flip_rate(templates),
+            "n": stats["n"],
+        }
     return out
 
 
@@ -172,8 +184,12 @@ def attach_by_kind(ctx: EvalContext, sets: list[EvalSet], rows: list[dict], limi
     """Add ``by_kind`` (:func:`kind_stats`) to each set's row and to the pooled ``all`` row."""
     rewrites = _rewrites(ctx)
     plans = {s.name: [(item, kind_variants(item, rewrites, limit)) for item in s.items] for s in sets}
-    prompts = [_prompt(ctx, item, q) for plan in plans.values() for item, kinds in plan
-               for q in [item["question"]] + [t for texts in kinds.values() for t in texts]]
+    prompts = [
+        _prompt(ctx, item, q)
+        for plan in plans.values()
+        for item, kinds in plan
+        for q in [item["question"]] + [t for texts in kinds.values() for t in texts]
+    ]
     answers = _greedy(ctx, prompts)
     answer = lambda item, question: answers[_prompt(ctx, item, question)]  # noqa: E731
     pooled = [entry for s in sets if s.kind in POOLED_KINDS for entry in plans[s.name]]
@@ -186,14 +202,26 @@ def gap_stats(original: list[int], perturbed: list[list[int]]) -> dict:
     (= acc(original) − mean over k of acc(variant k) when every question has the same k variants)."""
     n = len(original)
     if n == 0:
-        return {"contamination_gap": None, "acc_original": None, "acc_perturbed": None, "acc_variants": None,
-                "k": 0, "n": 0}
+        return {
+            "contamination_gap": None,
+            "acc_original": None,
+            "acc_perturbed": None,
+            "acc_variants": None,
+            "k": 0,
+            "n": 0,
+        }
     acc_original = sum(original) / n
     acc_perturbed = sum(sum(v) / len(v) for v in perturbed) / n
     ks = {len(v) for v in perturbed}
     per_k = [sum(v[j] for v in perturbed) / n for j in range(ks.pop())] if len(ks) == 1 else None
-    return {"contamination_gap": acc_original - acc_perturbed, "acc_original": acc_original,
-            "acc_perturbed": acc_perturbed, "acc_variants": per_k, "k": min(len(v) for v in perturbed), "n": n}
+    return {
+        "contamination_gap": acc_original - acc_perturbed,
+        "acc_original": acc_original,
+        "acc_perturbed": acc_perturbed,
+        "acc_variants": per_k,
+        "k": min(len(v) for v in perturbed),
+        "n": n,
+    }
 
 
 def _flag(value: Optional[float], threshold: Optional[float]) -> Optional[bool]:
@@ -201,6 +229,7 @@ def _flag(value: Optional[float], threshold: Optional[float]) -> Optional[bool]:
 
 
 # ---------------------------------------------------------------- generation
+
 
 def _prompt(ctx: EvalContext, item: dict, question: str) -> str:
     return ctx.timeline.prompt({**item, "question": question})
@@ -214,17 +243,22 @@ def _greedy(ctx: EvalContext, prompts: list[str]) -> dict[str, str]:
 
 def _sampled(ctx: EvalContext, prompts: list[str]) -> dict[str, list[str]]:
     unique = list(dict.fromkeys(prompts))
-    return {p: [prediction_of(g, ctx.cfg.stop_strings, ctx.cfg.stop_patterns) for g in generations]
-            for p, generations in zip(unique, ctx.samples(unique))}
+    return {
+        p: [prediction_of(g, ctx.cfg.stop_strings, ctx.cfg.stop_patterns) for g in generations]
+        for p, generations in zip(unique, ctx.samples(unique))
+    }
 
 
 # ---------------------------------------------------------------- the evaluators
 
+
 def hygiene_sets(ctx: EvalContext) -> list[EvalSet]:
     """The checkpoint's split sets, each reduced to a seeded sample (``eval.contamination.max_items_per_set``)."""
     cap = _setting(ctx.cfg, "contamination", "max_items_per_set", 0)
-    return [EvalSet(s.name, s.kind, s.step, sample(s.items, cap, f"hygiene-{s.name}"))
-            for s in select(ctx, lambda item: True, kinds=SET_KINDS)]
+    return [
+        EvalSet(s.name, s.kind, s.step, sample(s.items, cap, f"hygiene-{s.name}"))
+        for s in select(ctx, lambda item: True, kinds=SET_KINDS)
+    ]
 
 
 def _rewrites(ctx: EvalContext) -> list[dict]:
@@ -239,8 +273,13 @@ def contamination_evaluator(ctx: EvalContext) -> list[dict]:
     rewrites = _rewrites(ctx)
     sets = hygiene_sets(ctx)
     plans = [[(item, perturbations(item, rewrites, limit)) for item in s.items] for s in sets]
-    prompts = [_prompt(ctx, item, q) for plan in plans for item, variants in plan
-               for q in [item["question"]] + [text for _, text in variants] if variants]
+    prompts = [
+        _prompt(ctx, item, q)
+        for plan in plans
+        for item, variants in plan
+        for q in [item["question"]] + [text for _, text in variants]
+        if variants
+    ]
     answers = _greedy(ctx, prompts)
     rows, pooled_o, pooled_p, checks = [], [], [], []
     for eval_set, plan in zip(sets, plans):
@@ -255,22 +294,53 @@ def contamination_evaluator(ctx: EvalContext) -> list[dict]:
                 prediction = answers[_prompt(ctx, item, text)]
                 outcomes.append(exact_match(prediction, item["answers"]))
                 if eval_set.kind in POOLED_KINDS:
-                    checks.append({"checkpoint": ctx.checkpoint, "set": eval_set.name, "id": item["id"],
-                                   "variant": name, "original": item["question"], "perturbed": text,
-                                   "gold": item["answers"], "prediction_original": first,
-                                   "prediction_perturbed": prediction, "label_preserved": None})
+                    checks.append(
+                        {
+                            "checkpoint": ctx.checkpoint,
+                            "set": eval_set.name,
+                            "id": item["id"],
+                            "variant": name,
+                            "original": item["question"],
+                            "perturbed": text,
+                            "gold": item["answers"],
+                            "prediction_original": first,
+                            "prediction_perturbed": prediction,
+                            "label_preserved": None,
+                        }
+                    )
             perturbed.append(outcomes)
         stats = gap_stats(original, perturbed)
-        rows.append(row(ctx, "contamination", eval_set.kind, eval_set.name, eval_set.step, **stats,
-                        n_skipped=len(plan) - len(original), threshold=threshold,
-                        flagged=_flag(stats["contamination_gap"], threshold)))
+        rows.append(
+            row(
+                ctx,
+                "contamination",
+                eval_set.kind,
+                eval_set.name,
+                eval_set.step,
+                **stats,
+                n_skipped=len(plan) - len(original),
+                threshold=threshold,
+                flagged=_flag(stats["contamination_gap"], threshold),
+            )
+        )
         if eval_set.kind in POOLED_KINDS:
             pooled_o += original
             pooled_p += perturbed
     stats = gap_stats(pooled_o, pooled_p)
     skipped = sum(r["n_skipped"] for r in rows if r["set"] in POOLED_KINDS)
-    rows.append(row(ctx, "contamination", "splits", ALL, None, **stats, n_skipped=skipped, threshold=threshold,
-                    flagged=_flag(stats["contamination_gap"], threshold)))
+    rows.append(
+        row(
+            ctx,
+            "contamination",
+            "splits",
+            ALL,
+            None,
+            **stats,
+            n_skipped=skipped,
+            threshold=threshold,
+            flagged=_flag(stats["contamination_gap"], threshold),
+        )
+    )
     attach_by_kind(ctx, sets, rows, limit)
     _write_spotcheck(ctx, checks)
     return rows
@@ -282,8 +352,7 @@ def _write_spotcheck(ctx: EvalContext, checks: list[dict]) -> None:
         return
     from evolve_train.utils.io import atomic_write_text
 
-    chosen = sorted(random.Random(f"spotcheck-{ctx.checkpoint}").sample(range(len(checks)),
-                                                                          min(count, len(checks))))
+    chosen = sorted(random.Random(f"spotcheck-{ctx.checkpoint}").sample(range(len(checks)), min(count, len(checks))))
     path = ctx.run_dir / SPOTCHECK
     kept = []
     if path.exists():
@@ -302,27 +371,56 @@ def flip_rate_evaluator(ctx: EvalContext) -> list[dict]:
     threshold = _setting(ctx.cfg, "gate", "flip_rate_max", 0.10)
     rewrites = _rewrites(ctx)
     sets = hygiene_sets(ctx)
-    plans = [[(item, [item["question"]] + [t for _, t in perturbations(item, rewrites, k - 1)]) for item in s.items]
-             for s in sets]
-    prompts = [_prompt(ctx, item, q) for plan in plans for item, templates in plan if len(templates) > 1
-               for q in templates]
+    plans = [
+        [(item, [item["question"]] + [t for _, t in perturbations(item, rewrites, k - 1)]) for item in s.items]
+        for s in sets
+    ]
+    prompts = [
+        _prompt(ctx, item, q) for plan in plans for item, templates in plan if len(templates) > 1 for q in templates
+    ]
     answers = _greedy(ctx, prompts) if samples == 1 else _sampled(ctx, prompts)
     rows, pooled = [], []
     for eval_set, plan in zip(sets, plans):
-        per_question = [[answers[_prompt(ctx, item, q)] for q in templates] for item, templates in plan
-                        if len(templates) > 1]
+        per_question = [
+            [answers[_prompt(ctx, item, q)] for q in templates] for item, templates in plan if len(templates) > 1
+        ]
         value = flip_rate(per_question)
-        rows.append(row(ctx, "flip_rate", eval_set.kind, eval_set.name, eval_set.step, flip_rate=value,
-                        k=min((len(t) for t in per_question), default=0), samples=samples, n=len(per_question),
-                        n_skipped=len(plan) - len(per_question), threshold=threshold,
-                        flagged=_flag(value, threshold)))
+        rows.append(
+            row(
+                ctx,
+                "flip_rate",
+                eval_set.kind,
+                eval_set.name,
+                eval_set.step,
+                flip_rate=value,
+                k=min((len(t) for t in per_question), default=0),
+                samples=samples,
+                n=len(per_question),
+                n_skipped=len(plan) - len(per_question),
+                threshold=threshold,
+                flagged=_flag(value, threshold),
+            )
+        )
         if eval_set.kind in POOLED_KINDS:
             pooled += per_question
     value = flip_rate(pooled)
     skipped = sum(r["n_skipped"] for r in rows if r["set"] in POOLED_KINDS)
-    rows.append(row(ctx, "flip_rate", "splits", ALL, None, flip_rate=value,
-                    k=min((len(t) for t in pooled), default=0), samples=samples, n=len(pooled), n_skipped=skipped,
-                    threshold=threshold, flagged=_flag(value, threshold)))
+    rows.append(
+        row(
+            ctx,
+            "flip_rate",
+            "splits",
+            ALL,
+            None,
+            flip_rate=value,
+            k=min((len(t) for t in pooled), default=0),
+            samples=samples,
+            n=len(pooled),
+            n_skipped=skipped,
+            threshold=threshold,
+            flagged=_flag(value, threshold),
+        )
+    )
     attach_by_kind(ctx, sets, rows, k - 1)
     return rows
 
@@ -334,6 +432,7 @@ def hygiene_evaluator(ctx: EvalContext) -> list[dict]:
 
 
 # ---------------------------------------------------------------- the hooks in ``train`` (run.py)
+
 
 def preflight(cfg, timeline, qa_adaptation=None) -> dict:
     """Before anything is written or trained: validate the hygiene settings and check that no private eval

@@ -51,8 +51,9 @@ def matrices(rows: Iterable[dict]) -> dict[str, Matrix]:
         if kind == "unchanged" or (kind in ("new", "updated") and j >= 1):
             learned.setdefault(i, {}).setdefault(j, [])
             learned[i][j].append((em, n))
-    result[LEARNED] = {i: {j: _weighted(parts) for j, parts in sorted(row.items())}
-                       for i, row in sorted(learned.items())}
+    result[LEARNED] = {
+        i: {j: _weighted(parts) for j, parts in sorted(row.items())} for i, row in sorted(learned.items())
+    }
     return {kind: result[kind] for kind in (*SET_KINDS, LEARNED) if kind in result}
 
 
@@ -70,8 +71,17 @@ def fuar_by_checkpoint(A: dict[str, Matrix]) -> dict[int, Optional[float]]:
     def at(M: Matrix, i: int, j: int) -> Optional[float]:
         return M.get(i, {}).get(j)
 
-    return {i: fuar(at(unchanged, i - 1, 0), at(unchanged, i, 0), at(updated, i - 1, i), at(updated, i, i),
-                    at(new, i - 1, i), at(new, i, i)) for i in checkpoints}
+    return {
+        i: fuar(
+            at(unchanged, i - 1, 0),
+            at(unchanged, i, 0),
+            at(updated, i - 1, i),
+            at(updated, i, i),
+            at(new, i - 1, i),
+            at(new, i, i),
+        )
+        for i in checkpoints
+    }
 
 
 def matrix_summary(rows: list[dict]) -> dict[str, Any]:
@@ -105,9 +115,18 @@ def matrix_evaluator(ctx: EvalContext) -> list[dict]:
     rows = []
     for kind, entry in summary["matrices"].items():
         metrics = entry["metrics"].get(i, {})
-        rows.append({"group": "matrix", "checkpoint": ctx.checkpoint, "set": kind, "set_name": kind,
-                     "set_step": None, "A_row": entry["A"].get(i, entry["A_init"] if ctx.checkpoint < 0 else None),
-                     **metrics, "fuar": summary["fuar"].get(i)})
+        rows.append(
+            {
+                "group": "matrix",
+                "checkpoint": ctx.checkpoint,
+                "set": kind,
+                "set_name": kind,
+                "set_step": None,
+                "A_row": entry["A"].get(i, entry["A_init"] if ctx.checkpoint < 0 else None),
+                **metrics,
+                "fuar": summary["fuar"].get(i),
+            }
+        )
     return rows
 
 
@@ -116,10 +135,12 @@ def format_matrix(summary: dict[str, Any], kind: str = LEARNED) -> str:
     entry = summary.get("matrices", {}).get(kind)
     if not entry or not entry["A"]:
         return ""
-    columns = sorted({int(j) for row in entry["A"].values() for j in row} |
-                     {int(j) for j in (entry["A_init"] or {})})
-    head = "ckpt".ljust(6) + "".join(f"j={j}".rjust(8) for j in columns) + \
-        "".join(name.rjust(9) for name in ("avg_acc", "bwt", "fwt", "fuar"))
+    columns = sorted({int(j) for row in entry["A"].values() for j in row} | {int(j) for j in (entry["A_init"] or {})})
+    head = (
+        "ckpt".ljust(6)
+        + "".join(f"j={j}".rjust(8) for j in columns)
+        + "".join(name.rjust(9) for name in ("avg_acc", "bwt", "fwt", "fuar"))
+    )
 
     def cell(value) -> str:
         return "-" if value is None else f"{value:.3f}"
@@ -129,7 +150,12 @@ def format_matrix(summary: dict[str, Any], kind: str = LEARNED) -> str:
         lines.append("init".ljust(6) + "".join(cell(entry["A_init"].get(str(j))).rjust(8) for j in columns))
     for i in sorted(entry["A"], key=int):
         metrics = entry["metrics"].get(i, {})
-        lines.append(i.ljust(6) + "".join(cell(entry["A"][i].get(str(j))).rjust(8) for j in columns) +
-                     "".join(cell(v).rjust(9) for v in (metrics.get("avg_acc"), metrics.get("bwt"),
-                                                         metrics.get("fwt"), summary["fuar"].get(i))))
+        lines.append(
+            i.ljust(6)
+            + "".join(cell(entry["A"][i].get(str(j))).rjust(8) for j in columns)
+            + "".join(
+                cell(v).rjust(9)
+                for v in (metrics.get("avg_acc"), metrics.get("bwt"), metrics.get("fwt"), summary["fuar"].get(i))
+            )
+        )
     return "\n".join(lines)

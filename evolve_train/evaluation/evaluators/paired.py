@@ -17,8 +17,14 @@ from evolve_train.evaluation.context import EvalContext
 from evolve_train.evaluation.evaluators.common import ALL, generate, qa_item, row, temporal_sets
 from evolve_train.evaluation.metrics.answer import exact_match
 from evolve_train.evaluation.metrics.stats import bootstrap_mean_ci
-from evolve_train.evaluation.metrics.temporal import (adoption_per_pair, confusion_per_pair, old_knowledge_retention,
-                                                       pair_asymmetry, resolve_pairs, time_accuracy)
+from evolve_train.evaluation.metrics.temporal import (
+    adoption_per_pair,
+    confusion_per_pair,
+    old_knowledge_retention,
+    pair_asymmetry,
+    resolve_pairs,
+    time_accuracy,
+)
 from evolve_train.evaluation.registry import register_evaluator
 
 
@@ -73,15 +79,26 @@ def paired_evaluator(ctx: EvalContext) -> list[dict]:
     rows, all_items, all_predictions = [], [], {}
     sets = temporal_sets(ctx)
     for eval_set in sets:
-        golds = [latest_answers(item, ctx.checkpoint) if item.get("timestamp") is None else item["answers"]
-                 for item in eval_set.items]
+        golds = [
+            latest_answers(item, ctx.checkpoint) if item.get("timestamp") is None else item["answers"]
+            for item in eval_set.items
+        ]
         predictions, _ = generate(ctx, eval_set, golds=golds)
         items = [qa_item(item, answers=gold) for item, gold in zip(eval_set.items, golds)]
-        rows.append(row(ctx, "paired", eval_set.kind, eval_set.name, eval_set.step,
-                        **paired_metrics(items, predictions, time_slices)))
+        rows.append(
+            row(
+                ctx,
+                "paired",
+                eval_set.kind,
+                eval_set.name,
+                eval_set.step,
+                **paired_metrics(items, predictions, time_slices),
+            )
+        )
         all_items += items
         all_predictions.update(predictions)
     if sets:
-        rows.append(row(ctx, "paired", sets[0].kind, ALL, None,
-                        **paired_metrics(all_items, all_predictions, time_slices)))
+        rows.append(
+            row(ctx, "paired", sets[0].kind, ALL, None, **paired_metrics(all_items, all_predictions, time_slices))
+        )
     return rows

@@ -10,8 +10,12 @@ from evolve_train.evaluation.evaluators.retrieval import format_retrieval, retri
 from evolve_train.evaluation.rows import ROW_META
 
 GROUPS = ("paired", "ablation", "dimensions", "calibration", "grad_norms", "contamination", "flip_rate", "heldout")
-PER_SET = {"grad_norms": "mean_grad_norm", "contamination": "contamination_gap", "flip_rate": "flip_rate",
-           "heldout": "perplexity"}
+PER_SET = {
+    "grad_norms": "mean_grad_norm",
+    "contamination": "contamination_gap",
+    "flip_rate": "flip_rate",
+    "heldout": "perplexity",
+}
 """Groups kept per set in ``summary.json`` (``{checkpoint: {set_name: row}}``), with the value printed per set."""
 HEADLINE = {
     "paired": ("update_adoption", "confusion_index", "n_pairs"),
@@ -70,8 +74,9 @@ def format_evaluation(summary: dict[str, Any]) -> str:
         elif group == "dimensions":
             cells = [f"{d}={_fmt(r.get('em'))}" for d, r in (body.get("dimensions") or {}).items()]
         else:
-            cells = [f"{key}={_fmt(body.get(key))}" + _interval(body.get(f"{key}_ci"))
-                     for key in HEADLINE.get(group, ())]
+            cells = [
+                f"{key}={_fmt(body.get(key))}" + _interval(body.get(f"{key}_ci")) for key in HEADLINE.get(group, ())
+            ]
         lines.append(f"{group} @ checkpoint {last}: " + "  ".join(cells))
     lines += format_retrieval(summary.get("retrieval") or {})
     return "\n".join(lines)

@@ -171,9 +171,12 @@ def split_records(ctx: EvalContext, book: OpenBook, eval_set: EvalSet) -> tuple[
     records = score_prompts(ctx, items, book.ask(items))
     for record, item, shut in zip(records, items, closed):
         found = book.retrieved(item)
-        record.update(closed_correct=shut["correct"], hit=contains_answer([p.text for p, _ in found], item["answers"]),
-                      cut=book.cut(item), retrieved=[{"id": p.id, "step": p.step, "date": p.date, "score": round(s, 4)}
-                                                     for p, s in found])
+        record.update(
+            closed_correct=shut["correct"],
+            hit=contains_answer([p.text for p, _ in found], item["answers"]),
+            cut=book.cut(item),
+            retrieved=[{"id": p.id, "step": p.step, "date": p.date, "score": round(s, 4)} for p, s in found],
+        )
     return records, closed
 
 
@@ -184,13 +187,23 @@ def open_metrics(records: list[dict], closed: list[dict]) -> dict:
     hits = [r for r in records if r["hit"]]
     open_em, closed_em = [r["correct"] for r in records], [r["correct"] for r in closed]
     gap = paired_bootstrap_diff(open_em, closed_em) if records else None
-    return {"n": opened["n"], "em": shut["em"], "em_ci": bootstrap_mean_ci(closed_em), "f1": shut["f1"],
-            "em_open": opened["em"], "em_open_ci": bootstrap_mean_ci(open_em), "f1_open": opened["f1"],
-            "gap": gap["diff"] if gap else None, "gap_ci": [gap["ci_low"], gap["ci_high"]] if gap else None,
-            "recall@k": _mean([r["hit"] for r in records]),
-            "recall@k_ci": bootstrap_mean_ci([r["hit"] for r in records]),
-            "em_open_hit": _mean([r["correct"] for r in hits]), "n_hit": len(hits),
-            "cut": _mean([int(r["cut"]) for r in records]), "passages": _mean([len(r["retrieved"]) for r in records])}
+    return {
+        "n": opened["n"],
+        "em": shut["em"],
+        "em_ci": bootstrap_mean_ci(closed_em),
+        "f1": shut["f1"],
+        "em_open": opened["em"],
+        "em_open_ci": bootstrap_mean_ci(open_em),
+        "f1_open": opened["f1"],
+        "gap": gap["diff"] if gap else None,
+        "gap_ci": [gap["ci_low"], gap["ci_high"]] if gap else None,
+        "recall@k": _mean([r["hit"] for r in records]),
+        "recall@k_ci": bootstrap_mean_ci([r["hit"] for r in records]),
+        "em_open_hit": _mean([r["correct"] for r in hits]),
+        "n_hit": len(hits),
+        "cut": _mean([int(r["cut"]) for r in records]),
+        "passages": _mean([len(r["retrieved"]) for r in records]),
+    }
 
 
 def folder(ctx: EvalContext, store: int) -> str:
@@ -203,8 +216,9 @@ def split_rows(ctx: EvalContext, book: OpenBook) -> list[dict]:
     meta = {"store": book.store, "scope": str(cfg.scope), "k": cfg.k}
     for eval_set in sets:
         records, closed = split_records(ctx, book, eval_set)
-        rows.append(row(ctx, GROUP, eval_set.kind, eval_set.name, eval_set.step, **meta,
-                        **open_metrics(records, closed)))
+        rows.append(
+            row(ctx, GROUP, eval_set.kind, eval_set.name, eval_set.step, **meta, **open_metrics(records, closed))
+        )
         if eval_set.kind in POOLED_KINDS:
             pooled, pooled_closed = pooled + records, pooled_closed + closed
         if ctx.writes and ctx.run_dir is not None and ctx.cfg.save_predictions:
@@ -221,17 +235,37 @@ def paired_rows(ctx: EvalContext, book: OpenBook) -> list[dict]:
     rows, all_items, all_predictions = [], [], {}
     sets = up_to(temporal_sets(ctx), book.store)
     for eval_set in sets:
-        golds = [latest_answers(item, book.store) if item.get("timestamp") is None else item["answers"]
-                 for item in eval_set.items]
+        golds = [
+            latest_answers(item, book.store) if item.get("timestamp") is None else item["answers"]
+            for item in eval_set.items
+        ]
         predictions, _ = generate(ctx, eval_set, golds=golds, prompts=book.ask(eval_set.items), save=False)
         items = [qa_item(item, answers=gold) for item, gold in zip(eval_set.items, golds)]
-        rows.append(row(ctx, GROUP, eval_set.kind, eval_set.name, eval_set.step, **meta,
-                        **paired_metrics(items, predictions, time_slices)))
+        rows.append(
+            row(
+                ctx,
+                GROUP,
+                eval_set.kind,
+                eval_set.name,
+                eval_set.step,
+                **meta,
+                **paired_metrics(items, predictions, time_slices),
+            )
+        )
         all_items += items
         all_predictions.update(predictions)
     if sets:
-        rows.append(row(ctx, GROUP, sets[0].kind, PAIRED_ALL, None, **meta,
-                        **paired_metrics(all_items, all_predictions, time_slices)))
+        rows.append(
+            row(
+                ctx,
+                GROUP,
+                sets[0].kind,
+                PAIRED_ALL,
+                None,
+                **meta,
+                **paired_metrics(all_items, all_predictions, time_slices),
+            )
+        )
     return rows
 
 
@@ -283,6 +317,7 @@ def format_retrieval(summary: dict) -> list[str]:
         last = max(per, key=int)
         body = per[last].get(ALL) or {}
         cells = [f"{key}={body[key]:.3f}" for key in ("em", "em_open", "recall@k") if body.get(key) is not None]
-        lines.append(f"retrieval @ {label} {last} (all; scope {body.get('scope')}, k={body.get('k')}): "
-                     + "  ".join(cells))
+        lines.append(
+            f"retrieval @ {label} {last} (all; scope {body.get('scope')}, k={body.get('k')}): " + "  ".join(cells)
+        )
     return lines

@@ -59,8 +59,11 @@ def slice_rows(ctx: EvalContext) -> SliceRows:
         examples = capped(list(step.heldout), ctx.cfg.slice_max_examples, step.index)
         if not examples:
             continue
-        corpus = TimeStep(index=step.index, name=f"slice {step.name}",
-                          **({"texts": examples} if objective == "clm" else {"pairs": examples}))
+        corpus = TimeStep(
+            index=step.index,
+            name=f"slice {step.name}",
+            **({"texts": examples} if objective == "clm" else {"pairs": examples}),
+        )
         encoded = as_array_rows(ctx.adapter.encode_step(corpus, objective, seq_len))
         rows.extend(encoded)
         steps.extend([step.index] * len(encoded))
@@ -114,9 +117,19 @@ def slices_evaluator(ctx: EvalContext) -> list[dict]:
     for step, items in sorted(per_slice.items()):
         total, tokens = sum(t for _, t, _ in items), sum(c for _, _, c in items)
         nll = total / tokens if tokens else None
-        rows.append({"group": GROUP, "checkpoint": ctx.checkpoint, "set": "slice", "set_name": f"slice_{step}",
-                     "set_step": step, "n": len(items), "tokens": tokens, "nll": nll,
-                     "perplexity": math.exp(nll) if nll is not None else None})
+        rows.append(
+            {
+                "group": GROUP,
+                "checkpoint": ctx.checkpoint,
+                "set": "slice",
+                "set_name": f"slice_{step}",
+                "set_step": step,
+                "n": len(items),
+                "tokens": tokens,
+                "nll": nll,
+                "perplexity": math.exp(nll) if nll is not None else None,
+            }
+        )
         records.extend({"slice": step, "index": k, "nll_sum": t, "tokens": c} for k, (_, t, c) in enumerate(items))
     if ctx.writes and ctx.run_dir is not None and ctx.cfg.save_predictions:
         write_predictions(ctx.run_dir, ctx.checkpoint, PREDICTIONS, records)

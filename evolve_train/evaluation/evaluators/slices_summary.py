@@ -60,22 +60,28 @@ def _string_keys(M: dict) -> dict:
 
 def em_matrices(rows: list[dict]) -> dict[str, dict[int, dict[int, Optional[float]]]]:
     """``{kind: A}`` of the trained checkpoints (METRICS.md §3)."""
-    return {kind: {i: row for i, row in as_int_matrix(entry["A"]).items() if i != INITIAL}
-            for kind, entry in matrix_summary(rows)["matrices"].items()}
+    return {
+        kind: {i: row for i, row in as_int_matrix(entry["A"]).items() if i != INITIAL}
+        for kind, entry in matrix_summary(rows)["matrices"].items()
+    }
 
 
-def timesliced_summary(rows: list[dict], run_dir: Optional[Path] = None,
-                       oracle_run: Optional[str] = None) -> dict[str, Any]:
+def timesliced_summary(
+    rows: list[dict], run_dir: Optional[Path] = None, oracle_run: Optional[str] = None
+) -> dict[str, Any]:
     """The ``timesliced`` key of ``summary.json`` (see the module docstring); ``{}`` without slice rows."""
     P_all = slice_matrix(rows)
     P = {i: row for i, row in P_all.items() if i != INITIAL}
     out: dict[str, Any] = {}
     if P:
         nll = aggregates(P)
-        out["nll"] = {"P": _string_keys(P), "P_init": _string_keys({0: P_all[INITIAL]})["0"] if INITIAL in P_all
-                      else None,
-                      **with_perplexity({k: nll[k] for k in ("backward", "in_dist", "forward")}),
-                      "rows": nll["rows"], "ci": None}
+        out["nll"] = {
+            "P": _string_keys(P),
+            "P_init": _string_keys({0: P_all[INITIAL]})["0"] if INITIAL in P_all else None,
+            **with_perplexity({k: nll[k] for k in ("backward", "in_dist", "forward")}),
+            "rows": nll["rows"],
+            "ci": None,
+        }
         items = slice_items(run_dir, sorted(P)) if run_dir is not None else None
         if items:
             out["nll"]["ci"] = aggregate_intervals(items, B=BOOTSTRAP)
@@ -97,9 +103,11 @@ def oracle_regret(rows: list[dict], oracle_dir: Path) -> Optional[dict[str, Any]
     run_P = {i: r for i, r in slice_matrix(rows).items() if i != INITIAL}
     oracle_P = {i: r for i, r in slice_matrix(oracle_rows).items() if i != INITIAL}
     oracle_A = em_matrices(oracle_rows)
-    return {"oracle_run": str(oracle_dir),
-            "nll": regret(run_P, oracle_P) if run_P and oracle_P else None,
-            "em": {kind: regret(A, oracle_A[kind]) for kind, A in em_matrices(rows).items() if kind in oracle_A}}
+    return {
+        "oracle_run": str(oracle_dir),
+        "nll": regret(run_P, oracle_P) if run_P and oracle_P else None,
+        "em": {kind: regret(A, oracle_A[kind]) for kind, A in em_matrices(rows).items() if kind in oracle_A},
+    }
 
 
 def _fmt(value) -> str:
@@ -112,8 +120,10 @@ def format_timesliced(summary: dict[str, Any]) -> str:
     if not entry:
         return ""
     columns = sorted({int(j) for row in entry["P"].values() for j in row})
-    lines = ["Held-out NLL of each step's slice P[i][j] (nats; rows: checkpoint i, columns: slice j)",
-             "ckpt".ljust(6) + "".join(f"j={j}".rjust(8) for j in columns)]
+    lines = [
+        "Held-out NLL of each step's slice P[i][j] (nats; rows: checkpoint i, columns: slice j)",
+        "ckpt".ljust(6) + "".join(f"j={j}".rjust(8) for j in columns),
+    ]
     if entry.get("P_init"):
         lines.append("init".ljust(6) + "".join(_fmt(entry["P_init"].get(str(j))).rjust(8) for j in columns))
     for i in sorted(entry["P"], key=int):
@@ -122,12 +132,17 @@ def format_timesliced(summary: dict[str, Any]) -> str:
     cells = []
     for name in ("backward", "in_dist", "forward"):
         interval = ci.get(name)
-        cells.append(f"{name}={_fmt(entry.get(name))}" + (f" [{interval[0]:.3f}, {interval[1]:.3f}]" if interval else "")
-                     + f" (ppl {_fmt(entry.get(name + '_perplexity'))})")
+        cells.append(
+            f"{name}={_fmt(entry.get(name))}"
+            + (f" [{interval[0]:.3f}, {interval[1]:.3f}]" if interval else "")
+            + f" (ppl {_fmt(entry.get(name + '_perplexity'))})"
+        )
     lines.append("slice NLL: " + "  ".join(cells))
     learned = (summary["timesliced"].get("em") or {}).get("learned")
     if learned:
-        lines.append("learned EM: " + "  ".join(f"{k}={_fmt(learned.get(k))}" for k in ("backward", "in_dist", "forward")))
+        lines.append(
+            "learned EM: " + "  ".join(f"{k}={_fmt(learned.get(k))}" for k in ("backward", "in_dist", "forward"))
+        )
     regret_entry = summary["timesliced"].get("regret")
     if regret_entry and regret_entry.get("nll"):
         lines.append("regret vs oracle (NLL): " + "  ".join(f"{k}={_fmt(v)}" for k, v in regret_entry["nll"].items()))

@@ -5,24 +5,60 @@ from __future__ import annotations
 from typing import Any, Mapping, Optional, Sequence, Union
 
 from evolve_train.data.qa_items import QAItem
-from evolve_train.evaluation.metrics.answer import (DEFAULT_STOPS, aliases, cut_at_stop, exact_match, f1,
-                                                     normalize)
-from evolve_train.evaluation.metrics.calibration import (brier, calibration_summary, cyclic_rotations, ece,
-                                                          length_normalized, mc_accuracy, mc_accuracy_norm,
-                                                          mc_predict, overconfident_error_rate,
-                                                          position_consistency, softmax)
-from evolve_train.evaluation.metrics.continual import (avg_acc, bwt, continual_summary, forgetting,
-                                                        forgetting_max, fuar, fwt)
-from evolve_train.evaluation.metrics.dimensions import (DIMENSIONS, accuracy_per_dimension, dimension_summary,
-                                                         error_share)
+from evolve_train.evaluation.metrics.answer import DEFAULT_STOPS, aliases, cut_at_stop, exact_match, f1, normalize
+from evolve_train.evaluation.metrics.calibration import (
+    brier,
+    calibration_summary,
+    cyclic_rotations,
+    ece,
+    length_normalized,
+    mc_accuracy,
+    mc_accuracy_norm,
+    mc_predict,
+    overconfident_error_rate,
+    position_consistency,
+    softmax,
+)
+from evolve_train.evaluation.metrics.continual import (
+    avg_acc,
+    bwt,
+    continual_summary,
+    forgetting,
+    forgetting_max,
+    fuar,
+    fwt,
+)
+from evolve_train.evaluation.metrics.dimensions import (
+    DIMENSIONS,
+    accuracy_per_dimension,
+    dimension_summary,
+    error_share,
+)
 from evolve_train.evaluation.metrics.registry import get_metric, list_metrics, register_metric
-from evolve_train.evaluation.metrics.stats import (bootstrap_ci_bounds, cohen_kappa, contamination_gap,
-                                                    flip_rate, paired_bootstrap_diff, release_gate)
-from evolve_train.evaluation.metrics.temporal import (build_pairs, confusion_index, draw_other_timestamps,
-                                                       explicit_pairs, old_knowledge_retention, pair_asymmetry,
-                                                       resolve_pairs, shuffled_timestamp, stable_items,
-                                                       time_accuracy, timestamp_ablation, timestamp_invariance,
-                                                       update_adoption, year_slices)
+from evolve_train.evaluation.metrics.stats import (
+    bootstrap_ci_bounds,
+    cohen_kappa,
+    contamination_gap,
+    flip_rate,
+    paired_bootstrap_diff,
+    release_gate,
+)
+from evolve_train.evaluation.metrics.temporal import (
+    build_pairs,
+    confusion_index,
+    draw_other_timestamps,
+    explicit_pairs,
+    old_knowledge_retention,
+    pair_asymmetry,
+    resolve_pairs,
+    shuffled_timestamp,
+    stable_items,
+    time_accuracy,
+    timestamp_ablation,
+    timestamp_invariance,
+    update_adoption,
+    year_slices,
+)
 
 Prediction = Union[str, Mapping[str, Any]]
 NO_SET = "all"
@@ -49,12 +85,19 @@ def _prediction_text(item: QAItem, prediction: Prediction) -> tuple[str, Optiona
 def _answer_summary(items: Sequence[QAItem], texts: Mapping[str, str]) -> dict[str, Any]:
     if not items:
         return {"em": None, "f1": None, "n": 0}
-    return {"em": sum(exact_match(texts[i.id], i.answers) for i in items) / len(items),
-            "f1": sum(f1(texts[i.id], i.answers) for i in items) / len(items), "n": len(items)}
+    return {
+        "em": sum(exact_match(texts[i.id], i.answers) for i in items) / len(items),
+        "f1": sum(f1(texts[i.id], i.answers) for i in items) / len(items),
+        "n": len(items),
+    }
 
 
-def score_items(items: Sequence[QAItem], predictions: Mapping[str, Prediction],
-                stops: Sequence[str] = DEFAULT_STOPS, tau: float = 0.8) -> dict[str, Any]:
+def score_items(
+    items: Sequence[QAItem],
+    predictions: Mapping[str, Prediction],
+    stops: Sequence[str] = DEFAULT_STOPS,
+    tau: float = 0.8,
+) -> dict[str, Any]:
     """Score predictions against QA items (METRICS.md §1, §4, §6, §7); the `evolve-score` report.
 
     `predictions`: item id → prediction text, or {"prediction": text, "option_scores": [...]} (MC items; a
@@ -88,28 +131,78 @@ def score_items(items: Sequence[QAItem], predictions: Mapping[str, Prediction],
     return {
         "overall": _answer_summary(items, texts),
         "sets": {name: _answer_summary(members, texts) for name, members in sets.items()},
-        "paired": {"update_adoption": update_adoption(pairs, texts),
-                   "confusion_index": confusion_index(pairs, texts), "n_pairs": len(pairs)},
+        "paired": {
+            "update_adoption": update_adoption(pairs, texts),
+            "confusion_index": confusion_index(pairs, texts),
+            "n_pairs": len(pairs),
+        },
         "time_accuracy": time_accuracy(items, texts),
         "old_knowledge_retention": old_knowledge_retention(items, texts),
-        "dimensions": dimension_summary([i.dimension for i in with_dimension],
-                                        [exact_match(texts[i.id], i.answers) for i in with_dimension]),
-        "calibration": calibration_summary([scores for _, scores in mc_items],
-                                           [item.options for item, _ in mc_items],
-                                           [item.gold_index for item, _ in mc_items], tau),
+        "dimensions": dimension_summary(
+            [i.dimension for i in with_dimension], [exact_match(texts[i.id], i.answers) for i in with_dimension]
+        ),
+        "calibration": calibration_summary(
+            [scores for _, scores in mc_items],
+            [item.options for item, _ in mc_items],
+            [item.gold_index for item, _ in mc_items],
+            tau,
+        ),
     }
 
 
 __all__ = [
-    "DEFAULT_STOPS", "DIMENSIONS", "NO_SET", "Prediction", "score_items",
-    "normalize", "aliases", "exact_match", "f1", "cut_at_stop",
-    "avg_acc", "forgetting", "forgetting_max", "bwt", "fwt", "fuar", "continual_summary",
-    "build_pairs", "explicit_pairs", "resolve_pairs", "update_adoption", "confusion_index", "pair_asymmetry",
-    "time_accuracy", "year_slices", "stable_items", "old_knowledge_retention", "timestamp_ablation",
-    "timestamp_invariance", "draw_other_timestamps", "shuffled_timestamp",
-    "accuracy_per_dimension", "error_share", "dimension_summary",
-    "mc_predict", "length_normalized", "mc_accuracy", "mc_accuracy_norm", "softmax", "ece", "brier",
-    "overconfident_error_rate", "cyclic_rotations", "position_consistency", "calibration_summary",
-    "paired_bootstrap_diff", "bootstrap_ci_bounds", "cohen_kappa", "flip_rate", "contamination_gap",
-    "release_gate", "register_metric", "get_metric", "list_metrics",
+    "DEFAULT_STOPS",
+    "DIMENSIONS",
+    "NO_SET",
+    "Prediction",
+    "score_items",
+    "normalize",
+    "aliases",
+    "exact_match",
+    "f1",
+    "cut_at_stop",
+    "avg_acc",
+    "forgetting",
+    "forgetting_max",
+    "bwt",
+    "fwt",
+    "fuar",
+    "continual_summary",
+    "build_pairs",
+    "explicit_pairs",
+    "resolve_pairs",
+    "update_adoption",
+    "confusion_index",
+    "pair_asymmetry",
+    "time_accuracy",
+    "year_slices",
+    "stable_items",
+    "old_knowledge_retention",
+    "timestamp_ablation",
+    "timestamp_invariance",
+    "draw_other_timestamps",
+    "shuffled_timestamp",
+    "accuracy_per_dimension",
+    "error_share",
+    "dimension_summary",
+    "mc_predict",
+    "length_normalized",
+    "mc_accuracy",
+    "mc_accuracy_norm",
+    "softmax",
+    "ece",
+    "brier",
+    "overconfident_error_rate",
+    "cyclic_rotations",
+    "position_consistency",
+    "calibration_summary",
+    "paired_bootstrap_diff",
+    "bootstrap_ci_bounds",
+    "cohen_kappa",
+    "flip_rate",
+    "contamination_gap",
+    "release_gate",
+    "register_metric",
+    "get_metric",
+    "list_metrics",
 ]

@@ -42,8 +42,9 @@ def mc_accuracy(scores: Sequence[Scores], golds: Sequence[int]) -> Optional[floa
     return _mean([float(mc_predict(s) == g) for s, g in zip(scores, golds)])
 
 
-def mc_accuracy_norm(scores: Sequence[Scores], options: Sequence[Sequence[str]],
-                     golds: Sequence[int]) -> Optional[float]:
+def mc_accuracy_norm(
+    scores: Sequence[Scores], options: Sequence[Sequence[str]], golds: Sequence[int]
+) -> Optional[float]:
     """METRICS.md §7 `acc_norm`: `acc` on scores divided by the option lengths in UTF-8 bytes."""
     _same_length(scores, golds)
     return _mean([float(mc_predict(length_normalized(s, o)) == g) for s, o, g in zip(scores, options, golds)])
@@ -68,20 +69,23 @@ def ece(confidences: Sequence[float], correct: Sequence[int], n_bins: int = 10) 
         index = min(int(confidence * n_bins), n_bins - 1)
         bins.setdefault(index, []).append((confidence, int(right)))
     total = len(confidences)
-    return sum(len(members) / total * abs(sum(r for _, r in members) / len(members)
-                                         - sum(c for c, _ in members) / len(members))
-               for members in bins.values())
+    return sum(
+        len(members)
+        / total
+        * abs(sum(r for _, r in members) / len(members) - sum(c for c, _ in members) / len(members))
+        for members in bins.values()
+    )
 
 
 def brier(probabilities: Sequence[Sequence[float]], golds: Sequence[int]) -> Optional[float]:
     """METRICS.md §7: mean over questions of Σ_options (prob_k − 1[k = gold])²."""
     _same_length(probabilities, golds)
-    return _mean([sum((p - (k == gold)) ** 2 for k, p in enumerate(probs))
-                  for probs, gold in zip(probabilities, golds)])
+    return _mean(
+        [sum((p - (k == gold)) ** 2 for k, p in enumerate(probs)) for probs, gold in zip(probabilities, golds)]
+    )
 
 
-def overconfident_error_rate(confidences: Sequence[float], correct: Sequence[int],
-                             tau: float = 0.8) -> Optional[float]:
+def overconfident_error_rate(confidences: Sequence[float], correct: Sequence[int], tau: float = 0.8) -> Optional[float]:
     """METRICS.md §7: #(wrong and confidence ≥ τ) / #wrong; None if there are no errors."""
     _same_length(confidences, correct)
     wrong = [c for c, right in zip(confidences, correct) if not right]
@@ -92,7 +96,7 @@ def cyclic_rotations(options: Sequence[str], k: Optional[int] = None) -> list[li
     """The option order rotated by 0..k−1 places (k defaults to the number of options), for §7's
     position-consistency check."""
     count = len(options) if k is None else k
-    return [list(options[r % len(options):]) + list(options[:r % len(options)]) for r in range(count)]
+    return [list(options[r % len(options) :]) + list(options[: r % len(options)]) for r in range(count)]
 
 
 def position_consistency(chosen: Sequence[Sequence[str]]) -> Optional[float]:
@@ -103,8 +107,9 @@ def position_consistency(chosen: Sequence[Sequence[str]]) -> Optional[float]:
     return _mean([float(len(set(texts)) == 1) for texts in chosen])
 
 
-def calibration_summary(scores: Sequence[Scores], options: Sequence[Sequence[str]], golds: Sequence[int],
-                        tau: float = 0.8) -> dict[str, Any]:
+def calibration_summary(
+    scores: Sequence[Scores], options: Sequence[Sequence[str]], golds: Sequence[int], tau: float = 0.8
+) -> dict[str, Any]:
     """METRICS.md §7 for a group of MC questions: {acc, acc_norm, ece, brier, overconfident_error_rate, n};
     with no questions every metric is None and n is 0."""
     _same_length(scores, golds)

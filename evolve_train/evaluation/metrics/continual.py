@@ -43,7 +43,7 @@ def forgetting_max(A: Matrix, i: int, j: int) -> Optional[float]:
     now = _entry(A, i, j)
     if i <= j or now is None:
         return None
-    earlier = [v for l in range(j, i) if (v := _entry(A, l, j)) is not None]
+    earlier = [v for m in range(j, i) if (v := _entry(A, m, j)) is not None]
     return max(earlier) - now if earlier else None
 
 
@@ -51,8 +51,7 @@ def bwt(A: Matrix, i: int) -> Optional[float]:
     """METRICS.md §3: bwt_i (i ≥ 1) = mean over j < i of (A[i][j] − A[j][j])."""
     if i < 1:
         return None
-    return _mean([A[i][j] - A[j][j] for j in range(i)
-                  if _entry(A, i, j) is not None and _entry(A, j, j) is not None])
+    return _mean([A[i][j] - A[j][j] for j in range(i) if _entry(A, i, j) is not None and _entry(A, j, j) is not None])
 
 
 def fwt(A: Matrix, i: int, A_init: Optional[Mapping[int, Optional[float]]] = None) -> Optional[float]:
@@ -63,9 +62,14 @@ def fwt(A: Matrix, i: int, A_init: Optional[Mapping[int, Optional[float]]] = Non
     return None if before is None or init is None else before - init
 
 
-def fuar(unchanged_prev: Optional[float], unchanged_cur: Optional[float],
-         updated_prev: Optional[float], updated_cur: Optional[float],
-         new_prev: Optional[float], new_cur: Optional[float]) -> Optional[float]:
+def fuar(
+    unchanged_prev: Optional[float],
+    unchanged_cur: Optional[float],
+    updated_prev: Optional[float],
+    updated_cur: Optional[float],
+    new_prev: Optional[float],
+    new_cur: Optional[float],
+) -> Optional[float]:
     """METRICS.md §3 (CKL): forgotten / gained between checkpoints i−1 and i; lower is better.
 
     forgotten = max(0, Unchanged(i−1) − Unchanged(i)); gained = max(0, Updated_i(i) − Updated_i(i−1)) +
@@ -82,8 +86,9 @@ def fuar(unchanged_prev: Optional[float], unchanged_cur: Optional[float],
     return forgotten / gained if gained > 0 else None
 
 
-def continual_summary(A: Mapping[Any, Mapping[Any, Optional[float]]],
-                      A_init: Optional[Mapping[Any, Optional[float]]] = None) -> dict[str, Any]:
+def continual_summary(
+    A: Mapping[Any, Mapping[Any, Optional[float]]], A_init: Optional[Mapping[Any, Optional[float]]] = None
+) -> dict[str, Any]:
     """METRICS.md §3 for every checkpoint i of the matrix, JSON-able (string keys).
 
     {"<i>": {"avg_acc", "bwt", "fwt", "forgetting": {"<j>": v}, "forgetting_max": {"<j>": v}}}

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
-DIMENSIONS = ("version_awareness", "event_ordering", "knowledge_evolution", "trend_extrapolation",
-              "time_localization")
+DIMENSIONS = ("version_awareness", "event_ordering", "knowledge_evolution", "trend_extrapolation", "time_localization")
 
 
 def _checked(dimensions: Sequence[Optional[str]], correct: Sequence[int]) -> list[tuple[str, int]]:

@@ -21,8 +21,10 @@ def _aligned(a: Outcomes, b: Outcomes) -> tuple[np.ndarray, np.ndarray]:
         for first, second, name in ((a, b, "b"), (b, a, "a")):
             missing = [key for key in first if key not in second]
             if missing:
-                raise ValueError(f"different question sets: question '{sorted(missing, key=str)[0]}' is "
-                                 f"missing from run {name} ({len(missing)} missing)")
+                raise ValueError(
+                    f"different question sets: question '{sorted(missing, key=str)[0]}' is "
+                    f"missing from run {name} ({len(missing)} missing)"
+                )
         keys = sorted(a, key=str)
         a, b = [a[k] for k in keys], [b[k] for k in keys]
     elif len(a) != len(b):
@@ -119,8 +121,7 @@ def _accuracy(outcomes: Union[float, Sequence[int]]) -> float:
     return sum(outcomes) / len(outcomes)
 
 
-def contamination_gap(original: Union[float, Sequence[int]],
-                      variants: Sequence[Union[float, Sequence[int]]]) -> float:
+def contamination_gap(original: Union[float, Sequence[int]], variants: Sequence[Union[float, Sequence[int]]]) -> float:
     """METRICS.md §8: acc(original) − mean over k of acc(perturbed variant k); each argument an accuracy
     or a list of per-question 0/1 outcomes. A hint of memorised surface form, never proof of a clean model."""
     if not variants:
@@ -149,8 +150,11 @@ def release_gate(values: Mapping[str, Any], thresholds: Optional[Mapping[str, An
         raise ValueError(f"unknown release-gate threshold(s) {unknown}; known: {sorted(DEFAULT_GATE)}")
     limits = {**DEFAULT_GATE, **(thresholds or {})}
     checks = []
-    for name, key, op in (("flip_rate", "flip_rate_max", "<="), ("contamination_gap", "contamination_gap_max", "<="),
-                          ("bootstrap_ci_low", "ci_low_min", ">")):
+    for name, key, op in (
+        ("flip_rate", "flip_rate_max", "<="),
+        ("contamination_gap", "contamination_gap_max", "<="),
+        ("bootstrap_ci_low", "ci_low_min", ">"),
+    ):
         if limits.get(key) is not None:
             checks.append(_check(name, values.get(name), limits[key], op))
     slices = values.get("slices") or {}

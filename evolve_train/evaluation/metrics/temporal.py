@@ -61,8 +61,11 @@ def build_pairs(items: Iterable[QAItem]) -> list[Pair]:
         for item in group:
             first_per_day.setdefault(parse_timestamp(item.timestamp), item)
         ordered = [first_per_day[day] for day in sorted(first_per_day)]
-        pairs += [(older, newer) for older, newer in zip(ordered, ordered[1:])
-                  if alias_set(older).isdisjoint(alias_set(newer))]
+        pairs += [
+            (older, newer)
+            for older, newer in zip(ordered, ordered[1:])
+            if alias_set(older).isdisjoint(alias_set(newer))
+        ]
     return pairs
 
 
@@ -88,14 +91,25 @@ def resolve_pairs(items: Sequence[QAItem]) -> list[Pair]:
 
 def adoption_per_pair(pairs: Sequence[Pair], predictions: Predictions) -> list[int]:
     """1 for each pair with EM(p_old, g_old) = 1 and EM(p_new, g_new) = 1, else 0."""
-    return [int(exact_match(_prediction(predictions, old), old.answers)
-                and exact_match(_prediction(predictions, new), new.answers)) for old, new in pairs]
+    return [
+        int(
+            exact_match(_prediction(predictions, old), old.answers)
+            and exact_match(_prediction(predictions, new), new.answers)
+        )
+        for old, new in pairs
+    ]
 
 
 def confusion_per_pair(pairs: Sequence[Pair], predictions: Predictions) -> list[float]:
     """Per pair: (EM(p_old, g_new) + EM(p_new, g_old)) / 2."""
-    return [(exact_match(_prediction(predictions, old), new.answers)
-             + exact_match(_prediction(predictions, new), old.answers)) / 2 for old, new in pairs]
+    return [
+        (
+            exact_match(_prediction(predictions, old), new.answers)
+            + exact_match(_prediction(predictions, new), old.answers)
+        )
+        / 2
+        for old, new in pairs
+    ]
 
 
 def update_adoption(pairs: Sequence[Pair], predictions: Predictions) -> Optional[float]:
@@ -114,8 +128,11 @@ def pair_asymmetry(pairs: Sequence[Pair], predictions: Predictions) -> Optional[
     """METRICS.md §4 (the article's pseudo-code count): fraction of pairs with exactly one of the two right."""
     if not pairs:
         return None
-    one_right = sum(exact_match(_prediction(predictions, old), old.answers)
-                    != exact_match(_prediction(predictions, new), new.answers) for old, new in pairs)
+    one_right = sum(
+        exact_match(_prediction(predictions, old), old.answers)
+        != exact_match(_prediction(predictions, new), new.answers)
+        for old, new in pairs
+    )
     return one_right / len(pairs)
 
 
@@ -124,8 +141,9 @@ def year_slices(years: Iterable[int]) -> dict[str, tuple[date, date]]:
     return {f"{y:04d}": (date(y, 1, 1), date(y + 1, 1, 1)) for y in sorted(set(years))}
 
 
-def time_accuracy(items: Sequence[QAItem], predictions: Predictions,
-                  slices: Optional[Slices] = None) -> dict[str, dict[str, Any]]:
+def time_accuracy(
+    items: Sequence[QAItem], predictions: Predictions, slices: Optional[Slices] = None
+) -> dict[str, dict[str, Any]]:
     """METRICS.md §4: mean EM over timestamped items whose timestamp lies in each slice, with `n`.
 
     `slices` maps a name to a half-open range [start, end) of timestamps (None = unbounded); default one
@@ -138,8 +156,7 @@ def time_accuracy(items: Sequence[QAItem], predictions: Predictions,
     for name, (start, end) in slices.items():
         low = parse_timestamp(start) if start is not None else None
         high = parse_timestamp(end) if end is not None else None
-        inside = [item for day, item in dated
-                  if (low is None or day >= low) and (high is None or day < high)]
+        inside = [item for day, item in dated if (low is None or day >= low) and (high is None or day < high)]
         result[name] = _em_summary(inside, predictions)
     return result
 
@@ -162,13 +179,16 @@ def old_knowledge_retention(items: Sequence[QAItem], predictions: Predictions) -
     return _em_summary(stable_items(items), predictions)
 
 
-def timestamp_ablation(items: Sequence[QAItem], true: Predictions, shuffled: Predictions,
-                       none: Predictions) -> dict[str, Any]:
+def timestamp_ablation(
+    items: Sequence[QAItem], true: Predictions, shuffled: Predictions, none: Predictions
+) -> dict[str, Any]:
     """METRICS.md §5: accuracy of the timestamped items asked with their own (`true`), a shuffled and no
     timestamp, all scored against the gold of the true timestamp; timestamp_reliance = acc_true − acc_shuffled."""
     dated = [item for item in items if item.timestamp is not None]
-    correct = {name: [exact_match(_prediction(group, item), item.answers) for item in dated]
-               for name, group in (("true", true), ("shuffled", shuffled), ("none", none))}
+    correct = {
+        name: [exact_match(_prediction(group, item), item.answers) for item in dated]
+        for name, group in (("true", true), ("shuffled", shuffled), ("none", none))
+    }
     acc = {name: sum(scores) / len(scores) if scores else None for name, scores in correct.items()}
     reliance = None if acc["true"] is None else acc["true"] - acc["shuffled"]
     interval = None
@@ -192,13 +212,13 @@ def timestamp_invariance(original: Predictions, replaced: Mapping[str, Sequence[
     return same / len(original) if original else None
 
 
-def draw_other_timestamps(own: TimestampLike, pool: Iterable[str], k: int = 1, seed: int = 0,
-                          key: str = "") -> list[str]:
+def draw_other_timestamps(
+    own: TimestampLike, pool: Iterable[str], k: int = 1, seed: int = 0, key: str = ""
+) -> list[str]:
     """METRICS.md §5: k distinct timestamps from `pool` whose day differs from `own`, drawn with a fixed seed
     (per `key`, e.g. the item id, so one item's draw does not depend on the others')."""
     own_day = parse_timestamp(own)
-    candidates = sorted({ts for ts in pool if parse_timestamp(ts) != own_day},
-                        key=lambda ts: (parse_timestamp(ts), ts))
+    candidates = sorted({ts for ts in pool if parse_timestamp(ts) != own_day}, key=lambda ts: (parse_timestamp(ts), ts))
     if len(candidates) < k:
         raise ValueError(f"need {k} timestamp(s) other than {own!r}, the data has {len(candidates)}")
     return random.Random(f"{seed}:{key}").sample(candidates, k)

@@ -56,28 +56,36 @@ def forward(M: Matrix) -> Optional[float]:
 def row_aggregates(M: Matrix, i: int) -> dict[str, Optional[float]]:
     """``backward_i``, ``in_dist_i`` (= M[i][i]) and ``forward_i`` of row i."""
     row = {int(j): v for j, v in M.get(i, {}).items() if v is not None}
-    return {"backward": _mean([v for j, v in row.items() if j < i]), "in_dist": row.get(i),
-            "forward": _mean([v for j, v in row.items() if j > i])}
+    return {
+        "backward": _mean([v for j, v in row.items() if j < i]),
+        "in_dist": row.get(i),
+        "forward": _mean([v for j, v in row.items() if j > i]),
+    }
 
 
 def aggregates(M: Matrix) -> dict[str, Any]:
     """``backward``, ``in_dist``, ``forward`` over the matrix and ``rows`` ``{"<i>": row_aggregates}``."""
     matrix = {int(i): {int(j): v for j, v in row.items()} for i, row in M.items()}
-    return {"backward": backward(matrix), "in_dist": in_dist(matrix), "forward": forward(matrix),
-            "rows": {str(i): row_aggregates(matrix, i) for i in sorted(matrix)}}
+    return {
+        "backward": backward(matrix),
+        "in_dist": in_dist(matrix),
+        "forward": forward(matrix),
+        "rows": {str(i): row_aggregates(matrix, i) for i in sorted(matrix)},
+    }
 
 
-def shared_cells(M: Matrix, O: Matrix) -> tuple[dict, dict]:
+def shared_cells(M: Matrix, O: Matrix) -> tuple[dict, dict]:  # noqa: E741  (METRICS.md's names)
     """``M`` and ``O`` restricted to the cells both have (non-None)."""
     a = {int(i): {int(j): v for j, v in row.items()} for i, row in M.items()}
     b = {int(i): {int(j): v for j, v in row.items()} for i, row in O.items()}
-    keep = {(i, j) for i, row in a.items() for j, v in row.items()
-            if v is not None and b.get(i, {}).get(j) is not None}
-    return ({i: {j: v for j, v in row.items() if (i, j) in keep} for i, row in a.items()},
-            {i: {j: v for j, v in row.items() if (i, j) in keep} for i, row in b.items()})
+    keep = {(i, j) for i, row in a.items() for j, v in row.items() if v is not None and b.get(i, {}).get(j) is not None}
+    return (
+        {i: {j: v for j, v in row.items() if (i, j) in keep} for i, row in a.items()},
+        {i: {j: v for j, v in row.items() if (i, j) in keep} for i, row in b.items()},
+    )
 
 
-def regret(M: Matrix, O: Matrix) -> dict[str, Optional[float]]:
+def regret(M: Matrix, O: Matrix) -> dict[str, Optional[float]]:  # noqa: E741  (METRICS.md's names)
     """``regret_<aggregate>`` = aggregate(M) − aggregate(O) over the shared cells (None where either is None)."""
     run, oracle = shared_cells(M, O)
     out = {}
@@ -96,8 +104,9 @@ def with_perplexity(values: Mapping[str, Optional[float]]) -> dict[str, Optional
     return out
 
 
-def aggregate_intervals(items: Mapping[int, Mapping[int, tuple[np.ndarray, np.ndarray]]], B: int = 1000,
-                        seed: int = 0) -> dict[str, Optional[list[float]]]:
+def aggregate_intervals(
+    items: Mapping[int, Mapping[int, tuple[np.ndarray, np.ndarray]]], B: int = 1000, seed: int = 0
+) -> dict[str, Optional[list[float]]]:
     """95 % bootstrap intervals ``{aggregate: [low, high]}`` over items (see the module docstring).
 
     ``items[i][j]`` = (per-item NLL sums, per-item loss tokens) of slice j at checkpoint i, the items in the
@@ -119,5 +128,7 @@ def aggregate_intervals(items: Mapping[int, Mapping[int, tuple[np.ndarray, np.nd
             value = fn(M)
             if value is not None:
                 draws[name].append(value)
-    return {name: (list(bootstrap_ci_bounds(np.sort(values))) if len(values) == B else None)
-            for name, values in draws.items()}
+    return {
+        name: (list(bootstrap_ci_bounds(np.sort(values))) if len(values) == B else None)
+        for name, values in draws.items()
+    }
