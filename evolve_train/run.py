@@ -44,7 +44,7 @@ from evolve_train.methods import Method, TokenizedHistory
 from evolve_train.methods.averaging import WeightAverage, cpu_state
 from evolve_train.models.source import check_model_source
 from evolve_train.models.build import (
-    build_adapter,
+    build_text_format,
     build_model,
     load_model,
     load_tokenizer,
@@ -168,7 +168,9 @@ class ContinualRun:
         self.start = self._agreed_start()
         self._open_run_dir()
         self.model, self.tokenizer = self._initial_model()
-        self.adapter = build_adapter(cfg.model, self.tokenizer)  # the model's text format (models/adapter.py)
+        self.text_format = build_text_format(
+            cfg.model, self.tokenizer
+        )  # the model's text format (models/text_format.py)
         self.method = Method(cfg.method)
         self.method.load_state_dict(self.state.method_state)
         if self.start > 0:
@@ -346,20 +348,20 @@ class ContinualRun:
 
     def _examples(self, step: int):
         """Step ``step``'s tokenized examples, mixed by the method with earlier steps' (replay)."""
-        tokens = TokenCache(resolve_cache_dir(self.cfg.data.cache_dir), self.adapter, self.accelerator)
+        tokens = TokenCache(resolve_cache_dir(self.cfg.data.cache_dir), self.text_format, self.accelerator)
 
         def tokenize(time_step):  # the rows of the tokenized cache (data.cache_dir), or encoded now
             return tokens.examples(time_step, self.cfg.data.objective, self.cfg.trainer.seq_len)
 
         history = TokenizedHistory(
-            self.timeline.steps[:step], tokenize, self.adapter.pad_id, self.cfg.trainer.attention_reset
+            self.timeline.steps[:step], tokenize, self.text_format.pad_id, self.cfg.trainer.attention_reset
         )
         return self.active.mix_examples(step, tokenize(self.timeline.steps[step]), history)
 
     def _train(self, step: int, examples, cache: Optional[Step0Cache]) -> StepResult:
         cfg, accelerator = self.cfg, self.accelerator
         log_fn = cache.recording(self.logger.log_train) if cache else self.logger.log_train
-        pad_id = self.adapter.pad_id
+        pad_id = self.text_format.pad_id
         with StepStates(
             self.run_dir,
             step,
@@ -387,7 +389,7 @@ class ContinualRun:
                     n_time_steps=len(self.timeline.steps),
                     optimizer_carry=self.optimizer_carry,
                     schedule_step=0 if self.active.from_initial(step) else step,
-                    probe=probe_for(self.timeline, self.adapter, cfg.eval),
+                    probe=probe_for(self.timeline, self.text_format, cfg.eval),
                 ),
             )  # FSDP2: sharded while it trains
         if cache and self.main:
@@ -443,7 +445,7 @@ class ContinualRun:
         same rows; the main process writes them."""
         model = model if model is not None else self.model
         eval_model = (
-            self.qa_adaptation.adapted(model, self.adapter, checkpoint=checkpoint, accelerator=self.accelerator)
+            self.qa_adaptation.adapted(model, self.text_format, checkpoint=checkpoint, accelerator=self.accelerator)
             if self.qa_adaptation and checkpoint >= 0
             else model
         )  # a copy; the chain is untouched
@@ -481,7 +483,7 @@ class ContinualRun:
         plain = self.accelerator.unwrap_model(model, keep_fp32_wrapper=False)
         ctx = EvalContext(
             model=plain,
-            adapter=self.adapter,
+            text_format=self.text_format,
             timeline=self.timeline,
             checkpoint=checkpoint,
             cfg=self.cfg.eval,

@@ -24,7 +24,7 @@ from typing import Optional, Sequence
 from omegaconf import DictConfig, OmegaConf
 
 from evolve_train.errors import ConfigError
-from evolve_train.models.build import build_adapter, load_model, load_tokenizer
+from evolve_train.models.build import build_text_format, load_model, load_tokenizer
 from evolve_train.run import ContinualRun, validate
 from evolve_train.evaluation.rows import read_metrics
 from evolve_train.models.source import check_model_source
@@ -112,7 +112,7 @@ class SavedCheckpoints(ContinualRun):
                 log.info("checkpoint %d: already evaluated in %s; skipped", k, self.run_dir)
             for k in todo:
                 self.model, self.tokenizer = self.load(k)
-                self.adapter = build_adapter(self.cfg.model, self.tokenizer)
+                self.text_format = build_text_format(self.cfg.model, self.tokenizer)
                 if self.replace and self.main:
                     drop_checkpoint_rows(self.run_dir / "metrics.jsonl", k)
                 self.evaluate(k)

@@ -37,7 +37,7 @@ from evolve_train.evaluation.evaluator import EvalContext, evaluate_checkpoint  
 from evolve_train.evaluation.rows import read_metrics  # noqa: E402
 from evolve_train.methods import Method  # noqa: E402
 from evolve_train.models.build import (
-    build_adapter,
+    build_text_format,
     build_model,
     load_model,
     load_tokenizer,  # noqa: E402
@@ -155,11 +155,11 @@ def varied_documents(n: int = 400, seed: int = 0) -> TimeStep:
 def clm_packing_efficiency(cfg, tokenizer, seed: int = 0) -> dict:
     """Real tokens / all tokens of ``clm`` rows in length-grouped batches of ``trainer.batch_size``: documents
     packed into ``seq_len`` rows (what training does) vs each document cut on its own (the former layout)."""
-    adapter = build_adapter(cfg.model, tokenizer)
+    text_format = build_text_format(cfg.model, tokenizer)
     step, seq_len = varied_documents(seed=seed), cfg.trainer.seq_len
-    packed = [len(ids) for ids in adapter.encode_step(step, "clm", seq_len)["input_ids"]]
-    docs = adapter.encode([t["text"] for t in step.texts])
-    padded = [len(ids) for ids in chunk_documents(docs, seq_len, adapter.eos_id, adapter.prefix)["input_ids"]]
+    packed = [len(ids) for ids in text_format.encode_step(step, "clm", seq_len)["input_ids"]]
+    docs = text_format.encode([t["text"] for t in step.texts])
+    padded = [len(ids) for ids in chunk_documents(docs, seq_len, text_format.eos_id, text_format.prefix)["input_ids"]]
     batch_size = cfg.trainer.batch_size
     return {
         name: padding_efficiency(LengthGroupedBatches(lengths, batch_size, seed).epoch(0), lengths)
@@ -169,13 +169,13 @@ def clm_packing_efficiency(cfg, tokenizer, seed: int = 0) -> dict:
 
 def eval_speed(cfg, model, tokenizer, timeline, checkpoint: int) -> dict:
     """Greedy answers to every distinct split prompt of ``checkpoint``'s eval sets: the evaluator's batched
-    path (``ModelAdapter.generate`` at ``eval.batch_size`` with ``eval.greedy_decoder``) vs one prompt at a time
+    path (``TextFormat.generate`` at ``eval.batch_size`` with ``eval.greedy_decoder``) vs one prompt at a time
     with transformers' ``generate`` (what research code does), and vs one at a time with the evaluator's own
     decoder (batching alone). Same stop tokens and ``max_new_tokens``; one-at-a-time runs a 96-prompt sample
     and is extrapolated; best of 3, interleaved. The full evaluation (every group) is timed once."""
-    adapter = build_adapter(cfg.model, tokenizer)
+    text_format = build_text_format(cfg.model, tokenizer)
     ctx = EvalContext(
-        model=model, adapter=adapter, timeline=timeline, checkpoint=checkpoint, cfg=cfg.eval, run_dir=None
+        model=model, text_format=text_format, timeline=timeline, checkpoint=checkpoint, cfg=cfg.eval, run_dir=None
     )
     prompts = sorted({timeline.prompt(i) for s in ctx.sets() for i in s.items})
     options = dict(max_new_tokens=cfg.eval.max_new_tokens, stop_strings=cfg.eval.stop_strings)
@@ -184,7 +184,7 @@ def eval_speed(cfg, model, tokenizer, timeline, checkpoint: int) -> dict:
     best = {"batched": float("inf"), "generate_one_at_a_time": float("inf"), "same_decoder_one_at_a_time": float("inf")}
     for _ in range(3):
         start = time.perf_counter()
-        answers = adapter.generate(
+        answers = text_format.generate(
             model, prompts, batch_size=cfg.eval.batch_size, decoder=cfg.eval.greedy_decoder, **options
         )
         best["batched"] = min(best["batched"], time.perf_counter() - start)
@@ -193,7 +193,7 @@ def eval_speed(cfg, model, tokenizer, timeline, checkpoint: int) -> dict:
             ("same_decoder_one_at_a_time", cfg.eval.greedy_decoder),
         ):
             start = time.perf_counter()
-            single = [adapter.generate(model, [p], batch_size=1, decoder=decoder, **options)[0] for p in sample]
+            single = [text_format.generate(model, [p], batch_size=1, decoder=decoder, **options)[0] for p in sample]
             best[key] = min(best[key], (time.perf_counter() - start) * scale)
     by_prompt = dict(zip(prompts, answers))
     start = time.perf_counter()
@@ -219,7 +219,7 @@ def retrieval_share(cfg, model, tokenizer, timeline, checkpoint: int) -> dict:
     evaluators and ``retrieval`` after them, timed by the evaluation's own ``timing`` row, once with the stores
     built at this checkpoint (a run without ``eval.eval_initial`` builds the last store there) and once reusing
     them (every later evaluation of the run); best of 2 for each."""
-    adapter = build_adapter(cfg.model, tokenizer)
+    text_format = build_text_format(cfg.model, tokenizer)
     evaluators = [name for name in cfg.eval.evaluators if name != "retrieval"] + ["retrieval"]
     eval_cfg = copy.deepcopy(cfg.eval)
     eval_cfg.evaluators = evaluators
@@ -229,7 +229,7 @@ def retrieval_share(cfg, model, tokenizer, timeline, checkpoint: int) -> dict:
         for key in ("retrieval_built_s", "retrieval_reused_s"):
             ctx = EvalContext(
                 model=model,
-                adapter=adapter,
+                text_format=text_format,
                 timeline=timeline,
                 checkpoint=checkpoint,
                 cfg=eval_cfg,
@@ -318,7 +318,7 @@ def eval_growth(cfg, model, tokenizer, n_steps: int) -> list[dict]:
         for checkpoint in range(n_steps):
             ctx = EvalContext(
                 model=model,
-                adapter=build_adapter(cfg.model, tokenizer),
+                text_format=build_text_format(cfg.model, tokenizer),
                 timeline=timeline,
                 checkpoint=checkpoint,
                 cfg=grown.eval,
@@ -341,8 +341,8 @@ def eval_growth(cfg, model, tokenizer, n_steps: int) -> list[dict]:
 
 def eval_share_from_run(run_dir: Path) -> dict | None:
     """``eval_seconds / train_seconds`` per checkpoint, and ``slices_of_wall``: the ``slices`` evaluator's seconds
-    (its ``timing`` rows) over the run's training plus evaluation seconds (issue #29: the extra evaluation's
-    share of the demo's wall time)."""
+    (its ``timing`` rows) over the run's training plus evaluation seconds (the extra evaluation's share
+    of the demo's wall time)."""
     rows = read_metrics(run_dir / "metrics.jsonl")  # [] when the run has none
     per_step, wall, slices = {}, {}, 0.0
     for row in rows:
@@ -371,12 +371,12 @@ def cache_speedup(cfg, size_mb: float) -> dict:
         write_corpus(corpus, int(size_mb * 1e6))
         with open(corpus, encoding="utf-8") as lines:
             tokenizer = train_tokenizer((json.loads(line)["text"] for line in lines), cfg.model.vocab_size)
-        adapter = build_adapter(cfg.model, tokenizer)
+        text_format = build_text_format(cfg.model, tokenizer)
         seconds = []
         for _ in range(2):  # the first run, then the second: each reads the file and tokenizes the step
             start = time.perf_counter()
             _, texts = read_training_file(corpus, cache_dir)
-            rows = TokenCache(cache_dir, adapter).examples(
+            rows = TokenCache(cache_dir, text_format).examples(
                 TimeStep(0, "corpus", texts=texts), "clm", cfg.trainer.seq_len
             )
             seconds.append(time.perf_counter() - start)
@@ -450,7 +450,7 @@ def main(argv=None) -> None:
     timeline = build_timeline(cfg.data)
     step0 = timeline.steps[0]
     tokenizer = train_tokenizer([t["text"] for t in step0.texts], cfg.model.vocab_size)
-    examples = build_adapter(cfg.model, tokenizer).encode_step(step0, cfg.data.objective, cfg.trainer.seq_len)
+    examples = build_text_format(cfg.model, tokenizer).encode_step(step0, cfg.data.objective, cfg.trainer.seq_len)
     batches = same_batches(examples, cfg, tokenizer.pad_token_id)
     results: dict = {"machine": {"threads": torch.get_num_threads(), "cuda": torch.cuda.is_available()}}
     if args.retrieval_only:
@@ -504,7 +504,7 @@ def main(argv=None) -> None:
         "training_state_memory_ratio": lora_mem / full_mem,
     }
 
-    varied = build_adapter(cfg.model, tokenizer).encode_step(varied_pairs(), "masked_entity", cfg.trainer.seq_len)
+    varied = build_text_format(cfg.model, tokenizer).encode_step(varied_pairs(), "masked_entity", cfg.trainer.seq_len)
     results["packing_efficiency"] = {
         "default_world": packing_efficiency(examples, cfg.trainer.batch_size),
         "varied_masked_pairs": packing_efficiency(varied, cfg.trainer.batch_size),

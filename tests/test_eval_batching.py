@@ -5,7 +5,7 @@ import functools
 import pytest
 from test_generation import PROMPTS, tiny_model, tokenizer  # noqa: F401  (fixture)
 
-from evolve_train.models.adapter import CausalLMAdapter
+from evolve_train.models.text_format import CausalLMFormat
 from evolve_train.models.batching import AutoBatchSize
 
 OOM = "CUDA out of memory. Tried to allocate 2.00 GiB"
@@ -28,40 +28,40 @@ def failing_above(model, rows: int, error=RuntimeError(OOM)):
 
 @pytest.mark.parametrize("decoder", ["pruned", "generate"])
 def test_generation_halves_the_batch_on_oom_and_gives_the_same_answers(tokenizer, decoder):  # noqa: F811
-    adapter = CausalLMAdapter(tokenizer)
-    expected = adapter.generate(tiny_model("gpt2", tokenizer), PROMPTS, batch_size=2, decoder=decoder)
+    text_format = CausalLMFormat(tokenizer)
+    expected = text_format.generate(tiny_model("gpt2", tokenizer), PROMPTS, batch_size=2, decoder=decoder)
     model, seen = failing_above(tiny_model("gpt2", tokenizer), rows=2)
     size = AutoBatchSize(8)
-    assert adapter.generate(model, PROMPTS, batch_size=size, decoder=decoder) == expected
+    assert text_format.generate(model, PROMPTS, batch_size=size, decoder=decoder) == expected
     assert size.size == 2 and max(seen) == 2  # 8 -> 4 -> 2, kept for the rest
 
 
 def test_option_scores_halve_the_batch_on_oom_and_give_the_same_scores(tokenizer):  # noqa: F811
     requests = [(p, o) for p in PROMPTS for o in ("City1", "Person2", "Company3")]
-    adapter = CausalLMAdapter(tokenizer)
-    expected = adapter.score_options(tiny_model("gpt2", tokenizer), requests, batch_size=64)
+    text_format = CausalLMFormat(tokenizer)
+    expected = text_format.score_options(tiny_model("gpt2", tokenizer), requests, batch_size=64)
     model, seen = failing_above(tiny_model("gpt2", tokenizer), rows=6)
     size = AutoBatchSize(64)
-    assert adapter.score_options(model, requests, batch_size=size) == pytest.approx(expected, abs=1e-4)
+    assert text_format.score_options(model, requests, batch_size=size) == pytest.approx(expected, abs=1e-4)
     assert size.size <= 6 and max(seen) <= 6
 
 
 def test_other_errors_and_oom_at_batch_size_one_are_raised(tokenizer):  # noqa: F811
     model, _ = failing_above(tiny_model("gpt2", tokenizer), rows=2, error=ValueError("bad input"))
-    adapter = CausalLMAdapter(tokenizer)
+    text_format = CausalLMFormat(tokenizer)
     with pytest.raises(ValueError, match="bad input"):
-        adapter.generate(model, PROMPTS, batch_size=8)
+        text_format.generate(model, PROMPTS, batch_size=8)
     model, _ = failing_above(tiny_model("gpt2", tokenizer), rows=0)
     with pytest.raises(RuntimeError, match="out of memory"):
-        adapter.generate(model, PROMPTS, batch_size=AutoBatchSize(4))
+        text_format.generate(model, PROMPTS, batch_size=AutoBatchSize(4))
 
 
 def test_sampling_halves_the_batch_on_oom_and_still_draws_n_per_prompt(tokenizer):  # noqa: F811
-    adapter = CausalLMAdapter(tokenizer)
+    text_format = CausalLMFormat(tokenizer)
     options = dict(n=3, temperature=1.0, seed=0, max_new_tokens=4)
     model, seen = failing_above(tiny_model("gpt2", tokenizer), rows=6)  # generate() sees prompts x n rows
     size = AutoBatchSize(24)
-    samples = adapter.sample(model, PROMPTS, batch_size=size, **options)
+    samples = text_format.sample(model, PROMPTS, batch_size=size, **options)
     assert [len(s) for s in samples] == [3] * len(PROMPTS) and size.size == 6 and max(seen) <= 6
-    unconstrained = adapter.sample(tiny_model("gpt2", tokenizer), PROMPTS, batch_size=6, **options)
+    unconstrained = text_format.sample(tiny_model("gpt2", tokenizer), PROMPTS, batch_size=6, **options)
     assert samples == unconstrained  # the same spans as a run started at the size that fits: the same draw

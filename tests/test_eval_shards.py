@@ -1,6 +1,6 @@
 """Multi-process evaluation in whole batches (evaluation/context.py: ``Shards``), without a process group.
 
-Every process gets whole batches of the plan one process would form (``ModelAdapter.generation_batches`` /
+Every process gets whole batches of the plan one process would form (``TextFormat.generation_batches`` /
 ``option_batches``), so its forward passes are the ones a single process runs. Checked here for a causal
 (tiny GPT-2) and a seq2seq (tiny T5) adapter:
 
@@ -30,7 +30,7 @@ from test_generation import tiny_model
 from evolve_train.config import EvalConfig, ModelConfig
 from evolve_train.data.timeline import Timeline
 from evolve_train.evaluation.context import EvalContext, Shards
-from evolve_train.models.adapter import CausalLMAdapter, Seq2SeqAdapter
+from evolve_train.models.text_format import CausalLMFormat, Seq2SeqFormat
 from evolve_train.models.build import build_model, train_tokenizer
 
 WORDS = ["Acme", "Brix Works", "Cal Dee", "the toolkit", "City4", "Person7", "Zeta Labs", "version 3"]
@@ -47,11 +47,11 @@ def setup(request):
     """(adapter, model) of a tiny untrained model of each kind."""
     if request.param == "gpt2":
         tokenizer = train_tokenizer(TEXTS, vocab_size=400)
-        return CausalLMAdapter(tokenizer), tiny_model("gpt2", tokenizer)
+        return CausalLMFormat(tokenizer), tiny_model("gpt2", tokenizer)
     tokenizer = train_tokenizer(TEXTS, 200, "t5")
     torch.manual_seed(0)
     model = build_model(ModelConfig(arch="t5", n_layer=1, n_embd=32, n_head=2, vocab_size=200), tokenizer)
-    return Seq2SeqAdapter(tokenizer), model.eval()
+    return Seq2SeqFormat(tokenizer), model.eval()
 
 
 def requests_of(questions) -> list[tuple[str, str]]:
@@ -64,9 +64,9 @@ def subsets(batches: list[list]):
 
 
 def test_any_selection_of_whole_batches_is_planned_as_the_same_batches(setup):
-    adapter, _ = setup
+    text_format, _ = setup
     prompts, requests = sorted(PROMPTS), requests_of(QUESTIONS)
-    for plan, items in ((adapter.generation_batches, prompts), (adapter.option_batches, requests)):
+    for plan, items in ((text_format.generation_batches, prompts), (text_format.option_batches, requests)):
         batches = plan(items, BATCH)
         assert len(batches) >= 4 and sorted(x for b in batches for x in b) == sorted(items)
         for chosen in subsets(batches):
@@ -74,29 +74,29 @@ def test_any_selection_of_whole_batches_is_planned_as_the_same_batches(setup):
 
 
 def test_generation_batches_are_the_batches_generate_runs(setup):
-    adapter, model = setup
+    text_format, model = setup
     seen = []
-    original = adapter._greedy
+    original = text_format._greedy
 
     def record(model, input_ids, attention_mask, **options):
         seen.append(input_ids.tolist())
         return original(model, input_ids, attention_mask, **options)
 
-    adapter._greedy = record
+    text_format._greedy = record
     try:
-        adapter.generate(model, sorted(PROMPTS), batch_size=BATCH, max_new_tokens=2)
+        text_format.generate(model, sorted(PROMPTS), batch_size=BATCH, max_new_tokens=2)
     finally:
-        del adapter._greedy
-    planned = adapter.generation_batches(sorted(PROMPTS), BATCH)
+        del text_format._greedy
+    planned = text_format.generation_batches(sorted(PROMPTS), BATCH)
     assert [len(ids) for ids in seen] == [len(b) for b in planned]
-    pad = adapter.pad_id
+    pad = text_format.pad_id
     assert [[[t for t in row if t != pad] for row in ids] for ids in seen] == [
-        [[t for t in row if t != pad] for row in adapter.prompt_ids(b)] for b in planned
+        [[t for t in row if t != pad] for row in text_format.prompt_ids(b)] for b in planned
     ]
 
 
 def test_option_batches_are_the_batches_score_options_runs(setup):
-    adapter, model = setup
+    text_format, model = setup
     requests, rows = requests_of(QUESTIONS), []
     original = model.forward
 
@@ -107,11 +107,11 @@ def test_option_batches_are_the_batches_score_options_runs(setup):
 
     model.forward = forward
     try:
-        adapter.score_options(model, requests, batch_size=BATCH)
+        text_format.score_options(model, requests, batch_size=BATCH)
     finally:
         del model.forward
-    passes = rows[1::2] if isinstance(adapter, CausalLMAdapter) else rows  # causal: prompts, then their options
-    assert passes == [len(batch) for batch in adapter.option_batches(requests, BATCH)]
+    passes = rows[1::2] if isinstance(text_format, CausalLMFormat) else rows  # causal: prompts, then their options
+    assert passes == [len(batch) for batch in text_format.option_batches(requests, BATCH)]
 
 
 @pytest.mark.parametrize("count", [2, 3])
@@ -151,11 +151,11 @@ class ThreadShards(Shards):
 class Locked:
     """``adapter`` whose model calls take ``lock``."""
 
-    def __init__(self, adapter, lock):
-        self._adapter, self._lock = adapter, lock
+    def __init__(self, text_format, lock):
+        self._text_format, self._lock = text_format, lock
 
     def __getattr__(self, name):
-        value = getattr(self._adapter, name)
+        value = getattr(self._text_format, name)
         if name not in ("generate", "score_options"):
             return value
 
@@ -167,10 +167,10 @@ class Locked:
         return locked
 
 
-def context(adapter, model, shards: Shards) -> EvalContext:
+def context(text_format, model, shards: Shards) -> EvalContext:
     return EvalContext(
         model=model,
-        adapter=adapter,
+        text_format=text_format,
         timeline=Timeline(steps=[], eval_sets=[]),
         checkpoint=0,
         cfg=EvalConfig(batch_size=BATCH, max_new_tokens=4),
@@ -189,11 +189,11 @@ def ask(ctx: EvalContext) -> list:
     ]
 
 
-def in_processes(count: int, adapter, model) -> tuple[list, list[EvalContext]]:
+def in_processes(count: int, text_format, model) -> tuple[list, list[EvalContext]]:
     """``ask`` on ``count`` simulated processes: each one's results and context."""
     world = World(count)
     contexts = [
-        context(Locked(adapter, world.model_lock), model, ThreadShards(i, count, world=world)) for i in range(count)
+        context(Locked(text_format, world.model_lock), model, ThreadShards(i, count, world=world)) for i in range(count)
     ]
     results, errors = [None] * count, []
 
@@ -216,9 +216,9 @@ def in_processes(count: int, adapter, model) -> tuple[list, list[EvalContext]]:
 
 @pytest.mark.parametrize("count", [2, 3])
 def test_processes_answer_and_score_bit_for_bit_as_one(setup, count):
-    adapter, model = setup
-    reference = ask(context(adapter, model, Shards()))
-    results, contexts = in_processes(count, adapter, model)
+    text_format, model = setup
+    reference = ask(context(text_format, model, Shards()))
+    results, contexts = in_processes(count, text_format, model)
     for result in results:
         assert result == reference  # exact: strings and floats
     load = contexts[0].shards.done_per_process()
@@ -227,12 +227,12 @@ def test_processes_answer_and_score_bit_for_bit_as_one(setup, count):
 
 
 def test_one_process_generates_and_scores_everything_in_one_call_without_a_plan(setup):
-    adapter, model = setup
+    text_format, model = setup
     calls = []
 
     class Spy:
         def __getattr__(self, name):
-            value = getattr(adapter, name)
+            value = getattr(text_format, name)
             return lambda *args, **kwargs: calls.append(name) or value(*args, **kwargs)
 
     ctx = context(Spy(), model, Shards())
@@ -245,11 +245,11 @@ def test_a_split_that_ignores_the_batches_agrees_to_rounding(setup):
     """Contiguous halves form other batches than the whole call: on some CPUs (kernel choices) that moves
     the last float digits, on others it does not. Only agreement to rounding can be asserted here; exact
     equality is what whole-batch sharding guarantees (the tests above)."""
-    adapter, model = setup
+    text_format, model = setup
     requests = requests_of(QUESTIONS)
-    whole = adapter.score_options(model, requests, batch_size=BATCH)
+    whole = text_format.score_options(model, requests, batch_size=BATCH)
     cut = len(requests) // 2 + 1  # contiguous halves of the requests, as before whole batches
-    halves = adapter.score_options(model, requests[:cut], batch_size=BATCH) + adapter.score_options(
+    halves = text_format.score_options(model, requests[:cut], batch_size=BATCH) + text_format.score_options(
         model, requests[cut:], batch_size=BATCH
     )
     assert halves == pytest.approx(whole, rel=1e-5)
@@ -257,9 +257,9 @@ def test_a_split_that_ignores_the_batches_agrees_to_rounding(setup):
 
 def test_a_cut_prompt_scores_the_same_whatever_else_the_call_scores():
     tokenizer = train_tokenizer(TEXTS, vocab_size=400)
-    adapter, model = CausalLMAdapter(tokenizer), tiny_model("gpt2", tokenizer)
+    text_format, model = CausalLMFormat(tokenizer), tiny_model("gpt2", tokenizer)
     long = " ".join(PROMPTS)  # beyond the model's 64 positions: cut from its left
-    assert len(adapter.prompt_ids([long])[0]) > model.config.n_positions
-    alone = adapter.score_options(model, [(long, "Bob")], batch_size=1)
+    assert len(text_format.prompt_ids([long])[0]) > model.config.n_positions
+    alone = text_format.score_options(model, [(long, "Bob")], batch_size=1)
     other = (PROMPTS[0], " ".join(OPTIONS))  # a long option in the same call
-    assert adapter.score_options(model, [(long, "Bob"), other], batch_size=1)[0] == alone[0]
+    assert text_format.score_options(model, [(long, "Bob"), other], batch_size=1)[0] == alone[0]

@@ -11,7 +11,7 @@ from evolve_train.evaluation.evaluator import EvalContext, evaluate_checkpoint
 from evolve_train.evaluation.evaluators.calibration import lettered_prompt
 from evolve_train.evaluation.evaluators.grad_norms import example_grad_norms
 from evolve_train.evaluation.metrics.calibration import cyclic_rotations
-from evolve_train.models.adapter import CausalLMAdapter, Seq2SeqAdapter, seq2seq_source
+from evolve_train.models.text_format import CausalLMFormat, Seq2SeqFormat, seq2seq_source
 from evolve_train.models.build import build_model, train_tokenizer
 
 TEXTS = [
@@ -51,7 +51,7 @@ REQUESTS = [("The director of Acme Guild is", option) for option in ("Ann Lee", 
 @pytest.mark.parametrize("batch_size", [2, 64])
 def test_batched_option_scores_equal_the_unbatched_definition(tiny, share_prefix, batch_size):
     model, tokenizer = tiny
-    scores = CausalLMAdapter(tokenizer).score_options(model, REQUESTS, batch_size=batch_size, share_prefix=share_prefix)
+    scores = CausalLMFormat(tokenizer).score_options(model, REQUESTS, batch_size=batch_size, share_prefix=share_prefix)
     expected = [reference_score(model, tokenizer, p, o) for p, o in REQUESTS]
     assert scores == pytest.approx(expected, abs=1e-4)
 
@@ -137,7 +137,12 @@ def test_per_example_grad_norms_match_a_manual_backward(tiny):
     model, tokenizer = tiny
     timeline = Timeline(steps=[TimeStep(0, "2018")], eval_sets=[])
     ctx = EvalContext(
-        model=model, adapter=CausalLMAdapter(tokenizer), timeline=timeline, checkpoint=0, cfg=EvalConfig(), run_dir=None
+        model=model,
+        text_format=CausalLMFormat(tokenizer),
+        timeline=timeline,
+        checkpoint=0,
+        cfg=EvalConfig(),
+        run_dir=None,
     )
     norms, losses = example_grad_norms(ctx, ["The director of Acme Guild is", "Cal Dee was"], ["Ann Lee", "founded"])
     assert all(p.grad is None for p in model.parameters())  # cleared afterwards
@@ -158,7 +163,7 @@ def test_grad_norms_of_a_frozen_model_use_every_parameter_and_restore_the_flags(
     try:
         ctx = EvalContext(
             model=model,
-            adapter=CausalLMAdapter(tokenizer),
+            text_format=CausalLMFormat(tokenizer),
             timeline=Timeline(steps=[], eval_sets=[]),
             checkpoint=0,
             cfg=EvalConfig(),
@@ -176,7 +181,7 @@ def test_seq2seq_option_scores_are_the_decoder_log_likelihood():
     tokenizer = train_tokenizer(TEXTS, 200, "t5")
     model = build_model(ModelConfig(arch="t5", n_layer=1, n_embd=32, n_head=2, vocab_size=200), tokenizer).eval()
     requests = REQUESTS[:3] + REQUESTS[5:6]
-    scores = Seq2SeqAdapter(tokenizer).score_options(model, requests, batch_size=2)
+    scores = Seq2SeqFormat(tokenizer).score_options(model, requests, batch_size=2)
     expected = []
     for prompt, option in requests:
         encoded = tokenizer([seq2seq_source(prompt)], return_tensors="pt", add_special_tokens=True)

@@ -1,11 +1,11 @@
 """The pruned greedy decoder answers exactly as transformers' ``generate`` does, while dropping rows; generation
-through the model adapter equals ``generate`` on the same ids."""
+through the text format equals ``generate`` on the same ids."""
 
 import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
-from evolve_train.models.adapter import CausalLMAdapter
+from evolve_train.models.text_format import CausalLMFormat
 from evolve_train.models.build import train_tokenizer
 from evolve_train.models.generation import greedy_decode
 
@@ -86,23 +86,23 @@ def test_pruned_decoder_matches_generate_and_drops_finished_rows(tokenizer, kind
 
 
 @pytest.mark.parametrize("kind", ["gpt2", "llama"])
-def test_adapter_generation_is_the_same_with_either_decoder(tokenizer, kind):
+def test_text_format_generation_is_the_same_with_either_decoder(tokenizer, kind):
     model = tiny_model(kind, tokenizer)
     options = dict(batch_size=4, max_new_tokens=6, stop_strings=["\n", "."])
-    adapter = CausalLMAdapter(tokenizer)
-    assert adapter.generate(model, PROMPTS, decoder="pruned", **options) == adapter.generate(
+    text_format = CausalLMFormat(tokenizer)
+    assert text_format.generate(model, PROMPTS, decoder="pruned", **options) == text_format.generate(
         model, PROMPTS, decoder="generate", **options
     )
 
 
 @pytest.mark.parametrize("decoder", ["pruned", "generate"])
-def test_adapter_generation_equals_transformers_generate_one_prompt_at_a_time(tokenizer, decoder):
+def test_text_format_generation_equals_transformers_generate_one_prompt_at_a_time(tokenizer, decoder):
     """Batched (sorted, left padded, rows pruned) answers = ``model.generate`` on each prompt's own ids."""
     model = tiny_model("llama", tokenizer)
-    adapter = CausalLMAdapter(tokenizer)
+    text_format = CausalLMFormat(tokenizer)
     stops = ["."]
-    ours = adapter.generate(model, PROMPTS, batch_size=3, max_new_tokens=6, stop_strings=stops, decoder=decoder)
-    stop_ids = adapter.stop_ids(stops)
+    ours = text_format.generate(model, PROMPTS, batch_size=3, max_new_tokens=6, stop_strings=stops, decoder=decoder)
+    stop_ids = text_format.stop_ids(stops)
     for prompt, answer in zip(PROMPTS, ours):
         ids = torch.tensor([tokenizer(prompt, add_special_tokens=False)["input_ids"]])
         out = model.generate(
@@ -118,4 +118,4 @@ def test_adapter_generation_equals_transformers_generate_one_prompt_at_a_time(to
 
 def test_unknown_decoder_is_refused(tokenizer):
     with pytest.raises(ValueError, match="greedy decoder 'beam'"):
-        CausalLMAdapter(tokenizer).generate(tiny_model("gpt2", tokenizer), PROMPTS, decoder="beam")
+        CausalLMFormat(tokenizer).generate(tiny_model("gpt2", tokenizer), PROMPTS, decoder="beam")

@@ -17,7 +17,7 @@ from evolve_train.evaluation.evaluators.heldout import (
     text_loss,
     token_windows,
 )
-from evolve_train.models.adapter import make_adapter
+from evolve_train.models.text_format import make_text_format
 from evolve_train.models.build import train_tokenizer
 
 
@@ -34,7 +34,9 @@ def model(vocab: int) -> GPT2LMHeadModel:
 def test_the_loss_is_the_models_own_mean_token_loss(tokenizer):
     lm = model(len(tokenizer))
     windows = token_windows(
-        make_adapter(tokenizer, False), "One short document.\n\nAnother document, a little longer than the first.", 8
+        make_text_format(tokenizer, False),
+        "One short document.\n\nAnother document, a little longer than the first.",
+        8,
     )
     assert all(1 < len(w) <= 8 for w in windows) and sum(len(w) for w in windows) > 8
     total, count = text_loss(lm, windows, batch_size=2)
@@ -53,7 +55,7 @@ def test_evaluator_rows_and_config_errors(tokenizer, tmp_path):
     custom.write_text("The bridge opened.\n\nThe river rose.\n")
     ctx = SimpleNamespace(
         model=model(len(tokenizer)),
-        adapter=make_adapter(tokenizer, False),
+        text_format=make_text_format(tokenizer, False),
         checkpoint=2,
         cfg=EvalConfig(heldout_text=["general", str(custom)], heldout_window=32),
     )

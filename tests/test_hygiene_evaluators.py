@@ -216,32 +216,32 @@ def test_sampled_flip_rate_takes_the_majority_of_n_repeats(tmp_path):
         "Q: P1 v0": ["new", "old", "new"],
     }
 
-    class SamplingAdapter:  # EvalContext.samples asks the model's adapter for n samples per prompt
+    class SamplingFormat:  # EvalContext.samples asks the model's text format for n samples per prompt
         def sample(self, model, prompts, *, n, **kwargs):
             assert n == 3
             return [samples[p] for p in prompts]
 
     ctx = scripted(tmp_path, cfg)
-    ctx.adapter = SamplingAdapter()
+    ctx.text_format = SamplingFormat()
     rows = {r["set_name"]: r for r in flip_rate_evaluator(ctx)}
     assert rows["unchanged"]["flip_rate"] == 0.5 and rows["unchanged"]["samples"] == 3
     assert rows["all"]["flip_rate"] == pytest.approx(1 / 3)
 
 
-def test_adapter_sampling_returns_n_generations_per_prompt():
+def test_text_format_sampling_returns_n_generations_per_prompt():
     from evolve_train.config import ModelConfig
-    from evolve_train.models.adapter import CausalLMAdapter
+    from evolve_train.models.text_format import CausalLMFormat
     from evolve_train.models.build import build_model, train_tokenizer
 
     texts = ["The director of Acme is Jane Roe.", "Heading Acme is Jane Roe.", "Acme is based in Oslo."] * 20
     tokenizer = train_tokenizer(texts, 120, "gpt2")
     model = build_model(ModelConfig(n_layer=1, n_embd=16, n_head=2, vocab_size=120), tokenizer)
-    adapter = CausalLMAdapter(tokenizer)
-    out = adapter.sample(
+    text_format = CausalLMFormat(tokenizer)
+    out = text_format.sample(
         model, ["The director of Acme is", "Acme is based in"], n=3, temperature=1.0, seed=0, max_new_tokens=3
     )
     assert len(out) == 2 and all(len(group) == 3 for group in out)
-    again = adapter.sample(
+    again = text_format.sample(
         model, ["The director of Acme is", "Acme is based in"], n=3, temperature=1.0, seed=0, max_new_tokens=3
     )
     assert out == again  # seeded

@@ -19,7 +19,7 @@ from evolve_train.errors import ConfigError
 from evolve_train.evaluation.evaluators.heldout import GENERAL_FILE
 from evolve_train.evaluation.metrics.answer import prediction_of
 from evolve_train.methods.lora import default_targets
-from evolve_train.models.build import build_adapter, load_tokenizer
+from evolve_train.models.build import build_text_format, load_tokenizer
 from evolve_train.run import evaluates_initial, train
 from helpers import tiny_cfg
 from llama_helpers import save_tiny_llama, smollm_like_tokenizer, tiny_llama
@@ -45,16 +45,16 @@ def rows(run_dir: Path) -> list[dict]:
 
 def test_no_bos_and_one_eos_after_each_target(llama_dir):
     tokenizer = load_tokenizer(str(llama_dir), OmegaConf.to_object(tiny_cfg("x")).model)
-    adapter = build_adapter(OmegaConf.to_object(tiny_cfg("x")).model, tokenizer)
+    text_format = build_text_format(OmegaConf.to_object(tiny_cfg("x")).model, tokenizer)
     assert tokenizer.bos_token == "<|im_start|>" and tokenizer.eos_token == "<|im_end|>"
-    assert adapter.prefix == [] and adapter.suffix == []  # the tokenizer adds none: no BOS is prepended
-    rows_ = adapter.encode_rows(["In 2019, the director of Quill Labs was"], ["Ana Berg"], seq_len=64)
+    assert text_format.prefix == [] and text_format.suffix == []  # the tokenizer adds none: no BOS is prepended
+    rows_ = text_format.encode_rows(["In 2019, the director of Quill Labs was"], ["Ana Berg"], seq_len=64)
     ids, labels = rows_["input_ids"][0], rows_["labels"][0]
     assert tokenizer.bos_token_id not in ids
     assert ids[-1] == tokenizer.eos_token_id and ids.count(tokenizer.eos_token_id) == 1
     target = [t for t in labels if t != -100]
     assert tokenizer.decode(target[:-1]) == " Ana Berg" and target[-1] == tokenizer.eos_token_id
-    assert adapter.prompt_ids(["In 2019, the director of Quill Labs was"])[0] == ids[: len(ids) - len(target)]
+    assert text_format.prompt_ids(["In 2019, the director of Quill Labs was"])[0] == ids[: len(ids) - len(target)]
 
 
 class ScriptedLM(torch.nn.Module):
@@ -81,17 +81,17 @@ class ScriptedLM(torch.nn.Module):
 
 def test_leading_newlines_never_make_an_empty_answer():
     tokenizer = smollm_like_tokenizer()
-    adapter = build_adapter(OmegaConf.to_object(tiny_cfg("x")).model, tokenizer)
+    text_format = build_text_format(OmegaConf.to_object(tiny_cfg("x")).model, tokenizer)
     newline = tokenizer("\n", add_special_tokens=False)["input_ids"]
     paris = tokenizer(" Paris", add_special_tokens=False)["input_ids"]
     assert len(newline) == 1
     script = newline + newline + paris + newline + [tokenizer.eos_token_id]
-    raw = adapter.generate(
+    raw = text_format.generate(
         ScriptedLM(script, len(tokenizer)), ["The capital of France is"], max_new_tokens=10, stop_strings=["\n"]
     )
     assert prediction_of(raw[0], ["\n"]) == "Paris"
     assert prediction_of("\n\n  Paris\nBerlin", ["\n"]) == "Paris"
-    eos_first = adapter.generate(
+    eos_first = text_format.generate(
         ScriptedLM([tokenizer.eos_token_id] + paris, len(tokenizer)), ["Q"], max_new_tokens=6, stop_strings=["\n"]
     )
     assert eos_first == [""]  # EOS still ends an answer at once: the model chose to say nothing

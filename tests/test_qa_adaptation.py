@@ -50,7 +50,7 @@ def test_adaptation_trains_a_copy_for_the_configured_steps(tmp_path):
 
     from evolve_train.data.timeline import build_timeline
     from evolve_train.evaluation.qa_adaptation import QAAdaptation
-    from evolve_train.models.build import build_adapter, build_model, train_tokenizer
+    from evolve_train.models.build import build_text_format, build_model, train_tokenizer
 
     cfg = OmegaConf.to_object(tiny_cfg(tmp_path / "run", f"data.root={SAMPLE}", *FAST, *ADAPT))
     timeline = build_timeline(cfg.data)
@@ -59,8 +59,8 @@ def test_adaptation_trains_a_copy_for_the_configured_steps(tmp_path):
     tokenizer = train_tokenizer([p["input"] + " " + p["output"] for p in timeline.steps[0].pairs], 300)
     model = build_model(cfg.model, tokenizer)
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    adapter = build_adapter(cfg.model, tokenizer)
-    copy = adaptation.adapted(model, adapter, checkpoint=0, accelerator=Accelerator())
+    text_format = build_text_format(cfg.model, tokenizer)
+    copy = adaptation.adapted(model, text_format, checkpoint=0, accelerator=Accelerator())
     assert copy is not model and all(torch.equal(before[k], v) for k, v in model.state_dict().items())
     assert any(not torch.equal(before[k], v) for k, v in copy.state_dict().items())
     logged = []
@@ -75,7 +75,7 @@ def test_adaptation_trains_a_copy_for_the_configured_steps(tmp_path):
 
     loop.train_time_step = spy
     try:
-        adaptation.adapted(model, adapter, checkpoint=0, accelerator=Accelerator())
+        adaptation.adapted(model, text_format, checkpoint=0, accelerator=Accelerator())
     finally:
         loop.train_time_step = original
     assert logged == [12]

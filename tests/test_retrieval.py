@@ -316,13 +316,13 @@ def test_paired_metrics_open_book(scope, adoption, confusion):
 def test_passages_are_cut_to_fit_the_model_positions():
     from evolve_train.config import ModelConfig
     from evolve_train.evaluation.evaluators.retrieval import OpenBookPrompts
-    from evolve_train.models.build import build_adapter, build_model, train_tokenizer
+    from evolve_train.models.build import build_text_format, build_model, train_tokenizer
 
     long_docs = [" ".join(["The director of Acme is Bob and the museum opens at noon."] * 6)]
     tokenizer = train_tokenizer(long_docs + [t for k in DOCS for t in DOCS[k]], 300)
     model_cfg = ModelConfig(n_layer=1, n_embd=32, n_head=2, vocab_size=300, n_positions=48)
     model = build_model(model_cfg, tokenizer)
-    adapter = build_adapter(model_cfg, tokenizer)
+    text_format = build_text_format(model_cfg, tokenizer)
     steps = [
         TimeStep(
             0,
@@ -333,13 +333,13 @@ def test_passages_are_cut_to_fit_the_model_positions():
     ]
     tl = Timeline(steps=steps, eval_sets=[SETS[0], EvalSet("updated_0", "updated", 0, SETS[2].items)])
     cfg = EvalConfig(evaluators=["retrieval"], max_new_tokens=6, retrieval=RetrievalConfig(k=3))
-    ctx = EvalContext(timeline=tl, checkpoint=0, cfg=cfg, model=model, adapter=adapter)
+    ctx = EvalContext(timeline=tl, checkpoint=0, cfg=cfg, model=model, text_format=text_format)
     prompts = OpenBookPrompts(ctx)
     index = RetrievalIndex(tl, cfg.retrieval)
     for question in ("The director of Acme is", "Acme was founded in"):
         found = [p for p, _ in index.store(0).search([question], 3)[0]]
         prompt, cut = prompts.build(question, found)
-        assert len(adapter.prompt_ids([prompt])[0]) + 6 <= 48 and cut
+        assert len(text_format.prompt_ids([prompt])[0]) + 6 <= 48 and cut
         assert prompt.endswith("\n" + question)
     rows = by_name([r for r in evaluate_checkpoint(ctx) if r["group"] == "retrieval"])  # the real tiny model
     assert rows["all"]["cut"] == 1.0 and rows["all"]["n"] == 2

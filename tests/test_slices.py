@@ -111,7 +111,7 @@ def test_no_heldout_example_is_ever_trained_on(tmp_path, overrides):
         from evolve_train.data.schema import TimeStep
 
         corpus = TimeStep(index=step.index, name="slice", **{field: list(step.heldout)})
-        for row in as_array_rows(run.adapter.encode_step(corpus, objective, run.cfg.trainer.seq_len)):
+        for row in as_array_rows(run.text_format.encode_step(corpus, objective, run.cfg.trainer.seq_len)):
             held_rows.add(tuple(row["input_ids"].tolist()))
     for k in range(len(timeline.steps)):
         run.active = run.method.at_step(k)
@@ -125,9 +125,9 @@ def test_token_nll_is_the_models_own_loss(tmp_path):
     from evolve_train.run import ContinualRun
 
     run = ContinualRun(tiny_cfg(tmp_path)).setup()
-    rows = as_array_rows(run.adapter.encode_step(run.timeline.steps[0], "masked_entity", 128))[:8]
-    batch = collate(rows, run.adapter.pad_id)
-    sums, counts = run.adapter.token_nll(run.model, batch)
+    rows = as_array_rows(run.text_format.encode_step(run.timeline.steps[0], "masked_entity", 128))[:8]
+    batch = collate(rows, run.text_format.pad_id)
+    sums, counts = run.text_format.token_nll(run.model, batch)
     with torch.no_grad():
         loss = float(run.model(**batch, use_cache=False).loss)
     assert sum(counts) == sum(int((r["labels"] != -100).sum()) for r in rows)
@@ -162,7 +162,7 @@ def test_slices_rows_summary_and_regret(tmp_path):
 def test_token_nll_of_a_seq2seq_model_is_its_own_loss():
     from evolve_train.config import ModelConfig
     from evolve_train.data.schema import TimeStep
-    from evolve_train.models.build import build_adapter, build_model, train_tokenizer
+    from evolve_train.models.build import build_text_format, build_model, train_tokenizer
 
     pairs = [
         {"input": "The director of Acme is <mask>.", "output": "Ann Lee"},
@@ -171,10 +171,10 @@ def test_token_nll_of_a_seq2seq_model_is_its_own_loss():
     tokenizer = train_tokenizer([p["input"] + " " + p["output"] for p in pairs] * 20, 300, "t5")
     torch.manual_seed(0)
     cfg = ModelConfig(arch="t5", n_layer=1, n_embd=32, n_head=2)
-    model, adapter = build_model(cfg, tokenizer), build_adapter(cfg, tokenizer)
-    rows = as_array_rows(adapter.encode_step(TimeStep(0, "0", pairs=pairs), "masked_entity", 64))
-    batch = collate(rows, adapter.pad_id)
-    sums, counts = adapter.token_nll(model, batch)
+    model, text_format = build_model(cfg, tokenizer), build_text_format(cfg, tokenizer)
+    rows = as_array_rows(text_format.encode_step(TimeStep(0, "0", pairs=pairs), "masked_entity", 64))
+    batch = collate(rows, text_format.pad_id)
+    sums, counts = text_format.token_nll(model, batch)
     with torch.no_grad():
         loss = float(model(**batch).loss)
     assert counts == [len(r["labels"]) for r in rows]

@@ -14,7 +14,7 @@ import pytest
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from evolve_train.errors import ConfigError
-from evolve_train.models.adapter import adapter_for_model
+from evolve_train.models.text_format import text_format_for_model
 from evolve_train.run import train
 from helpers import TINY, tiny_cfg
 
@@ -76,7 +76,7 @@ def test_checkpoint_round_trip_reproduces_recorded_generations(tiny_run):
     model = AutoModelForCausalLM.from_pretrained(path)
     tokenizer = AutoTokenizer.from_pretrained(path)
     records = rows(tiny_run, "predictions/step_2/unchanged.jsonl")
-    again = adapter_for_model(model, tokenizer).generate(model, [r["prompt"] for r in records], max_new_tokens=16)
+    again = text_format_for_model(model, tokenizer).generate(model, [r["prompt"] for r in records], max_new_tokens=16)
     assert again == [r["generation"] for r in records]
 
 
@@ -129,7 +129,7 @@ def test_a_completed_run_resumes_to_the_same_summary_without_training(tiny_run):
 # Losses of the tiny recipe as recorded on the reference machine (torch 2.13.0+cpu, one thread): the first
 # logged losses of each time step (steps 1 and 2 continue from the previous checkpoint). A change to the
 # loop, the data pipeline, the schedule or the model that moves training shows here first.
-# Recorded again when each step's held-out slice (data.heldout_share=0.05, issue #29) left the training data.
+# Recorded again when each step's held-out slice (data.heldout_share=0.05) left the training data.
 RECORDED_LOSSES = {0: [5.685143, 5.549697, 5.415015, 5.25491], 1: [4.757658, 4.594915], 2: [4.197185, 4.152647]}
 
 

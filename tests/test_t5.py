@@ -8,8 +8,8 @@ import pytest
 
 from evolve_train.config import ModelConfig
 from evolve_train.data.timeline import TimeStep
-from evolve_train.models.adapter import Seq2SeqAdapter, seq2seq_source
-from evolve_train.models.build import build_adapter, build_model, is_seq2seq, train_tokenizer
+from evolve_train.models.text_format import Seq2SeqFormat, seq2seq_source
+from evolve_train.models.build import build_text_format, build_model, is_seq2seq, train_tokenizer
 from evolve_train.run import train
 from helpers import tiny_cfg
 
@@ -32,7 +32,7 @@ def test_seq2seq_source_uses_the_sentinel():
 
 
 def test_tokenized_pairs_have_a_sentinel_input_and_an_eos_target(tokenizer):
-    examples = Seq2SeqAdapter(tokenizer).encode_step(TimeStep(0, "0", pairs=PAIRS), "masked_entity", 64)
+    examples = Seq2SeqFormat(tokenizer).encode_step(TimeStep(0, "0", pairs=PAIRS), "masked_entity", 64)
     sentinel = tokenizer.convert_tokens_to_ids("<extra_id_0>")
     for row, pair in zip(examples, PAIRS):
         assert row["input_ids"].count(sentinel) == 1
@@ -42,7 +42,7 @@ def test_tokenized_pairs_have_a_sentinel_input_and_an_eos_target(tokenizer):
 
 def test_text_only_step_is_refused_for_seq2seq(tokenizer):
     with pytest.raises(ValueError, match="masked-entity pairs"):
-        Seq2SeqAdapter(tokenizer).encode_step(TimeStep(0, "0", texts=[{"text": "Plain text."}]), "clm", 64)
+        Seq2SeqFormat(tokenizer).encode_step(TimeStep(0, "0", texts=[{"text": "Plain text."}]), "clm", 64)
 
 
 def test_tiny_t5_learns_one_fact_and_stops(tokenizer):
@@ -54,9 +54,9 @@ def test_tiny_t5_learns_one_fact_and_stops(tokenizer):
     cfg = ModelConfig(arch="t5", n_layer=1, n_embd=64, n_head=2)
     model = build_model(cfg, tokenizer)
     assert is_seq2seq(cfg) and model.config.decoder_start_token_id == tokenizer.pad_token_id
-    adapter = build_adapter(cfg, tokenizer)
-    assert isinstance(adapter, Seq2SeqAdapter)
-    examples = adapter.encode_step(TimeStep(0, "0", pairs=PAIRS[:1]), "masked_entity", 64)
+    text_format = build_text_format(cfg, tokenizer)
+    assert isinstance(text_format, Seq2SeqFormat)
+    examples = text_format.encode_step(TimeStep(0, "0", pairs=PAIRS[:1]), "masked_entity", 64)
     batch = {"input_ids": torch.tensor([examples[0]["input_ids"]]), "labels": torch.tensor([examples[0]["labels"]])}
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
     try:
@@ -68,7 +68,7 @@ def test_tiny_t5_learns_one_fact_and_stops(tokenizer):
     finally:
         torch.set_num_threads(threads)
     # the eval prompt is the cloze without the mask: generation appends the sentinel, as in training
-    answer = adapter.generate(model, ["The director of Acme is"], max_new_tokens=8)
+    answer = text_format.generate(model, ["The director of Acme is"], max_new_tokens=8)
     assert answer[0].strip() == "Ann Lee"
 
 

@@ -22,7 +22,7 @@ from evolve_train.data.corpus import ArrowRecords, concat_records, step_fingerpr
 from evolve_train.data.loaders.common import read_training_file
 from evolve_train.data.schema import TimeStep
 from evolve_train.errors import DataError
-from evolve_train.models.adapter import make_adapter
+from evolve_train.models.text_format import make_text_format
 from evolve_train.models.build import train_tokenizer
 from evolve_train.run import train
 from evolve_train.training import token_cache
@@ -42,8 +42,8 @@ def write_docs(path: Path, docs=DOCS) -> Path:
 
 
 @pytest.fixture(scope="module")
-def adapter():
-    return make_adapter(train_tokenizer(DOCS, 300))
+def text_format():
+    return make_text_format(train_tokenizer(DOCS, 300))
 
 
 def step_of(path: Path, cache_dir=None) -> TimeStep:
@@ -81,9 +81,9 @@ def test_token_rows_equal_as_array_rows_plain_mapped_and_memory_mapped(tmp_path)
         TokenRows(data)[4]
 
 
-def test_token_rows_of_a_cache_entry_read_the_file_and_equal_the_mapped_rows(tmp_path, adapter):
+def test_token_rows_of_a_cache_entry_read_the_file_and_equal_the_mapped_rows(tmp_path, text_format):
     step = step_of(write_docs(tmp_path / "docs.jsonl"), tmp_path / "cache")
-    examples = TokenCache(tmp_path / "cache", adapter).examples(step, "clm", 16)
+    examples = TokenCache(tmp_path / "cache", text_format).examples(step, "clm", 16)
     rows = TokenRows(examples)
     assert all(values.where for column in rows._flat.values() for values in column.values)  # plain reads
     replay_like = concatenate_datasets([examples, examples.select([5, 0, 5])])  # chunks + an index mapping
@@ -95,47 +95,47 @@ def test_token_rows_of_a_cache_entry_read_the_file_and_equal_the_mapped_rows(tmp
 # ----------------------------------------------------------------------------------- the cache
 
 
-def test_written_once_then_hit_with_the_same_rows(tmp_path, adapter, caplog, monkeypatch):
+def test_written_once_then_hit_with_the_same_rows(tmp_path, text_format, caplog, monkeypatch):
     step = step_of(write_docs(tmp_path / "docs.jsonl"), tmp_path / "cache")
     calls = []
-    encode = type(adapter).encode_batches
-    monkeypatch.setattr(type(adapter), "encode_batches", lambda self, *a: calls.append(a) or encode(self, *a))
+    encode = type(text_format).encode_batches
+    monkeypatch.setattr(type(text_format), "encode_batches", lambda self, *a: calls.append(a) or encode(self, *a))
     with caplog.at_level(logging.INFO, logger="evolve_train.training.token_cache"):
-        first = TokenCache(tmp_path / "cache", adapter).examples(step, "clm", 16)
-        second = TokenCache(tmp_path / "cache", adapter).examples(step, "clm", 16)
+        first = TokenCache(tmp_path / "cache", text_format).examples(step, "clm", 16)
+        second = TokenCache(tmp_path / "cache", text_format).examples(step, "clm", 16)
     messages = [r.getMessage() for r in caplog.records]
     assert [m.split(" ")[2] for m in messages] == ["miss", "hit"] and len(calls) == 1
     entry = Path(messages[1].split(" ")[3])
     assert entry.parent == tmp_path / "cache" / "tokens" and (entry / token_cache.META).is_file()
     assert sorted(p.name for p in entry.iterdir()) == [token_cache.ROWS, token_cache.META]
     assert not list((tmp_path / "cache" / "corpora").rglob("cache-*.arrow"))  # nothing written next to the corpus
-    uncached = adapter.encode_step(step, "clm", 16)
+    uncached = text_format.encode_step(step, "clm", 16)
     assert same_rows(TokenRows(second), TokenRows(first)) and same_rows(TokenRows(second), TokenRows(uncached))
 
 
-def test_key_follows_data_tokenizer_seq_len_objective_and_encoder(tmp_path, adapter):
+def test_key_follows_data_tokenizer_seq_len_objective_and_encoder(tmp_path, text_format):
     step = step_of(write_docs(tmp_path / "docs.jsonl"), tmp_path / "cache")
-    base = token_key(step, adapter, {"objective": "clm", "seq_len": 16})
-    assert token_key(step_of(tmp_path / "docs.jsonl"), adapter, {"objective": "clm", "seq_len": 16}) == base
+    base = token_key(step, text_format, {"objective": "clm", "seq_len": 16})
+    assert token_key(step_of(tmp_path / "docs.jsonl"), text_format, {"objective": "clm", "seq_len": 16}) == base
     changed = step_of(write_docs(tmp_path / "other.jsonl", DOCS[:-1] + ["A changed last document."]))
     as_list = TimeStep(index=0, name="2019", texts=list(step.texts))
     keys = [
-        token_key(changed, adapter, {"objective": "clm", "seq_len": 16}),
-        token_key(step, make_adapter(train_tokenizer(DOCS, 280)), {"objective": "clm", "seq_len": 16}),
-        token_key(step, adapter, {"objective": "clm", "seq_len": 32}),
-        token_key(step, adapter, {"objective": "masked_entity", "seq_len": 16}),
-        token_key(step, make_adapter(adapter.tokenizer, seq2seq=True), {"objective": "clm", "seq_len": 16}),
-        token_key(as_list, adapter, {"objective": "clm", "seq_len": 16}),
+        token_key(changed, text_format, {"objective": "clm", "seq_len": 16}),
+        token_key(step, make_text_format(train_tokenizer(DOCS, 280)), {"objective": "clm", "seq_len": 16}),
+        token_key(step, text_format, {"objective": "clm", "seq_len": 32}),
+        token_key(step, text_format, {"objective": "masked_entity", "seq_len": 16}),
+        token_key(step, make_text_format(text_format.tokenizer, seq2seq=True), {"objective": "clm", "seq_len": 16}),
+        token_key(as_list, text_format, {"objective": "clm", "seq_len": 16}),
     ]
     assert base not in keys and len(set(keys)) == len(keys)
-    assert token_key(as_list, adapter, {"objective": "clm", "seq_len": 16}) == token_key(
-        TimeStep(index=1, name="x", texts=list(step.texts)), adapter, {"objective": "clm", "seq_len": 16}
+    assert token_key(as_list, text_format, {"objective": "clm", "seq_len": 16}) == token_key(
+        TimeStep(index=1, name="x", texts=list(step.texts)), text_format, {"objective": "clm", "seq_len": 16}
     )
 
 
-def test_an_interrupted_write_is_never_read(tmp_path, adapter, monkeypatch, caplog):
+def test_an_interrupted_write_is_never_read(tmp_path, text_format, monkeypatch, caplog):
     step = step_of(write_docs(tmp_path / "docs.jsonl"), tmp_path / "cache")
-    cache = TokenCache(tmp_path / "cache", adapter)
+    cache = TokenCache(tmp_path / "cache", text_format)
 
     def killed(batches, tmp, step, settings):
         write_int_rows(batches, str(tmp / token_cache.ROWS))  # the rows are written, the meta not: then it dies
@@ -147,14 +147,14 @@ def test_an_interrupted_write_is_never_read(tmp_path, adapter, monkeypatch, capl
     monkeypatch.undo()
     tokens = tmp_path / "cache" / "tokens"
     assert not [p for p in tokens.iterdir() if not p.name.startswith(".")]  # no entry under a final name
-    key = token_key(step, adapter, {"objective": "clm", "seq_len": 16})
-    left = tokens / f".tmp-{key}-99999"  # what a kill -9 in the middle of a write leaves
+    key = token_key(step, text_format, {"objective": "clm", "seq_len": 16})
+    left = tokens / f".{key}.tmp-99999"  # what a kill -9 in the middle of a write leaves
     Dataset.from_dict({"input_ids": [[1]], "labels": [[1]]}).save_to_disk(str(left))
     (tokens / key).mkdir()  # and a final name without its meta (a copy cut short): not an entry either
     with caplog.at_level(logging.INFO, logger="evolve_train.training.token_cache"):
         rows = TokenRows(cache.examples(step, "clm", 16))
     assert "tokenized cache miss" in caplog.text and not left.exists()
-    assert same_rows(rows, TokenRows(adapter.encode_step(step, "clm", 16)))
+    assert same_rows(rows, TokenRows(text_format.encode_step(step, "clm", 16)))
 
 
 class FakeRanks:
@@ -173,12 +173,12 @@ class FakeRanks:
             self.barrier.wait()
 
 
-def test_the_main_rank_writes_and_the_other_maps_its_entry(tmp_path, adapter, caplog):
+def test_the_main_rank_writes_and_the_other_maps_its_entry(tmp_path, text_format, caplog):
     step = step_of(write_docs(tmp_path / "docs.jsonl"), tmp_path / "cache")
     barrier, results = threading.Barrier(2, timeout=60), {}
 
     def rank(index: int) -> None:
-        cache = TokenCache(tmp_path / "cache", adapter, FakeRanks(barrier, index))
+        cache = TokenCache(tmp_path / "cache", text_format, FakeRanks(barrier, index))
         results[index] = cache.examples(step, "clm", 16)
 
     with caplog.at_level(logging.INFO, logger="evolve_train.training.token_cache"):
@@ -198,13 +198,13 @@ def test_two_processes_share_one_entry(tmp_path):
         import logging, sys, numpy as np
         logging.basicConfig(level=logging.INFO, format="%(message)s")
         from test_token_cache import DOCS, step_of
-        from evolve_train.models.adapter import make_adapter
+        from evolve_train.models.text_format import make_text_format
         from evolve_train.models.build import train_tokenizer
         from evolve_train.training.rows import TokenRows
         from evolve_train.training.token_cache import TokenCache
         from pathlib import Path
         root = Path({str(tmp_path)!r})
-        rows = TokenRows(TokenCache(root / "cache", make_adapter(train_tokenizer(DOCS, 300))).examples(
+        rows = TokenRows(TokenCache(root / "cache", make_text_format(train_tokenizer(DOCS, 300))).examples(
             step_of(root / "docs.jsonl", root / "cache"), "clm", 16))
         np.save(root / ("ids-" + sys.argv[1] + ".npy"), np.concatenate([r["input_ids"] for r in rows]))
     """)
@@ -284,7 +284,7 @@ BIG = [f"Record {k}: " + " ".join(f"w{(k * 31 + j) % 997}" for j in range(60)) f
 
 
 @pytest.mark.skipif(not Path("/proc/self/smaps").is_file(), reason="needs /proc/self/smaps (Linux)")
-def test_scans_and_tokenization_keep_the_corpus_and_rows_out_of_resident_memory(tmp_path, adapter):
+def test_scans_and_tokenization_keep_the_corpus_and_rows_out_of_resident_memory(tmp_path, text_format):
     """Iterating a streamed corpus and writing a cache entry read the Arrow files with plain reads: the
     process's resident mapped pages stay a small fraction of the data, where iterating the dataset through
     its memory map (the check that the measurement sees pages) makes most of the file resident."""
@@ -293,7 +293,7 @@ def test_scans_and_tokenization_keep_the_corpus_and_rows_out_of_resident_memory(
     size_kb, opened = corpus.stat().st_size // 1024, mapped_kb(corpus)  # opening reads headers (~0.2 MB here)
     assert size_kb > 3000 and opened < 0.1 * size_kb
     assert [r["text"] for r in step.texts] == BIG and mapped_kb(corpus) < opened + 0.05 * size_kb  # streamed
-    examples = TokenCache(tmp_path / "cache", adapter).examples(step, "clm", 64)  # a miss: encode and write
+    examples = TokenCache(tmp_path / "cache", text_format).examples(step, "clm", 64)  # a miss: encode and write
     rows_file = Path(examples.cache_files[0]["filename"])
     assert mapped_kb(corpus) < opened + 0.05 * size_kb
     rows_kb = rows_file.stat().st_size // 1024

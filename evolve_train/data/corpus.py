@@ -5,7 +5,7 @@ with the corpus.
 :class:`ArrowRecords` is what a loader puts in ``TimeStep.pairs`` / ``TimeStep.texts`` for a training file:
 a read-only sequence of record dicts (``len``, indexing, lazy iteration in batches) over a
 ``datasets.Dataset``, with a content :attr:`~ArrowRecords.fingerprint`. Code that iterates a step's corpus
-(hygiene checks, the transforms) works on it unchanged; the model adapter reads it in column batches
+(hygiene checks, the transforms) works on it unchanged; the text format reads it in column batches
 (:func:`record_batches`) and writes its tokenized rows with :func:`write_int_rows`. The embedded world keeps
 plain lists.
 

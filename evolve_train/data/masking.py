@@ -2,7 +2,7 @@
 
 A pair is ``{"input": sentence with one entity replaced by the mask, "output": the entity}``, one pair per
 entity span. The mask is ``<mask>`` for causal models and the T5 sentinel ``<extra_id_0>`` for seq2seq
-models (``models/adapter.py`` reads either). Spans are character offsets ``[start, end)`` into the
+models (``models/text_format.py`` reads either). Spans are character offsets ``[start, end)`` into the
 text; the pair's context is the sentence holding the span (sentences end at ``.``, ``!`` or ``?``
 followed by whitespace), so long documents give short training inputs.
 """
@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 
 MASKS = {"causal": "<mask>", "t5": "<extra_id_0>"}
+MASK_TOKENS = ("<mask>", "<extra_id_0>", "[MASK]")
+"""Every mask token a masked-entity input may hold (the two of ``MASKS`` and BERT's)."""
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 _WORD = re.compile(r"\b(?:[A-Z][\w'’-]*|\d{4}\b)")

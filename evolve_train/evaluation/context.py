@@ -1,10 +1,10 @@
 """What an evaluator is given: :class:`EvalContext`, one checkpoint's evaluation state.
 
-The context holds the model and its adapter (``models/adapter.py``, the model's text format) and shares the
+The context holds the model and its text format (``models/text_format.py``) and shares the
 model's outputs between evaluators: a prompt asked by several sets (Updated_k and Outdated_k ask the same
 questions) is generated once per checkpoint, and so is an option log-likelihood or a set of sampled answers.
 
-In a multi-process run every process evaluates (:class:`Shards`). For each call the context asks the adapter
+In a multi-process run every process evaluates (:class:`Shards`). For each call the context asks the text format
 for the batches one process would form (``generation_batches``, ``option_batches``: the same code that
 generates and scores); each batch goes whole to one process (the one with the fewest items so far at this
 checkpoint), each process generates or scores its batches, and the results are gathered on every process,
@@ -27,7 +27,7 @@ from tqdm.auto import tqdm
 
 from evolve_train.config import EvalConfig
 from evolve_train.data.timeline import EvalSet, Timeline
-from evolve_train.models.adapter import ModelAdapter
+from evolve_train.models.text_format import TextFormat
 from evolve_train.models.batching import AutoBatchSize
 
 
@@ -70,7 +70,7 @@ class Shards:
         """``(item, result)`` for every item, on every process. ``plan(items, size)`` gives the batches one
         process would form, at the smallest batch size of any process (a process halves it on out-of-memory);
         each process runs ``compute`` once on its own whole batches, joined in order (``compute`` forms the
-        same batches again: ``ModelAdapter.generation_batches``/``option_batches``), and the results are
+        same batches again: ``TextFormat.generation_batches``/``option_batches``), and the results are
         gathered."""
         batch.size = min(self.gather(batch.size))
         batches = plan(items, batch.size)
@@ -114,7 +114,7 @@ class EvalContext:
     cfg: EvalConfig
     run_dir: Optional[Path] = None
     model: object = None
-    adapter: Optional[ModelAdapter] = None
+    text_format: Optional[TextFormat] = None
     """The model's text format: prompt encoding, generation, scoring, sampling."""
     rows: list[dict] = field(default_factory=list)
     """Rows produced so far at this checkpoint: an evaluator may read those of the ones listed before it."""
@@ -150,7 +150,7 @@ class EvalContext:
         """Raw greedy generations for ``prompts``, generating only those not asked before at this checkpoint."""
         missing = sorted({p for p in prompts if p not in self._answers})
         if missing:
-            self._answers.update(self._each_process(missing, self._generate, self.adapter.generation_batches))
+            self._answers.update(self._each_process(missing, self._generate, self.text_format.generation_batches))
         return [self._answers[p] for p in prompts]
 
     def _generate(self, prompts: list[str]) -> list[str]:
@@ -161,7 +161,7 @@ class EvalContext:
             dynamic_ncols=True,
             disable=not self.writes,
         ) as bar:
-            return self.adapter.generate(
+            return self.text_format.generate(
                 self.model,
                 prompts,
                 batch_size=self.batch,
@@ -176,8 +176,8 @@ class EvalContext:
         each (prompt, option) is scored once per checkpoint, many per forward pass."""
         missing = sorted({(p, o) for p, options in questions for o in options} - set(self._scores))
         if missing:
-            score = functools.partial(self.adapter.score_options, self.model, batch_size=self.batch)
-            self._scores.update(self._each_process(missing, score, self.adapter.option_batches))
+            score = functools.partial(self.text_format.score_options, self.model, batch_size=self.batch)
+            self._scores.update(self._each_process(missing, score, self.text_format.option_batches))
         return [[self._scores[(p, o)] for o in options] for p, options in questions]
 
     def _each_process(
@@ -195,7 +195,7 @@ class EvalContext:
         settings = self.cfg.flip_rate
         missing = sorted({p for p in prompts if p not in self._samples})
         if missing:
-            raw = self.adapter.sample(
+            raw = self.text_format.sample(
                 self.model,
                 missing,
                 n=settings.samples,

@@ -89,9 +89,9 @@ class QAAdaptation:
         log.info("QA adaptation: %d items from %s", len(pairs), path)
         return cls(cfg=cfg, path=path, pairs=pairs)
 
-    def adapted(self, model, adapter, *, checkpoint: int, accelerator):
+    def adapted(self, model, text_format, *, checkpoint: int, accelerator):
         """A copy of ``model`` fine-tuned on the QA train set (all parameters trainable), its rows encoded by
-        ``adapter`` (``models/adapter.py``) as masked-entity pairs; ``model`` is untouched.
+        ``text_format`` (``models/text_format.py``) as masked-entity pairs; ``model`` is untouched.
 
         With several processes every process calls this: the copy trains data-parallel like a time step
         (DDP, or sharded under FSDP2 and returned unsharded), so every process holds the same adapted copy
@@ -113,7 +113,7 @@ class QAAdaptation:
         for parameter in adapted.parameters():
             parameter.requires_grad_(True)
         step = TimeStep(index=checkpoint, name=f"qa_adaptation@{checkpoint}", pairs=self.pairs)
-        examples = adapter.encode_step(step, "masked_entity", trainer.seq_len)
+        examples = text_format.encode_step(step, "masked_entity", trainer.seq_len)
         batches = -(-len(examples) // trainer.batch_size)
         epochs = settings.epochs
         if settings.steps > 0:
@@ -131,7 +131,7 @@ class QAAdaptation:
                 cfg=trainer,
                 method=Method(MethodConfig()),
                 accelerator=accelerator,
-                collate_fn=lambda rows: collate(rows, adapter.pad_id),
+                collate_fn=lambda rows: collate(rows, text_format.pad_id),
                 seed=self.cfg.seed + 7919 * (checkpoint + 1),
             ),
         )

@@ -22,7 +22,7 @@ from typing import Optional, Sequence
 from evolve_train.config import PassageSource, RetrievalConfig, RetrievalScope
 from evolve_train.data.schema import TimeStep, Timeline
 from evolve_train.errors import ConfigError, DataError
-from evolve_train.models.adapter import split_masked
+from evolve_train.models.text_format import split_masked
 from evolve_train.utils.io import JsonlError, iter_jsonl
 
 log = logging.getLogger(__name__)

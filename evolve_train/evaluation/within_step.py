@@ -21,7 +21,7 @@ from evolve_train.config import EvalConfig
 from evolve_train.data.timeline import Timeline
 from evolve_train.evaluation.context import EvalContext
 from evolve_train.evaluation.evaluators.splits import splits_evaluator
-from evolve_train.models.adapter import ModelAdapter
+from evolve_train.models.text_format import TextFormat
 
 GROUP = "within_step"
 
@@ -29,13 +29,18 @@ GROUP = "within_step"
 class WithinStepProbe:
     """``probe(model, time_step, optimizer_step)`` -> the row; ``every``: optimizer steps between probes."""
 
-    def __init__(self, timeline: Timeline, adapter: ModelAdapter, cfg: EvalConfig):
-        self.timeline, self.adapter, self.every = timeline, adapter, cfg.within_step_every
+    def __init__(self, timeline: Timeline, text_format: TextFormat, cfg: EvalConfig):
+        self.timeline, self.text_format, self.every = timeline, text_format, cfg.within_step_every
         self.cfg = dataclasses.replace(cfg, max_items_per_set=cfg.within_step_items, save_predictions=False)
 
     def __call__(self, model, time_step: int, optimizer_step: int) -> dict:
         ctx = EvalContext(
-            timeline=self.timeline, checkpoint=time_step, cfg=self.cfg, model=model, adapter=self.adapter, writes=False
+            timeline=self.timeline,
+            checkpoint=time_step,
+            cfg=self.cfg,
+            model=model,
+            text_format=self.text_format,
+            writes=False,
         )
         rows = splits_evaluator(ctx)
         return {
@@ -47,6 +52,6 @@ class WithinStepProbe:
         }
 
 
-def probe_for(timeline: Timeline, adapter: ModelAdapter, cfg: EvalConfig):
+def probe_for(timeline: Timeline, text_format: TextFormat, cfg: EvalConfig):
     """The probe of ``eval.within_step_every`` (None when off)."""
-    return WithinStepProbe(timeline, adapter, cfg) if cfg.within_step_every > 0 else None
+    return WithinStepProbe(timeline, text_format, cfg) if cfg.within_step_every > 0 else None

@@ -88,7 +88,7 @@ class LoRA(Strategy):
         from peft import LoraConfig as PeftLoraConfig
         from peft import TaskType
 
-        from evolve_train.models.adapter import is_encoder_decoder
+        from evolve_train.models.text_format import is_encoder_decoder
 
         c = self.cfg.lora
         model_type = getattr(model.config, "model_type", "")

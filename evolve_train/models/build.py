@@ -1,5 +1,5 @@
 """Model and tokenizer building: a pretrained name, a saved checkpoint, or a tiny model from config; and the
-model's adapter (``build_adapter``, its text format)."""
+model's text format (``build_text_format``, its text format)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from transformers import (
 
 from evolve_train.config import ModelConfig
 from evolve_train.errors import ConfigError
-from evolve_train.models.adapter import ModelAdapter, make_adapter
+from evolve_train.models.text_format import TextFormat, make_text_format
 
 log = logging.getLogger(__name__)
 
@@ -79,10 +79,10 @@ def is_seq2seq(cfg: ModelConfig) -> bool:
     return cfg.arch == "t5"
 
 
-def build_adapter(cfg: ModelConfig, tokenizer: PreTrainedTokenizerFast) -> ModelAdapter:
-    """The text format of the configured model (``models/adapter.py``): what training rows, prompts,
+def build_text_format(cfg: ModelConfig, tokenizer: PreTrainedTokenizerFast) -> TextFormat:
+    """The text format of the configured model (``models/text_format.py``): what training rows, prompts,
     generation and scoring look like for it."""
-    return make_adapter(tokenizer, is_seq2seq(cfg))
+    return make_text_format(tokenizer, is_seq2seq(cfg))
 
 
 def load_model(path: str, cfg: ModelConfig) -> PreTrainedModel:

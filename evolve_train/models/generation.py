@@ -1,4 +1,4 @@
-"""Token-level decoding helpers of the model adapter (``models/adapter.py``): padding, stop ids, and for
+"""Token-level decoding helpers of the text format (``models/text_format.py``): padding, stop ids, and for
 decoder-only models a greedy decoding loop that drops each prompt's row from the batch as soon as its answer ends.
 
 Short QA answers end after a few tokens, but ``transformers``' ``generate`` keeps every row of a batch

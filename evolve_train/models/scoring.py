@@ -1,5 +1,5 @@
-"""Option log-likelihoods for multiple choice (METRICS.md §7), batched, on token ids the model adapter
-(``models/adapter.py``) encoded.
+"""Option log-likelihoods for multiple choice (METRICS.md §7), batched, on token ids the text format
+(``models/text_format.py``) encoded.
 
 A request is ``(prompt, option)``; its score is the sum of the log-probabilities of the option's tokens
 given the prompt. Decoder-only models read the prompt's ids followed by the option's (the option encoded

@@ -1,5 +1,5 @@
-"""Tokenized training rows -> length-grouped batches (the rows come from the model adapter,
-``models/adapter.py: ModelAdapter.encode_step``).
+"""Tokenized training rows -> length-grouped batches (the rows come from the text format,
+``models/text_format.py: TextFormat.encode_step``).
 
 Masked-entity rows are *length-grouped* rather than packed: the examples are short (a fact is ~15 tokens),
 so grouping similar lengths wastes almost nothing on padding (``scripts/bench.py`` measures it) while
@@ -19,7 +19,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from evolve_train.models.adapter import IGNORE
+from evolve_train.models.text_format import IGNORE
 
 
 @dataclass

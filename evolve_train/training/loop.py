@@ -116,7 +116,7 @@ def train_time_step(
 ) -> StepResult:
     """Train ``model`` in place on one time step's tokenized ``examples``.
 
-    ``collate_fn`` pads a list of rows into a batch (the model adapter's); ``states``
+    ``collate_fn`` pads a list of rows into a batch (the text format's); ``states``
     (training/train_state.py) saves resumable mid-step states and restores the newest one;
     ``trainer.nonfinite`` guards every loss and gradient (training/nonfinite.py); the LR of every update is
     ``training/schedule.py``'s for (``schedule_step``, default ``step``, of ``n_time_steps``, update); ``optimizer_carry``

@@ -27,7 +27,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 IGNORE = -100
-"""Label of a position the loss skips (the same value as ``models.adapter.IGNORE``)."""
+"""Label of a position the loss skips (the same value as ``models.text_format.IGNORE``)."""
 
 
 @dataclass
@@ -108,7 +108,7 @@ class TokenBudgetBatches:
 class DocumentPacker:
     """Packs documents into rows of ``seq_len`` ids as they come (``add`` returns the rows that are full,
     ``flush`` the last, shorter one), holding less than one row between calls: a step's documents can be
-    packed batch by batch (``ModelAdapter.encode_batches``) without holding the corpus in Python lists."""
+    packed batch by batch (``TextFormat.encode_batches``) without holding the corpus in Python lists."""
 
     def __init__(self, seq_len: int, eos_id: int, prefix: Sequence[int] = ()):
         self.seq_len, self.eos_id, self.prefix = seq_len, eos_id, list(prefix)

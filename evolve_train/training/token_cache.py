@@ -1,12 +1,12 @@
 """The tokenized cache: each time step's training rows are tokenized once and reused by every run of a sweep
 and by every rank (``data.cache_dir``; docs/data.md, "The tokenized cache").
 
-An entry ``<root>/tokens/<key>/`` is ``rows.arrow``, the rows of ``adapter.encode_batches(step, objective,
+An entry ``<root>/tokens/<key>/`` is ``rows.arrow``, the rows of ``text_format.encode_batches(step, objective,
 seq_len)`` written batch by batch as they are encoded (``data/corpus.py: write_int_rows``; read back
 memory-mapped with ``Dataset.from_file``), and ``token_meta.json``. Nothing holds the step's rows in memory
 or reads them back while the entry is written. The key
 (:func:`token_key`) is a SHA-256 of the step's data (``data/corpus.py: step_fingerprint``), the tokenizer
-(its ``tokenizer.json``: vocabulary, merges, special tokens, post-processor), the adapter's class, the
+(its ``tokenizer.json``: vocabulary, merges, special tokens, post-processor), the text format's class, the
 special ids it uses and the source of its module (a change to the encoding code is a miss), the encoding
 settings (objective, ``seq_len``, ...), the versions of this package, ``datasets`` and ``tokenizers``, and
 :data:`FORMAT`. Entries are written atomically (``data/cache.py``); the main process builds a missing
@@ -38,27 +38,27 @@ META = "token_meta.json"
 ROWS = "rows.arrow"
 
 
-def encoder_fingerprint(adapter) -> str:
-    """SHA-256 of what decides the rows besides the data and the tokenizer: the adapter's class, its special
+def encoder_fingerprint(text_format) -> str:
+    """SHA-256 of what decides the rows besides the data and the tokenizer: the text format's class, its special
     ids and the source of the module defining it and of the document packer (``training/packing.py``)."""
     from evolve_train.training import packing
 
-    cls = type(adapter)
+    cls = type(text_format)
     source = inspect.getsource(sys.modules[cls.__module__]) + inspect.getsource(packing)
     parts = [
         cls.__module__,
         cls.__qualname__,
-        adapter.prefix,
-        adapter.suffix,
-        adapter.eos_id,
-        adapter.pad_id,
+        text_format.prefix,
+        text_format.suffix,
+        text_format.eos_id,
+        text_format.pad_id,
         hashlib.sha256(source.encode("utf-8")).hexdigest(),
     ]
     return hashlib.sha256(json.dumps(parts, default=str).encode("utf-8")).hexdigest()
 
 
-def token_key(step, adapter, settings: dict) -> str:
-    """The key of ``step``'s rows encoded by ``adapter`` with ``settings`` (see the module docstring)."""
+def token_key(step, text_format, settings: dict) -> str:
+    """The key of ``step``'s rows encoded by ``text_format`` with ``settings`` (see the module docstring)."""
     import datasets
     import tokenizers
 
@@ -68,8 +68,8 @@ def token_key(step, adapter, settings: dict) -> str:
         {
             "format": FORMAT,
             "data": step_fingerprint(step),
-            "tokenizer": tokenizer_fingerprint(adapter.tokenizer),
-            "encoder": encoder_fingerprint(adapter),
+            "tokenizer": tokenizer_fingerprint(text_format.tokenizer),
+            "encoder": encoder_fingerprint(text_format),
             "settings": settings,
             "versions": [evolve_train.__version__, datasets.__version__, tokenizers.__version__],
         }
@@ -79,20 +79,20 @@ def token_key(step, adapter, settings: dict) -> str:
 class TokenCache:
     """Tokenized rows of time steps through ``root`` (``None``: no cache, every call encodes)."""
 
-    def __init__(self, root: Optional[Path], adapter, accelerator=None):
+    def __init__(self, root: Optional[Path], text_format, accelerator=None):
         self.root = None if root is None else Path(root)
-        self.adapter, self.accelerator = adapter, accelerator
+        self.text_format, self.accelerator = text_format, accelerator
         self.seconds = 0.0
         """Time spent preparing rows so far (encoding, or mapping a cached entry)."""
 
     def examples(self, step, objective: str, seq_len: int, **settings) -> Dataset:
-        """``adapter.encode_step(step, objective, seq_len)``, from the cache when an entry exists."""
+        """``text_format.encode_step(step, objective, seq_len)``, from the cache when an entry exists."""
         start = time.perf_counter()
         try:
             if self.root is None:
-                return self.adapter.encode_step(step, objective, seq_len)
+                return self.text_format.encode_step(step, objective, seq_len)
             settings = {"objective": str(objective), "seq_len": seq_len, **settings}
-            final = self.root / "tokens" / token_key(step, self.adapter, settings)
+            final = self.root / "tokens" / token_key(step, self.text_format, settings)
             with self._main_first():
                 return self._load_or_build(final, step, objective, seq_len, settings)
         finally:
@@ -109,7 +109,7 @@ class TokenCache:
                 if not (final / META).is_file():  # else built by a concurrent run while this one waited
                     log.info("tokenized cache miss %s (step %s): tokenizing", final, step.name)
                     cache.remove_incomplete(final)
-                    batches = self.adapter.encode_batches(step, objective, seq_len)
+                    batches = self.text_format.encode_batches(step, objective, seq_len)
                     cache.write_entry(final, lambda tmp: _save(batches, tmp, step, settings))
                     return Dataset.from_file(str(final / ROWS))
         log.info("tokenized cache hit %s (step %s)", final, step.name)

@@ -20,10 +20,10 @@ from evolve_train.data.qa_items import (
     _item_from_record,
     _jsonl_records,
 )
+from evolve_train.data.masking import MASK_TOKENS
 from evolve_train.errors import DataError
 
-MASK_TOKENS = ("<mask>", "<extra_id_0>", "[MASK]")
-"""Mask tokens a masked-entity ``input`` may contain (the same list as ``models/adapter.py``)."""
+"""Mask tokens a masked-entity ``input`` may contain (the same list as ``models/text_format.py``)."""
 
 
 def resolve_path(name: str | Path, root: Optional[str | Path]) -> Path:

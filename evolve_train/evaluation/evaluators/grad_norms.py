@@ -3,7 +3,7 @@
 Outdated facts are hypothesised to persist because the loss on them yields small gradients. For each
 split set of the checkpoint (Unchanged, New_k, Updated_k with the new answer, Outdated_k with the old one),
 a seeded sample of at most ``eval.grad_norm_items`` items is scored one at a time: the training loss of
-the gold answer given the prompt (``ModelAdapter.encode_example``: the answer and an EOS after the prompt,
+the gold answer given the prompt (``TextFormat.encode_example``: the answer and an EOS after the prompt,
 as training formats a masked-entity pair; the loss on the answer and EOS), backward, and
 the L2 norm of the gradient over the trainable parameters (all parameters when none is trainable).
 Rows: ``mean_grad_norm``, ``median_grad_norm``, ``mean_loss``, ``n`` per set. Gradients are cleared after.
@@ -22,8 +22,8 @@ from evolve_train.evaluation.registry import register_evaluator
 
 
 def _example(ctx: EvalContext, prompt: str, answer: str, device) -> dict:
-    """The gold answer as one training example, formatted by the model's adapter."""
-    example = ctx.adapter.encode_example(prompt, answer)
+    """The gold answer as one training example, formatted by the model's text format."""
+    example = ctx.text_format.encode_example(prompt, answer)
     return {key: torch.tensor([ids], device=device) for key, ids in example.items()}
 
 

@@ -21,7 +21,7 @@ import torch
 from evolve_train.errors import ConfigError
 from evolve_train.evaluation.context import EvalContext
 from evolve_train.evaluation.registry import register_evaluator
-from evolve_train.models.adapter import CausalLMAdapter, ModelAdapter
+from evolve_train.models.text_format import CausalLMFormat, TextFormat
 from evolve_train.models.scoring import batch_token_nll
 
 log = logging.getLogger(__name__)
@@ -39,12 +39,12 @@ def heldout_files(entries: list[str]) -> list[Path]:
     return files
 
 
-def token_windows(adapter: ModelAdapter, text: str, window: int) -> list[list[int]]:
+def token_windows(text_format: TextFormat, text: str, window: int) -> list[list[int]]:
     """The text's documents (blank-line separated) as one EOS-joined token stream, cut into windows."""
     documents = [d.strip() for d in text.split("\n\n") if d.strip()]
     stream: list[int] = []
-    for ids in adapter.encode(documents):
-        stream.extend(ids + [adapter.eos_id])
+    for ids in text_format.encode(documents):
+        stream.extend(ids + [text_format.eos_id])
     return [stream[i : i + window] for i in range(0, len(stream), window) if len(stream[i : i + window]) > 1]
 
 
@@ -72,7 +72,7 @@ def text_loss(model, windows: list[list[int]], batch_size: int) -> tuple[float, 
 
 @register_evaluator("heldout")
 def heldout_evaluator(ctx: EvalContext) -> list[dict]:
-    if not isinstance(ctx.adapter, CausalLMAdapter):
+    if not isinstance(ctx.text_format, CausalLMFormat):
         log.warning("heldout: perplexity of plain text is computed for decoder-only models; skipped")
         return []
     config = ctx.model.config
@@ -80,7 +80,7 @@ def heldout_evaluator(ctx: EvalContext) -> list[dict]:
     window = min(context, ctx.cfg.heldout_window)
     rows = []
     for path in heldout_files(list(ctx.cfg.heldout_text)):
-        windows = token_windows(ctx.adapter, path.read_text(encoding="utf-8"), window)
+        windows = token_windows(ctx.text_format, path.read_text(encoding="utf-8"), window)
         total, count = text_loss(ctx.model, windows, max(1, ctx.cfg.batch_size // 8))
         loss = total / count if count else None
         rows.append(

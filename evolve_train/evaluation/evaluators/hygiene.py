@@ -23,7 +23,7 @@ user sees which kind of surface form the model depends on.
 Each also writes an ``all`` row pooled over Unchanged, New and Updated (Outdated repeats Updated's questions
 with the stale gold, so it is reported per set but not pooled); ``evolve-gate`` reads the ``all`` rows.
 Greedy generations are shared with the other evaluators through ``EvalContext.answers``; sampled ones are
-drawn by ``EvalContext.samples`` (``ModelAdapter.sample``).
+drawn by ``EvalContext.samples`` (``TextFormat.sample``).
 """
 
 from __future__ import annotations

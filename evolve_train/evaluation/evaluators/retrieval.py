@@ -57,7 +57,7 @@ def position_limit(ctx: EvalContext) -> Optional[int]:
     """Token ids a prompt and its answer may take together (None: no limit known, nothing is cut)."""
     config = getattr(ctx.model, "config", None)
     limit = getattr(config, "n_positions", None) or getattr(config, "max_position_embeddings", None)
-    return int(limit) if limit and ctx.adapter is not None else None
+    return int(limit) if limit and ctx.text_format is not None else None
 
 
 class OpenBookPrompts:
@@ -65,10 +65,10 @@ class OpenBookPrompts:
     (batched: a few tokenizer calls for all the prompts of a call; each passage is tokenized once)."""
 
     def __init__(self, ctx: EvalContext):
-        self.cfg, self.adapter = ctx.cfg.retrieval, ctx.adapter
+        self.cfg, self.text_format = ctx.cfg.retrieval, ctx.text_format
         limit = position_limit(ctx)
         self.room = None if limit is None else limit - ctx.cfg.max_new_tokens
-        self.separator = len(self.adapter.encode([self.cfg.separator])[0]) if self.room is not None else 0
+        self.separator = len(self.text_format.encode([self.cfg.separator])[0]) if self.room is not None else 0
         self._ids: dict[str, list[int]] = {}
 
     def render(self, passage: Passage) -> str:
@@ -85,17 +85,17 @@ class OpenBookPrompts:
         if self.room is None:
             return [(self._prompt(q, [self.render(p) for p in ps]), False) for q, ps in requests]
         new = list({p.id: p for _, ps in requests for p in ps if p.id not in self._ids}.values())
-        self._ids.update(zip((p.id for p in new), self.adapter.encode([self.render(p) for p in new])))
-        bare = self.adapter.prompt_ids([self._prompt(q, []) for q, _ in requests])
+        self._ids.update(zip((p.id for p in new), self.text_format.encode([self.render(p) for p in new])))
+        bare = self.text_format.prompt_ids([self._prompt(q, []) for q, _ in requests])
         built = [self._fit(q, ps, self.room - len(ids)) for (q, ps), ids in zip(requests, bare)]
-        lengths = self.adapter.prompt_ids([prompt for prompt, _, _ in built])
+        lengths = self.text_format.prompt_ids([prompt for prompt, _, _ in built])
         out = []
         for (question, _), (prompt, cut, texts), ids in zip(requests, built, lengths):
             while texts and len(ids) > self.room:  # tokens merged across a boundary: shorten the last passage
-                last = self.adapter.encode([texts[-1]])[0][:-2]
-                texts = texts[:-1] + ([self.adapter.tokenizer.decode(last)] if len(last) >= MIN_PIECE else [])
+                last = self.text_format.encode([texts[-1]])[0][:-2]
+                texts = texts[:-1] + ([self.text_format.tokenizer.decode(last)] if len(last) >= MIN_PIECE else [])
                 prompt, cut = self._prompt(question, texts), True
-                ids = self.adapter.prompt_ids([prompt])[0]
+                ids = self.text_format.prompt_ids([prompt])[0]
             out.append((prompt, cut))
         return out
 
@@ -112,7 +112,7 @@ class OpenBookPrompts:
                 continue
             cut, left = True, room - (self.separator if texts else 0)
             if left >= MIN_PIECE:
-                texts.append(self.adapter.tokenizer.decode(ids[:left]))
+                texts.append(self.text_format.tokenizer.decode(ids[:left]))
             break
         return self._prompt(question, texts), cut, texts
 

@@ -1,10 +1,10 @@
 """``slices``: time-sliced held-out loss P[i][j] (METRICS.md §9, after TiC-LM).
 
 Every step j's held-out slice (``data.heldout_share``, ``data/slices.py``: never trained on) is encoded as the
-step's training rows are (``ModelAdapter.encode_step``: the masked entity and its EOS are the loss tokens of
+step's training rows are (``TextFormat.encode_step``: the masked entity and its EOS are the loss tokens of
 a masked-entity pair, every token but a document's first of packed ``clm`` rows), at most
 ``eval.slice_max_examples`` examples of each (a fixed seeded sample), and scored with the training loss
-(``ModelAdapter.token_nll``) in one batched pass over all slices per checkpoint (rows sorted by length,
+(``TextFormat.token_nll``) in one batched pass over all slices per checkpoint (rows sorted by length,
 ``eval.batch_size`` rows a batch, halved on out-of-memory). Every checkpoint scores every slice, earlier, own
 and later (all corpora are known at the start); the model before training too (``eval.eval_initial``:
 P_init).
@@ -44,12 +44,12 @@ class SliceRows:
 
 
 _CACHE: list = []
-"""One entry ``(timeline, adapter, format, cap, SliceRows)``: slices are encoded once per run, not per checkpoint."""
+"""One entry ``(timeline, text_format, format, cap, SliceRows)``: slices are encoded once per run, not per checkpoint."""
 
 
 def slice_rows(ctx: EvalContext) -> SliceRows:
     """Every step's held-out examples (capped, seeded sample) as training rows, encoded once per run."""
-    key = (ctx.timeline, ctx.adapter, ctx.training, ctx.cfg.slice_max_examples)
+    key = (ctx.timeline, ctx.text_format, ctx.training, ctx.cfg.slice_max_examples)
     if _CACHE and _CACHE[0][0] is key[0] and _CACHE[0][1] is key[1] and _CACHE[0][2:4] == key[2:4]:
         return _CACHE[0][4]
     objective = ctx.training.objective
@@ -64,7 +64,7 @@ def slice_rows(ctx: EvalContext) -> SliceRows:
             name=f"slice {step.name}",
             **({"texts": examples} if objective == "clm" else {"pairs": examples}),
         )
-        encoded = as_array_rows(ctx.adapter.encode_step(corpus, objective, seq_len))
+        encoded = as_array_rows(ctx.text_format.encode_step(corpus, objective, seq_len))
         rows.extend(encoded)
         steps.extend([step.index] * len(encoded))
     result = SliceRows(rows, steps)
@@ -93,8 +93,8 @@ def score_rows(ctx: EvalContext, rows: list[dict]) -> list[tuple[float, int]]:
 
     def score_span(start: int, stop: int) -> None:
         chunk = order[start:stop]
-        batch = collate([rows[k] for k in chunk], ctx.adapter.pad_id, ctx.training.attention_reset)
-        sums, counts = ctx.adapter.token_nll(ctx.model, batch)
+        batch = collate([rows[k] for k in chunk], ctx.text_format.pad_id, ctx.training.attention_reset)
+        sums, counts = ctx.text_format.token_nll(ctx.model, batch)
         for k, total, count in zip(chunk, sums, counts):
             scores[k] = (float(total), int(count))
 

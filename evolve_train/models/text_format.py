@@ -1,4 +1,4 @@
-"""The model adapter: the one object that owns a model's text format, for decoder-only (causal) and
+"""The text format: the one object that owns a model's text format, for decoder-only (causal) and
 encoder-decoder (seq2seq, T5) models. Training and evaluation both go through it:
 
 * training rows (``encode_batches``, streamed batch by batch; ``encode_step``, the same rows as a
@@ -27,8 +27,8 @@ token of the plain-text documents but each document's first, packed with EOS sep
 
 The token-level work lives next door: ``models/generation.py`` (padding, the pruned greedy decoder),
 ``models/scoring.py`` (option log-likelihoods), ``models/batching.py`` (the batch size that halves on
-out-of-memory errors). Build an adapter with ``models.build.build_adapter`` (from the model config) or
-``make_adapter``.
+out-of-memory errors). Build one with ``models.build.build_text_format`` (from the model config) or
+``make_text_format``.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from datasets import Dataset
 from tqdm.auto import tqdm
 
 from evolve_train.data.corpus import record_batches, rows_in_memory
+from evolve_train.data.masking import MASK_TOKENS
 from evolve_train.models.batching import AutoBatchSize, as_auto, spans
 from evolve_train.models.generation import GREEDY_DECODERS, blank_token_ids, greedy_decode, padded_batch, stop_token_ids
 from evolve_train.models.scoring import (
@@ -55,7 +56,6 @@ if TYPE_CHECKING:
     from evolve_train.data.timeline import TimeStep
 
 log = logging.getLogger(__name__)
-MASK_TOKENS = ("<mask>", "<extra_id_0>", "[MASK]")
 T5_SENTINEL = "<extra_id_0>"
 IGNORE = -100
 """Label of a position the loss skips."""
@@ -105,7 +105,7 @@ def special_affixes(tokenizer) -> tuple[list[int], list[int]]:
     raise ValueError(f"cannot tell which special tokens {type(tokenizer).__name__} adds around a text")
 
 
-class ModelAdapter:
+class TextFormat:
     """What both formats share: the tokenizer, its special tokens, and batched generation and sampling.
 
     Subclasses define the format: ``prompt_ids``, ``encode_step``, ``encode_example``, ``answer_text``,
@@ -328,7 +328,7 @@ class ModelAdapter:
         return targets
 
 
-class CausalLMAdapter(ModelAdapter):
+class CausalLMFormat(TextFormat):
     """Decoder-only models (GPT-2, Llama, Pythia): ``[BOS] context answer EOS``, the loss on ``answer EOS``."""
 
     def answer_text(self, answer: str) -> str:
@@ -429,7 +429,7 @@ class CausalLMAdapter(ModelAdapter):
         return generated[:, prompt_width:]
 
 
-class Seq2SeqAdapter(ModelAdapter):
+class Seq2SeqFormat(TextFormat):
     """Encoder-decoder models (T5): the encoder reads ``seq2seq_source(text)`` with the tokenizer's special
     tokens, the decoder target is ``answer EOS``."""
 
@@ -497,9 +497,9 @@ def _step_batches(step: "TimeStep", records: Sequence[dict], columns: list[str])
             bar.update(len(batch[columns[0]]))
 
 
-def make_adapter(tokenizer, seq2seq: bool = False) -> ModelAdapter:
-    """The adapter of an encoder-decoder (``seq2seq``) or a decoder-only model using ``tokenizer``."""
-    return Seq2SeqAdapter(tokenizer) if seq2seq else CausalLMAdapter(tokenizer)
+def make_text_format(tokenizer, seq2seq: bool = False) -> TextFormat:
+    """The text format of an encoder-decoder (``seq2seq``) or a decoder-only model using ``tokenizer``."""
+    return Seq2SeqFormat(tokenizer) if seq2seq else CausalLMFormat(tokenizer)
 
 
 def is_encoder_decoder(model) -> bool:
@@ -507,6 +507,6 @@ def is_encoder_decoder(model) -> bool:
     return bool(getattr(model.config, "is_encoder_decoder", False))
 
 
-def adapter_for_model(model, tokenizer) -> ModelAdapter:
-    """The adapter that fits a loaded ``model``."""
-    return make_adapter(tokenizer, is_encoder_decoder(model))
+def text_format_for_model(model, tokenizer) -> TextFormat:
+    """The text format that fits a loaded ``model``."""
+    return make_text_format(tokenizer, is_encoder_decoder(model))

@@ -1,4 +1,4 @@
-"""The model adapter decides special tokens once: a BOS only at position 0 and never in the labels, exactly one
+"""The text format decides special tokens once: a BOS only at position 0 and never in the labels, exactly one
 EOS after a target, training context ids equal to evaluation prompt ids; and the demo's local BPE tokenizer
 gets the very ids it got before the adapter existed."""
 
@@ -16,12 +16,12 @@ from tokenizers.processors import TemplateProcessing
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from evolve_train.data.timeline import TimeStep, build_timeline
-from evolve_train.models.adapter import (
+from evolve_train.models.text_format import (
     IGNORE,
-    CausalLMAdapter,
-    Seq2SeqAdapter,
-    adapter_for_model,
-    make_adapter,
+    CausalLMFormat,
+    Seq2SeqFormat,
+    text_format_for_model,
+    make_text_format,
     seq2seq_source,
     special_affixes,
     split_masked,
@@ -87,7 +87,7 @@ def test_special_affixes_read_what_the_tokenizer_adds(llama_tokenizer, t5_tokeni
 def test_causal_rows_have_one_bos_at_index_0_none_in_labels_and_one_eos(template):
     tokenizer = word_tokenizer(template)
     bos, eos = tokenizer.bos_token_id, tokenizer.eos_token_id
-    rows = CausalLMAdapter(tokenizer).encode_step(step(), "masked_entity", 64)
+    rows = CausalLMFormat(tokenizer).encode_step(step(), "masked_entity", 64)
     assert len(rows) == 3  # the pair with nothing left of its mask is dropped
     for row in rows:
         ids, labels = row["input_ids"], row["labels"]
@@ -97,26 +97,26 @@ def test_causal_rows_have_one_bos_at_index_0_none_in_labels_and_one_eos(template
 
 
 def test_causal_training_context_ids_equal_the_eval_prompt_ids(llama_tokenizer):
-    adapter = CausalLMAdapter(llama_tokenizer)
-    rows = adapter.encode_step(step(), "masked_entity", 64)
+    text_format = CausalLMFormat(llama_tokenizer)
+    rows = text_format.encode_step(step(), "masked_entity", 64)
     prompts = ["The director of Acme is", "Acme is based in", PROMPT]  # the cloze of each pair, the QA prompt
     for row, prompt, answer in zip(rows, prompts, ["Ann Lee", "Oslo", "Ann Lee"]):
         context = [t for t, label in zip(row["input_ids"], row["labels"]) if label == IGNORE]
-        assert context == adapter.prompt_ids([prompt])[0]
-        assert row["labels"][len(context) :] == adapter.encode([" " + answer])[0] + [llama_tokenizer.eos_token_id]
-    example = adapter.encode_example(PROMPT, "Ann Lee")  # the gradient analysis reads the same row
+        assert context == text_format.prompt_ids([prompt])[0]
+        assert row["labels"][len(context) :] == text_format.encode([" " + answer])[0] + [llama_tokenizer.eos_token_id]
+    example = text_format.encode_example(PROMPT, "Ann Lee")  # the gradient analysis reads the same row
     assert example == {"input_ids": rows[2]["input_ids"], "labels": rows[2]["labels"]}
 
 
 def test_causal_rows_cut_to_seq_len_keep_the_bos_and_the_eos(llama_tokenizer):
-    adapter = CausalLMAdapter(llama_tokenizer)
-    for row in adapter.encode_step(step(), "masked_entity", 6):
+    text_format = CausalLMFormat(llama_tokenizer)
+    for row in text_format.encode_step(step(), "masked_entity", 6):
         assert len(row["input_ids"]) <= 6 and row["input_ids"][0] == 1 and row["input_ids"][-1] == 2
         assert row["input_ids"].count(1) == 1 and 1 not in row["labels"]
 
 
 def test_clm_packs_documents_each_opening_with_the_bos_which_is_never_a_label(llama_tokenizer):
-    rows = CausalLMAdapter(llama_tokenizer).encode_step(step(texts=TEXTS), "clm", 5)[:]
+    rows = CausalLMFormat(llama_tokenizer).encode_step(step(texts=TEXTS), "clm", 5)[:]
     assert len(rows["input_ids"]) > len(TEXTS)  # cut into rows
     assert all(len(row) == 5 for row in rows["input_ids"][:-1]) and 0 < len(rows["input_ids"][-1]) <= 5
     stream = [t for row in rows["input_ids"] for t in row]
@@ -142,25 +142,25 @@ def test_causal_option_scores_and_generation_read_the_prompt_after_the_bos(llama
             pad_token_id=0,
         )
     ).eval()
-    adapter = adapter_for_model(model, llama_tokenizer)
-    assert isinstance(adapter, CausalLMAdapter)
+    text_format = text_format_for_model(model, llama_tokenizer)
+    assert isinstance(text_format, CausalLMFormat)
     requests = [(PROMPT, "Ann Lee"), (PROMPT, "Bob"), ("The director of Acme is", "Ann Lee")]
-    scores = adapter.score_options(model, requests, batch_size=2)
+    scores = text_format.score_options(model, requests, batch_size=2)
     for (prompt, option), score in zip(requests, scores):
-        row = adapter.encode_example(prompt, option)
-        target = row["input_ids"][-len(adapter.encode([" " + option])[0]) - 1 : -1]  # the option, not its EOS
+        row = text_format.encode_example(prompt, option)
+        target = row["input_ids"][-len(text_format.encode([" " + option])[0]) - 1 : -1]  # the option, not its EOS
         start = len(row["input_ids"]) - 1 - len(target)
         with torch.no_grad():
             logprobs = torch.log_softmax(model(torch.tensor([row["input_ids"]])).logits[0], dim=-1)
         assert score == pytest.approx(sum(logprobs[start - 1 + k, t].item() for k, t in enumerate(target)), abs=1e-4)
-    answer = adapter.generate(model, [PROMPT], max_new_tokens=3, decoder="generate")[0]
+    answer = text_format.generate(model, [PROMPT], max_new_tokens=3, decoder="generate")[0]
     ids = torch.tensor([[1] + llama_tokenizer(PROMPT, add_special_tokens=False)["input_ids"]])
     out = model.generate(
         input_ids=ids,
         attention_mask=torch.ones_like(ids),
         max_new_tokens=3,
         do_sample=False,
-        eos_token_id=adapter.stop_ids(["\n"]),
+        eos_token_id=text_format.stop_ids(["\n"]),
         pad_token_id=0,
     )
     assert answer == llama_tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True)
@@ -172,24 +172,27 @@ def test_causal_option_scores_and_generation_read_the_prompt_after_the_bos(llama
 def test_seq2seq_source_ends_with_one_eos_and_the_target_with_exactly_one(t5_tokenizer):
     eos = t5_tokenizer.eos_token_id
     sentinel = t5_tokenizer.convert_tokens_to_ids("<extra_id_0>")
-    adapter = Seq2SeqAdapter(t5_tokenizer)
-    rows = adapter.encode_step(step(), "masked_entity", 64)
+    text_format = Seq2SeqFormat(t5_tokenizer)
+    rows = text_format.encode_step(step(), "masked_entity", 64)
     assert len(rows) == len(PAIRS)  # every pair: the encoder reads both sides of the mask
     for row, pair in zip(rows, PAIRS):
         assert row["input_ids"][-1] == eos and row["input_ids"].count(eos) == 1
         assert row["input_ids"].count(sentinel) == 1
-        assert row["labels"] == adapter.encode([pair["output"].strip()])[0] + [eos]  # no doubled EOS
+        assert row["labels"] == text_format.encode([pair["output"].strip()])[0] + [eos]  # no doubled EOS
         assert row["labels"].count(eos) == 1
-    assert rows[3]["input_ids"] == adapter.prompt_ids([PROMPT])[0]  # training source == eval prompt ids
-    assert adapter.encode_example(PROMPT, "Ann Lee") == {"input_ids": rows[3]["input_ids"], "labels": rows[3]["labels"]}
-    for row in adapter.encode_step(step(), "masked_entity", 4):  # cut to fit, the EOS kept
+    assert rows[3]["input_ids"] == text_format.prompt_ids([PROMPT])[0]  # training source == eval prompt ids
+    assert text_format.encode_example(PROMPT, "Ann Lee") == {
+        "input_ids": rows[3]["input_ids"],
+        "labels": rows[3]["labels"],
+    }
+    for row in text_format.encode_step(step(), "masked_entity", 4):  # cut to fit, the EOS kept
         assert len(row["input_ids"]) <= 4 and row["input_ids"][-1] == eos and row["input_ids"].count(eos) == 1
         assert len(row["labels"]) <= 4 and row["labels"][-1] == eos and row["labels"].count(eos) == 1
 
 
 def test_seq2seq_target_of_a_tokenizer_with_a_bos_holds_no_bos():
     tokenizer = word_tokenizer("<s> $A </s>")  # BART-like: the encoder keeps both, the labels get neither BOS
-    rows = Seq2SeqAdapter(tokenizer).encode_step(step(), "masked_entity", 64)
+    rows = Seq2SeqFormat(tokenizer).encode_step(step(), "masked_entity", 64)
     for row in rows:
         assert row["input_ids"][0] == 1 and row["input_ids"][-1] == 2
         assert 1 not in row["labels"] and row["labels"][-1] == 2 and row["labels"].count(2) == 1
@@ -248,13 +251,13 @@ def test_the_demo_tokenizer_gets_the_ids_it_got_before(demo_timeline, arch, obje
     first = demo_timeline.steps[0]
     texts = [t["text"] for t in first.texts] + [p["input"] + " " + p["output"] for p in first.pairs]
     tokenizer = train_tokenizer(texts, 300, arch)
-    adapter = make_adapter(tokenizer, seq2seq=arch == "t5")
+    text_format = make_text_format(tokenizer, seq2seq=arch == "t5")
     seq_len = 128  # the demo's trainer.seq_len
     if width == "tight":  # contexts (sources, documents) cut; a causal target must still fit, as before
         answers = [" " + p["output"].strip() for s in demo_timeline.steps for p in s.pairs]
-        seq_len = 8 if objective == "clm" or arch == "t5" else 2 + max(len(t) for t in adapter.encode(answers))
+        seq_len = 8 if objective == "clm" or arch == "t5" else 2 + max(len(t) for t in text_format.encode(answers))
     for time_step in demo_timeline.steps:
-        got = adapter.encode_step(time_step, objective, seq_len)[:]
+        got = text_format.encode_step(time_step, objective, seq_len)[:]
         old = old_tokenize_step(time_step, objective, tokenizer, seq_len, arch == "t5")
         if objective == "clm":  # now packed: the same ids, laid end to end into full rows
             got, old = ({"stream": [t for row in rows["input_ids"] for t in row]} for rows in (got, old))
@@ -262,15 +265,15 @@ def test_the_demo_tokenizer_gets_the_ids_it_got_before(demo_timeline, arch, obje
         assert len(got[next(iter(got))]) > 0
     prompts = [demo_timeline.prompt(item) for s in demo_timeline.eval_sets[:2] for item in s.items[:5]]
     texts = [seq2seq_source(p) for p in prompts] if arch == "t5" else prompts
-    assert adapter.prompt_ids(prompts) == tokenizer(texts, add_special_tokens=arch == "t5")["input_ids"]
+    assert text_format.prompt_ids(prompts) == tokenizer(texts, add_special_tokens=arch == "t5")["input_ids"]
 
 
 # ---------------------------------------------------------------- seq2seq stays in the adapter
 
 
-def test_no_function_outside_the_adapter_and_model_building_takes_seq2seq():
+def test_no_function_outside_the_text_format_and_model_building_takes_seq2seq():
     package = Path(__file__).resolve().parents[1] / "evolve_train"
-    allowed = {package / "models" / "adapter.py", package / "models" / "build.py"}
+    allowed = {package / "models" / "text_format.py", package / "models" / "build.py"}
     offenders = []
     for path in package.rglob("*.py"):
         if path in allowed:
