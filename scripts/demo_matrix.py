@@ -1,4 +1,4 @@
-"""The default recipe over seeds x kernel settings: where does `python train.py` land? (issue 24)
+"""The default recipe over seeds x kernel settings: where does `python train.py` land?
 
     python scripts/demo_matrix.py --out /tmp/demo_matrix [--seeds 0 1 2] [--settings default avx2_t1]
                                   [--lock FILE] [OVERRIDE ...]

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # lm-evaluation-harness on a step checkpoint of a run, against evolve-train's own evaluation of the same
-# checkpoint in the same precision (issue 25; docs/evaluation.md "Scoring with lm-evaluation-harness").
+# checkpoint in the same precision (docs/evaluation.md "Scoring with lm-evaluation-harness").
 #   bash scripts/lm_eval_check.sh RUN_DIR STEP OUT [TASKS]     (needs pip install -e '.[lmeval]')
 # 1. evolve-eval RUN_DIR --steps STEP in fp32 (trainer.mixed_precision=no: lm-eval's hf model runs fp32)
 # 2. evolve-data export-lm-eval with the run's own overrides (.hydra/overrides.yaml)

@@ -109,7 +109,7 @@ def test_no_shipped_model_config_trusts_remote_code_or_pickle(tmp_path, model):
 
 
 def test_secret_values_are_found_in_env_and_config():
-    env = {"WANDB_API_KEY": "wandb-123456", "HF_TOKEN": "hf_abcdef", "PATH": "/usr/bin:/bin", "HOME": "/root"}
+    env = {"WANDB_API_KEY": "wandb-123456", "HF_TOKEN": "hf_abcdef", "PATH": "/usr/bin:/bin", "HOME": "/nonexistent"}
     assert env_secrets(env) == {"wandb-123456", "hf_abcdef"}
     config = {
         "extra": {"api_key": "cfg-secret-1", "note": "fine"},

@@ -1,6 +1,6 @@
 """Did a run of the default recipe land where the README says? (``make demo`` ends with this check.)
 
-``BANDS`` are the documented acceptance bands of the default recipe (issue 24): every run of
+``BANDS`` are the documented acceptance bands of the default recipe: every run of
 ``scripts/demo_matrix.py`` (seeds 0-2 x two kernel settings) met them when the recipe was chosen.
 ``MEASURED`` is the min-max of each figure over those runs, as the README's "What varies" quotes it
 (``tests/test_demo_check.py`` keeps the two in step). A figure outside its band says the run is not what the

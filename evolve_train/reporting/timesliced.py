@@ -1,4 +1,4 @@
-"""The report's time-slice, within-step and compute parts (METRICS.md §9, §11; issue #29).
+"""The report's time-slice, within-step and compute parts (METRICS.md §9, §11).
 
 Figures: a heatmap of each run's held-out slice NLL ``P[i][j]`` (``summary.json`` ``timesliced.nll``), the
 within-step probe's EM per split set against optimizer steps (``train_log.jsonl`` rows ``group=within_step``,
