@@ -3,7 +3,7 @@
 # 2 x 90 s, each time-boxed: a part that fails or hangs is logged and the next one runs; demo is opt-in,
 # +120 s). Writes everything into ${OUT:-gpu_out}/.
 #   bench   scripts/gpu_bench.py on a ~125M GPT-2 (matmul ceiling, loop vs plain torch, SDPA, generation)
-#   fsdp    FSDP2 through accelerate (configs/accelerate/fsdp.yaml, one process: the model is still sharded
+#   fsdp    FSDP2 through accelerate (accelerate_configs/fsdp.yaml, one process: the model is still sharded
 #           into DTensors) for method=full and method=lora on a GPT-2 built from config (~350M shape:
 #           24 layers, width 1024), bf16 autocast, a short run on the default world
 #   tokens  masked-entity training on a ~1B-shaped GPT-2 (24 layers, width 2048): fixed rows per batch
@@ -38,7 +38,7 @@ else
   BIG=(model.n_layer=24 model.n_embd=2048 model.n_head=16 model.n_positions=512 model.vocab_size=8192)
   WORLD=(data.world.n_steps=2 eval.batch_size=512 eval.max_items_per_set=256)
   SHORT=(trainer=gpu trainer.epochs_step0=3 trainer.epochs=2 trainer.batch_size=64 trainer.warmup_steps=20)
-  LAUNCH=(accelerate launch --config_file configs/accelerate/fsdp.yaml --num_processes 1)
+  LAUNCH=(accelerate launch --config_file accelerate_configs/fsdp.yaml --num_processes 1)
   TOKENS_PER_BATCH=16384
   T=${T:-90}; T_BENCH=${T_BENCH:-150}; T_DEMO=${T_DEMO:-120}
 fi

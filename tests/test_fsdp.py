@@ -1,6 +1,6 @@
 """FSDP2 and evaluation on every rank, with 2 gloo processes on CPU (docs/distributed.md).
 
-* An FSDP2 launch (``accelerate launch --config_file configs/accelerate/fsdp.yaml`` with
+* An FSDP2 launch (``accelerate launch --config_file accelerate_configs/fsdp.yaml`` with
   ``ACCELERATE_USE_CPU=1``) really shards (each process holds about half the parameter values), finishes
   with ``method=full`` and ``method=lora``, writes checkpoints that load (transformers; the LoRA adapter with
   peft on the previous checkpoint), ends close to the same run on one process (EM per set within 0.02) and
@@ -62,7 +62,7 @@ def run(command: list[str], env: dict | None = None) -> str:
 
 
 def launch(config: str = "fsdp") -> list[str]:
-    extra = ["--config_file", f"configs/accelerate/{config}.yaml"] if config else ["--multi_gpu", "--num_machines", "1"]
+    extra = ["--config_file", f"accelerate_configs/{config}.yaml"] if config else ["--multi_gpu", "--num_machines", "1"]
     return [
         sys.executable,
         "-m",

@@ -362,7 +362,7 @@ def test_reliability_settings_are_validated(tmp_path, override, needle):
 def test_accelerate_configs_parse_and_select_their_backend(name, mode):
     from accelerate.commands.launch import _validate_launch_command, launch_command_parser
 
-    path = ROOT / "configs" / "accelerate" / f"{name}.yaml"
+    path = ROOT / "accelerate_configs" / f"{name}.yaml"
     args = launch_command_parser().parse_args(["--config_file", str(path), "train.py", "trainer=gpu"])
     args, _, _ = _validate_launch_command(args)
     assert getattr(args, mode) is True
@@ -373,7 +373,7 @@ def test_fsdp_config_builds_an_fsdp2_plugin(monkeypatch):
     from accelerate.commands.launch import _validate_launch_command, launch_command_parser
     from accelerate.utils import FullyShardedDataParallelPlugin, prepare_multi_gpu_env
 
-    path = ROOT / "configs" / "accelerate" / "fsdp.yaml"
+    path = ROOT / "accelerate_configs" / "fsdp.yaml"
     args, _, _ = _validate_launch_command(launch_command_parser().parse_args(["--config_file", str(path), "x.py"]))
     for key, value in prepare_multi_gpu_env(args).items():
         if key.startswith(("FSDP_", "ACCELERATE_USE_FSDP")):
@@ -389,7 +389,7 @@ def test_deepspeed_config_gets_the_trainer_micro_batch():
 
     from evolve_train.training.distributed import configure_deepspeed
 
-    settings = yaml.safe_load((ROOT / "configs" / "accelerate" / "deepspeed_zero2.yaml").read_text())
+    settings = yaml.safe_load((ROOT / "accelerate_configs" / "deepspeed_zero2.yaml").read_text())
     plugin = DeepSpeedPlugin(**settings["deepspeed_config"])
     assert plugin.deepspeed_config["zero_optimization"]["stage"] == 2
 
