@@ -3,6 +3,13 @@
 Each dataclass field carries a docstring (the string literal under it). Because the schema is
 registered in Hydra's ConfigStore as ``base_config``, an override naming a key that does not exist
 (``trainer.lr_rate=...``) fails before any work starts, with Hydra naming the key.
+
+Each field also says once what it changes (``evolve_train/config_keys.py``): a plain field changes results;
+``runtime(...)`` marks one that changes neither what is trained nor any metric (it may differ on resume and
+stays out of the run tag and the cache keys), ``later_steps(...)`` one that changes only the time steps after
+step 0 (out of the step-0 cache key), ``label(...)`` one that only names the run. The run identity
+(``training/identity.py``) and the cache keys (``training/step0_cache.py``, ``evaluation/initial_cache.py``)
+read these marks, never a list of their own.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ from typing import Any, Callable, ClassVar, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
+from evolve_train.config_keys import label, later_steps, runtime
 from evolve_train.errors import ConfigError
 
 
@@ -264,7 +272,7 @@ class LoraConfig:
     across_steps: AcrossSteps = AcrossSteps.merge
     """``merge``: merge into the base after each time step and start a fresh adapter; ``stack``: keep training
     one adapter on the frozen base across steps."""
-    save_merged: bool = False
+    save_merged: bool = runtime(False)
     """Also save the merged full weights in each LoRA step's checkpoint. Off: ``steps/<k>/`` holds the
     adapter (``adapter/``) and the tokenizer; loading it rebuilds the merged model from the last full
     checkpoint and the adapters after it (``models/lora_checkpoint.py``), bit for bit."""
@@ -373,7 +381,7 @@ class LwfConfig:
 
 @dataclass
 class MethodConfig:
-    name: str = "full"
+    name: str = label("full")
     """Name of the method, used in run names and reports."""
     strategies: list[str] = field(default_factory=lambda: ["full"])
     """Strategies applied by the one training loop, in order (e.g. ``[lora, replay]``)."""
@@ -400,7 +408,7 @@ class MethodConfig:
     at_step0: bool = False
     """Apply the strategies at step 0 too. Off (default): step 0 is the same full training for every method
     (a model built from scratch must first learn the world), so a sweep can share its checkpoint."""
-    step0_cache: Optional[str] = "auto"
+    step0_cache: Optional[str] = runtime("auto")
     """Directory of shared step-0 checkpoints keyed by a hash of data, model, seed and step-0 training:
     ``auto`` = ``<hydra.sweep.dir>/.step0_cache`` in a multirun and off otherwise; a path; or ``null`` (off)."""
 
@@ -516,7 +524,7 @@ class DataConfig:
     """Order of the release's time steps by name; ``null`` sorts the names found in the files."""
     fields: dict[str, str] = field(default_factory=dict)
     """Field mapping for other layouts: ``{contract_name: source_name}``, e.g. ``question: edited_question``."""
-    cache_dir: Optional[str] = None
+    cache_dir: Optional[str] = runtime(None)
     """Where materialised datasets are cached: training files validated into Arrow (``<dir>/corpora/``) and
     each time step's tokenized rows (``<dir>/tokens/``), written once (atomically) and memory-mapped by every
     later run and rank (docs/data.md, "The tokenized cache"). ``null``: ``<sweep dir>/.data_cache`` in a
@@ -540,7 +548,7 @@ class DataConfig:
     ``data.world.dates=prefix`` (``data/dates.py``)."""
     time_prefix_format: str = "year: {date} text: "
     """The date prefix (TempLAMA's form); ``{date}`` is the slot. Also the world's ``prefix`` form."""
-    keep_history: bool = False
+    keep_history: bool = later_steps(False)
     """Every earlier step's corpus is kept in each step's corpus (the positive control of
     ``experiment=time_aware``: each dated snapshot so far, not only the step's diff)."""
     # --- held-out time slices (METRICS.md §9, data/slices.py) ---
@@ -561,7 +569,7 @@ class DataConfig:
 class TrainerConfig:
     epochs_step0: float = 40
     """Passes over the step-0 corpus (the initial pretraining)."""
-    epochs: float = 30
+    epochs: float = later_steps(30)
     """Passes over each later step's corpus."""
     batch_size: int = 16
     """Rows per optimizer micro-batch (per process), unless ``tokens_per_batch`` is set."""
@@ -581,19 +589,19 @@ class TrainerConfig:
     """Gradient-norm clipping (0 = off)."""
     mixed_precision: Precision = Precision.no
     """Passed to accelerate: ``no``, ``bf16`` or ``fp16``."""
-    num_threads: int = 0
+    num_threads: int = runtime(0)
     """torch CPU threads (0 = torch's default)."""
-    log_every: int = 10
+    log_every: int = runtime(10)
     """Optimizer steps between training-loss log rows (the only host syncs in the loop)."""
     compile: bool = False
     """Wrap the model in ``torch.compile`` (GPU)."""
-    save_every_n_steps: int = 0
+    save_every_n_steps: int = runtime(0)
     """Save a resumable training state (``train_state/step<k>-opt<n>/``) every N optimizer steps of a time step
     and at its last one, so ``resume=auto`` continues mid-step (0 = resume at step boundaries only; Ctrl-C
     still saves one). See docs/reliability.md."""
-    keep_last_states: int = 2
+    keep_last_states: int = runtime(2)
     """Mid-step training states kept for the step in progress (>= 1); a finished step's are deleted."""
-    dist_timeout_s: int = 1800
+    dist_timeout_s: int = runtime(1800)
     """Timeout of the process group's collectives, in seconds (multi-process runs: accelerate's
     ``InitProcessGroupKwargs``). A rank waits this long for the others, e.g. while the main process saves a
     checkpoint; torch's default is 600 s."""
@@ -608,7 +616,7 @@ class TrainerConfig:
     """``clm`` (packed documents): each document gets its own position ids and attends only to itself
     (block-diagonal attention; needs ``model.attn_implementation`` eager, sdpa or flex_attention); false:
     plain packing, a document attends to the earlier ones of its row."""
-    peak_flops: float = 0.0
+    peak_flops: float = runtime(0.0)
     """Peak FLOP/s of one device for the ``mfu`` of the training log (0 = look it up by GPU name, bf16/fp16)."""
     # --- schedules across time steps and optimizer state (training/schedule.py, docs/training.md) ---
     schedule: Schedule = Schedule.linear
@@ -619,10 +627,11 @@ class TrainerConfig:
     """Shape of the LR of time step 0 (and of the oracle's steps, which train like step 0): ``null`` = ``schedule``;
     a schedule name gives every run of a sweep over ``schedule`` the same step 0, trained once and shared through
     the step-0 cache (TiC-LM and Ibrahim et al. compare schedules on the continual steps from one initial model)."""
-    rewarm: Rewarm = Rewarm.all
+    rewarm: Rewarm = later_steps(Rewarm.all)
     """Which time steps after step 0 warm up: ``all``, ``first`` (step 1 only) or ``none`` (step 0 always does;
-    ``schedule=infinite`` warms up at step 0 only, whatever this says)."""
-    peak_schedule: PeakSchedule = PeakSchedule.constant
+    ``schedule=infinite`` warms up at step 0 only: ``all`` and ``none`` give it the same curve, ``first`` is
+    refused)."""
+    peak_schedule: PeakSchedule = later_steps(PeakSchedule.constant)
     """Peak LR per time step: ``constant`` (``lr``) or ``cosine_over_steps`` (TiC-LM's AR meta-schedule: a global
     cosine over the run's time steps, from ``lr`` at step 0 toward ``min_lr_ratio * lr``)."""
     cooldown_fraction: float = 0.2
@@ -631,7 +640,7 @@ class TrainerConfig:
     constant_lr_ratio: float = 1.0
     """``infinite``: the constant LR between steps as a share of the peak (step 0 decays to it by a cosine
     after its warmup); in (0, 1]."""
-    optimizer_state: OptimizerState = OptimizerState.reset
+    optimizer_state: OptimizerState = later_steps(OptimizerState.reset)
     """``reset``: fresh AdamW moments at every time step; ``keep``: carry the moments and step counts of step k-1
     into step k (kept in ``train_state/carry/<k-1>/`` between steps, so a resume keeps them)."""
 
@@ -644,6 +653,12 @@ class TrainerConfig:
         self.rewarm = as_choice("trainer.rewarm", Rewarm, self.rewarm)
         self.peak_schedule = as_choice("trainer.peak_schedule", PeakSchedule, self.peak_schedule)
         self.optimizer_state = as_choice("trainer.optimizer_state", OptimizerState, self.optimizer_state)
+        if self.schedule == Schedule.infinite and self.rewarm == Rewarm.first:
+            raise ConfigError(
+                "trainer.rewarm=first with trainer.schedule=infinite: that schedule warms up at step 0 only, so "
+                "step 1 would not warm up as rewarm=first says. Drop trainer.rewarm (all and none give infinite "
+                "the same curve), or choose a schedule that re-warms (linear, cosine, constant, wsd, rsqrt)"
+            )
         check_ranges(
             "trainer",
             {
@@ -833,7 +848,7 @@ class GateConfig:
 class EvalConfig:
     evaluators: list[str] = field(default_factory=lambda: ["splits"])
     """Evaluators run on every checkpoint, by registered name."""
-    batch_size: int = 64
+    batch_size: int = runtime(64, hashed=True)
     """Prompts per generation batch."""
     greedy_decoder: GreedyDecoder = GreedyDecoder.pruned
     """``pruned``: the evaluator's greedy loop, which drops each answer's row from the batch once it ends
@@ -871,8 +886,9 @@ class EvalConfig:
     """``calibration``: questions (seeded sample) re-asked with lettered options for position_consistency."""
     position_rotations: int = 0
     """``calibration``: cyclic rotations of the option order per question (0 = one per option)."""
-    grad_norms: bool = False
-    """Also run the ``grad_norms`` evaluator (per-example gradient norms per split) on every checkpoint."""
+    grad_norms: bool = runtime(False, hashed=True)
+    """Removed: list ``grad_norms`` in ``eval.evaluators`` to run that evaluator (``eval=full`` does). ``true`` is
+    refused with a ConfigError saying so; ``false``, the old default, is accepted and does nothing."""
     grad_norm_items: int = 64
     """``grad_norms``: items per split set (seeded sample)."""
     heldout_text: list[str] = field(default_factory=lambda: ["general"])
@@ -883,7 +899,7 @@ class EvalConfig:
     # --- time slices, regret, within-step evaluation (METRICS.md §9, §11; docs/evaluation.md) ---
     slice_max_examples: int = 1000
     """``slices``: examples scored per held-out slice (a fixed seeded sample; 0 = all)."""
-    oracle_run: Optional[str] = None
+    oracle_run: Optional[str] = runtime(None, hashed=True)
     """A finished oracle run dir (the same model retrained from the initial weights on steps 0..i for each
     checkpoint i): ``summary.json`` then gets ``regret_*`` = aggregate(run) − aggregate(oracle) (METRICS.md §9)."""
     within_step_every: int = 0
@@ -897,7 +913,7 @@ class EvalConfig:
     """``contamination``: perturbed variants and the spot-check sample (docs/hygiene.md)."""
     flip_rate: FlipRateConfig = field(default_factory=FlipRateConfig)
     """``flip_rate``: K equivalent templates and n repeats (docs/hygiene.md)."""
-    gate: GateConfig = field(default_factory=GateConfig)
+    gate: GateConfig = runtime(default_factory=GateConfig, hashed=True)
     """Release-gate thresholds (METRICS.md §8 defaults), read by ``evolve-gate`` (docs/hygiene.md)."""
     retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
     """``retrieval``: the open-book evaluator over the snapshots seen so far (METRICS.md §10)."""
@@ -907,6 +923,11 @@ class EvalConfig:
     sets (``data/few_shot.py``); a private item is never a demonstration (0 = zero-shot)."""
 
     def __post_init__(self):
+        if self.grad_norms:
+            raise ConfigError(
+                "eval.grad_norms is no longer a switch: add grad_norms to eval.evaluators instead (e.g. "
+                "eval.evaluators=[splits,grad_norms]; eval=full lists it) and drop eval.grad_norms=true"
+            )
         self.greedy_decoder = as_choice("eval.greedy_decoder", GreedyDecoder, self.greedy_decoder)
         for index, pattern in enumerate(self.stop_patterns):
             try:
@@ -969,26 +990,26 @@ class Config:
     """Optimisation settings."""
     eval: EvalConfig = MISSING
     """Evaluation of every checkpoint."""
-    logger: LoggerConfig = MISSING
+    logger: LoggerConfig = runtime(MISSING)
     """Where metrics go."""
-    experiment: str = "default"
+    experiment: str = label("default")
     """Name of the experiment; groups runs in the run-dir tree and in W&B."""
     seed: int = 0
     """Seed of model init, data order and everything else random in training."""
-    resume: str = "auto"
+    resume: str = runtime("auto")
     """``auto``: continue a run dir that has completed steps; ``false``: refuse to reuse a non-empty run dir."""
-    run_dir: Optional[str] = None
+    run_dir: Optional[str] = runtime(None)
     """Output directory; ``null`` uses Hydra's run dir (deterministic, see configs/config.yaml)."""
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = runtime(default_factory=dict)
     """Free-form notes carried into the run's saved config (not read by the framework)."""
 
 
 def register_configs() -> None:
     cs = ConfigStore.instance()
     cs.store(name="base_config", node=Config)
-    from evolve_train.training.identity import register_resolvers  # run-dir naming in configs/config.yaml
+    from evolve_train.config_identity import register_resolvers  # run-dir naming in configs/config.yaml
 
-    register_resolvers()
+    register_resolvers(Config)
 
 
 register_configs()

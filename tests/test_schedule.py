@@ -147,6 +147,23 @@ def test_config_error_for_python_built_settings():
         TrainerConfig(schedule="warm")
 
 
+def test_rewarm_first_is_refused_with_infinite_which_never_rewarms(tmp_path):
+    from omegaconf import OmegaConf
+
+    with pytest.raises(ConfigError, match=r"trainer.rewarm=first with trainer.schedule=infinite.*Drop trainer.rewarm"):
+        TrainerConfig(schedule="infinite", rewarm="first")
+    with pytest.raises(Exception, match=r"trainer.rewarm=first with trainer.schedule=infinite"):
+        OmegaConf.to_object(tiny_cfg(tmp_path, "trainer.schedule=infinite", "trainer.rewarm=first"))
+    # what infinite does with all (the default) and none is the same curve; both stay accepted
+    curves = [
+        [factor(step, t, schedule="infinite", rewarm=rewarm) for step in (0, 1, 2) for t in range(TOTAL)]
+        for rewarm in ("all", "none")
+    ]
+    assert curves[0] == curves[1]
+    TrainerConfig(schedule="wsd", rewarm="first")
+    TrainerConfig(schedule="linear", step0_schedule="infinite", rewarm="first")  # later steps re-warm: meaningful
+
+
 # -- the loop asks the schedule; kill and resume mid-step ------------------------------------------------------
 
 FAST = ["eval.evaluators=[splits]", "trainer.num_threads=1"]

@@ -8,7 +8,7 @@ same, so the first run to evaluate ``initial`` stores its rows and ``predictions
 pretrained model asked open-book at every step's store, minutes per arm). Copied rows carry
 ``from_eval_cache: true`` and keep the seconds, tokens and FLOPs of the evaluation that made them.
 
-The key adds to the step-0 key the ``eval`` settings, a fingerprint of the timeline (every step's corpus and
+The key adds to the step-0 key the ``eval`` settings (:func:`eval_part`), a fingerprint of the timeline (every step's corpus and
 held-out slice, every eval set, the prompt template, the few-shot demonstrations) and of the evaluation code
 (the source of ``evolve_train/evaluation`` and ``evolve_train/models``), so an edited evaluator is a miss. Off
 where the step-0 cache is off, and in multi-process runs (each rank scores its share there).
@@ -16,7 +16,6 @@ where the step-0 cache is off, and in multi-process runs (each rank scores its s
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import logging
@@ -26,6 +25,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Optional
 
+from evolve_train.config_keys import INITIAL_EVAL_LEAVES_OUT, key_part
 from evolve_train.data.corpus import records_fingerprint, step_fingerprint
 from evolve_train.training.step0_cache import cache_root, step0_key
 
@@ -46,6 +46,13 @@ def code_fingerprint() -> str:
             digest.update(str(path.relative_to(package)).encode("utf-8"))
             digest.update(path.read_bytes())
     return digest.hexdigest()
+
+
+def eval_part(eval_cfg) -> dict:
+    """The ``eval`` settings the key hashes: the section without its runtime fields, but for those marked
+    ``hashed`` in ``evolve_train/config.py`` (``eval.batch_size``, ``eval.oracle_run``, ``eval.gate``,
+    ``eval.grad_norms``), which the key has hashed from the start: today every ``eval`` field."""
+    return key_part(eval_cfg, INITIAL_EVAL_LEAVES_OUT)
 
 
 def timeline_fingerprint(timeline) -> str:
@@ -74,7 +81,7 @@ class InitialEvalCache:
             return None
         parts = {
             "step0": step0_key(cfg, tokenizer, num_processes, timeline.steps[0]),
-            "eval": dataclasses.asdict(cfg.eval),
+            "eval": eval_part(cfg.eval),
             "timeline": timeline_fingerprint(timeline),
             "code": code_fingerprint(),
         }

@@ -26,7 +26,9 @@ uninterrupted one's by construction.
 step 0's curve), so that runs comparing ``schedule`` on the continual steps share one step 0.
 
 ``trainer.rewarm`` (which time steps warm up; step 0, the initial training, always does): ``all`` every step,
-``first`` only step 1 (the first continual step), ``none`` no later step (its LR starts at the peak).
+``first`` only step 1 (the first continual step), ``none`` no later step (its LR starts at the peak). With
+``schedule=infinite``, which never re-warms, ``first`` would be ignored: the config refuses it (``ConfigError``
+in ``TrainerConfig``; ``all``, the default, and ``none`` are accepted and give the same curve).
 
 ``trainer.peak_schedule``: ``constant`` (``peak(k) = 1``) or ``cosine_over_steps`` (TiC-LM's "AR meta-schedule":
 step k's peak is one global cosine over the run's ``N`` time steps at the start of step k,

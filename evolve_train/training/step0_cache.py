@@ -6,12 +6,13 @@ it stores the weights under ``<cache root>/<key>/`` (written to a temporary name
 parallel job never sees half a checkpoint; if two jobs race, the first rename wins and the other
 simply keeps its own identical result); the later runs load them instead of training.
 
-The key is a SHA-256 of everything step 0 depends on (:func:`step0_key`): ``data`` (minus ``cache_dir``),
-the content of step 0's training corpus (when the run passes it), ``model``, ``seed``, the ``trainer``
-settings that shape step 0 (all but :data:`TRAINER_FIELDS_NOT_IN_KEY`), ``method.at_step0`` (and, were it
-true, the method's settings), the tokenizer, the number of processes, the device type and distributed
-type, and the package/torch/transformers/accelerate versions. With ``method.at_step0=true`` step 0
-depends on the method, and the cache is off.
+The key is a SHA-256 of everything step 0 depends on (:func:`step0_key`): ``data``, ``model`` and the
+``trainer`` settings that shape step 0 (each section without its fields marked ``runtime``, ``later_steps``
+or ``label`` in ``evolve_train/config.py``: ``data.cache_dir``, ``data.keep_history``,
+:data:`TRAINER_FIELDS_NOT_IN_KEY`), the content of step 0's training corpus (when the run passes it),
+``seed``, ``method.at_step0`` (and, were it true, the method's settings), the tokenizer, the number of
+processes, the device type and distributed type, and the package/torch/transformers/accelerate versions.
+With ``method.at_step0=true`` step 0 depends on the method, and the cache is off.
 """
 
 from __future__ import annotations
@@ -25,20 +26,18 @@ import shutil
 from pathlib import Path
 from typing import Callable, Optional
 
+from evolve_train.config import DataConfig, TrainerConfig
+from evolve_train.config_keys import STEP0_LEAVES_OUT, key_part, keys_where
+
 log = logging.getLogger(__name__)
 
-TRAINER_FIELDS_NOT_IN_KEY = (
-    "epochs",
-    "log_every",
-    "num_threads",
-    "save_every_n_steps",
-    "keep_last_states",
-    "dist_timeout_s",
-    "peak_flops",
-    "rewarm",
-    "peak_schedule",
-    "optimizer_state",
-)  # step 0: always warmed, peak 1, fresh AdamW
+TRAINER_FIELDS_NOT_IN_KEY = keys_where(TrainerConfig, *STEP0_LEAVES_OUT, deep=False)
+"""The ``trainer`` fields step 0 does not depend on: the runtime ones and those of the later steps only
+(``epochs``, and ``rewarm``, ``peak_schedule``, ``optimizer_state``: step 0 always warms up, peaks at 1 and
+starts a fresh AdamW)."""
+DATA_FIELDS_NOT_IN_KEY = keys_where(DataConfig, *STEP0_LEAVES_OUT, deep=False)
+"""``data.cache_dir`` (where, not what) and ``data.keep_history`` (step 0's corpus is the same with or
+without the earlier steps kept)."""
 META = "step0_meta.json"
 
 
@@ -82,10 +81,7 @@ def accelerate_runtime() -> dict:
 def _method_part(method) -> dict:
     if not method.at_step0:  # step 0 is plain full training whatever the method (Method.at_step)
         return {"at_step0": False}
-    settings = dataclasses.asdict(method)
-    for label in ("name", "step0_cache"):  # a label and the cache's location: not what step 0 trains
-        settings.pop(label, None)
-    return settings
+    return key_part(method, STEP0_LEAVES_OUT)  # without its label (name) and the cache's location
 
 
 def step0_key(cfg, tokenizer, num_processes: int, step0=None, runtime: Optional[dict] = None) -> str:
@@ -98,16 +94,14 @@ def step0_key(cfg, tokenizer, num_processes: int, step0=None, runtime: Optional[
 
     import evolve_train
 
-    data = dataclasses.asdict(cfg.data)
-    data.pop("cache_dir", None)
-    data.pop("keep_history", None)  # step 0's corpus is the same with or without the earlier steps kept
-    trainer = {k: v for k, v in dataclasses.asdict(cfg.trainer).items() if k not in TRAINER_FIELDS_NOT_IN_KEY}
+    data = key_part(cfg.data, STEP0_LEAVES_OUT)
+    trainer = key_part(cfg.trainer, STEP0_LEAVES_OUT)
     step0_schedule = trainer.pop("step0_schedule", None)
     if step0_schedule is not None:  # step 0 runs this shape whatever trainer.schedule says (training/schedule.py)
         trainer["schedule"] = step0_schedule
     parts = {
         "data": data,
-        "model": dataclasses.asdict(cfg.model),
+        "model": key_part(cfg.model, STEP0_LEAVES_OUT),
         "seed": cfg.seed,
         "trainer": trainer,
         "method": _method_part(cfg.method),

@@ -7,7 +7,8 @@ the gold answer given the prompt (``TextFormat.encode_example``: the answer and 
 as training formats a masked-entity pair; the loss on the answer and EOS), backward, and
 the L2 norm of the gradient over the trainable parameters (all parameters when none is trainable).
 Rows: ``mean_grad_norm``, ``median_grad_norm``, ``mean_loss``, ``n`` per set. Gradients are cleared after.
-Enabled by listing the evaluator or by ``eval.grad_norms=true``.
+Enabled by listing it in ``eval.evaluators`` (``eval=full`` does); ``eval.grad_norms=true``, the former
+second switch, is refused by the config with a ConfigError saying so.
 """
 
 from __future__ import annotations
