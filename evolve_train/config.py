@@ -206,6 +206,21 @@ def as_choice(key: str, enum: type[Choice], value) -> Choice:
         raise ConfigError(f"{key} must be one of {', '.join(m.value for m in enum)}, got {value!r}") from None
 
 
+REGISTERED_SCHEDULES: set[str] = set()
+"""Names of LR schedules registered besides the built-in ones (``training/schedule.py``: ``register_schedule``)."""
+
+
+def schedule_choice(key: str, value):
+    """A built-in schedule as its :class:`Schedule` member, a registered one as its name; else ConfigError."""
+    if str(value) in REGISTERED_SCHEDULES:
+        return str(value)
+    try:
+        return Schedule(value)
+    except ValueError:
+        known = [m.value for m in Schedule] + sorted(REGISTERED_SCHEDULES)
+        raise ConfigError(f"{key} must be one of {', '.join(known)}, got {value!r}") from None
+
+
 @dataclass
 class ModelConfig:
     name_or_path: Optional[str] = None
@@ -619,11 +634,12 @@ class TrainerConfig:
     peak_flops: float = runtime(0.0)
     """Peak FLOP/s of one device for the ``mfu`` of the training log (0 = look it up by GPU name, bf16/fp16)."""
     # --- schedules across time steps and optimizer state (training/schedule.py, docs/training.md) ---
-    schedule: Schedule = Schedule.linear
+    schedule: str = Schedule.linear
     """Shape of the LR within each time step: ``linear`` (warmup, linear decay), ``cosine``, ``constant``,
     ``wsd`` (warmup, stable, decay), ``rsqrt`` (with cooldown) or ``infinite`` (warmup once, constant between
-    steps, cooldown within each); the LR of every update is a pure function of settings, step and update."""
-    step0_schedule: Optional[Schedule] = None
+    steps, cooldown within each), or a schedule registered with ``training.schedule.register_schedule``; the LR
+    of every update is a pure function of settings, step and update."""
+    step0_schedule: Optional[str] = None
     """Shape of the LR of time step 0 (and of the oracle's steps, which train like step 0): ``null`` = ``schedule``;
     a schedule name gives every run of a sweep over ``schedule`` the same step 0, trained once and shared through
     the step-0 cache (TiC-LM and Ibrahim et al. compare schedules on the continual steps from one initial model)."""
@@ -647,9 +663,9 @@ class TrainerConfig:
     def __post_init__(self):
         self.mixed_precision = as_choice("trainer.mixed_precision", Precision, self.mixed_precision)
         self.nonfinite = as_choice("trainer.nonfinite", NonFinite, self.nonfinite)
-        self.schedule = as_choice("trainer.schedule", Schedule, self.schedule)
+        self.schedule = schedule_choice("trainer.schedule", self.schedule)
         if self.step0_schedule is not None:
-            self.step0_schedule = as_choice("trainer.step0_schedule", Schedule, self.step0_schedule)
+            self.step0_schedule = schedule_choice("trainer.step0_schedule", self.step0_schedule)
         self.rewarm = as_choice("trainer.rewarm", Rewarm, self.rewarm)
         self.peak_schedule = as_choice("trainer.peak_schedule", PeakSchedule, self.peak_schedule)
         self.optimizer_state = as_choice("trainer.optimizer_state", OptimizerState, self.optimizer_state)

@@ -1,17 +1,19 @@
 """The run object: continual pretraining over the time steps of a timeline, step by step.
 
-:class:`ContinualRun` (in the spirit of torchtune's recipe classes) keeps the run's state on the object:
+:class:`ContinualRun` (in the spirit of torchtune's recipe classes) reads top to bottom:
 
 - ``setup()``: validate config and data (before anything is written), open the run dir, restore
-  ``state.json`` (resume), build the accelerator, loggers, model and method;
-- ``train_step(k)``: train time step k with the one loop (or load step 0 from the sweep's step-0 cache);
-- ``save(k)``: the checkpoint ``steps/<k>/`` (atomic) and ``state.json``;
-- ``evaluate(k)``: score a checkpoint on every set introduced so far, rows to ``metrics.jsonl`` and the
-  loggers (a saved checkpoint can be evaluated without training: :meth:`ContinualRun.load_checkpoint`);
+  ``state.json`` (resume), build the accelerator, loggers, model, method and hooks;
+- for every step not yet done: ``plan = method.plan(k)`` (what the step trains: ``training/plan.py``),
+  ``train_step(plan)`` (the one loop, ``training/loop.py``), ``save(k)`` (the checkpoint ``steps/<k>/``, atomic,
+  and ``state.json``), ``evaluate(k)`` (the evaluation half, ``evaluation/checkpoints.py``: rows to
+  ``metrics.jsonl`` and the loggers);
 - ``close(ok)``.
 
-``run()`` calls them in order for every step not yet done; ``train(cfg)`` is the entry point
-(``train.py`` calls it through Hydra).
+Everything optional around the steps is a
+run hook (``training/hooks.py``; the built-in ones in ``evolve_train/hooks/``), called at fixed points; a method
+changes what a step trains through its plan. ``train(cfg)`` is the entry point (``train.py`` calls it through
+Hydra).
 """
 
 from __future__ import annotations
@@ -19,42 +21,32 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import logging
-import time
 from pathlib import Path
-from typing import Optional
 
 import torch
 from accelerate.utils import set_seed
 from omegaconf import DictConfig, OmegaConf
 
 from evolve_train.config import Config
-from evolve_train.data.cache import resolve_cache_dir
-from evolve_train.data.few_shot import with_few_shot
-from evolve_train.data.timeline import build_timeline
 from evolve_train.errors import ConfigError
-from evolve_train.evaluation.context import Shards, TrainingFormat
-from evolve_train.evaluation.evaluator import EvalContext, check_eval_config, evaluate_checkpoint
-from evolve_train.evaluation.evaluators.hygiene import preflight as hygiene_preflight, record_private
-from evolve_train.evaluation.evaluators.matrix import INITIAL
-from evolve_train.evaluation.initial_cache import InitialEvalCache
-from evolve_train.evaluation.qa_adaptation import QAAdaptation
-from evolve_train.evaluation.retrieval_index import preflight as retrieval_preflight
-from evolve_train.evaluation.within_step import probe_for
+from evolve_train.evaluation.checkpoints import INITIAL, CheckpointEvaluation
+from evolve_train.evaluation.evaluator import check_eval_config
+from evolve_train.evaluation.inputs import load_inputs
+from evolve_train.hooks import build_hooks
 from evolve_train.methods import Method, TokenizedHistory
-from evolve_train.methods.averaging import WeightAverage, cpu_state
-from evolve_train.models.source import check_model_source
 from evolve_train.models.build import (
-    build_text_format,
     build_model,
+    build_text_format,
     load_model,
     load_tokenizer,
     n_parameters,
     train_tokenizer,
 )
+from evolve_train.models.source import check_model_source
 from evolve_train.reporting.summary import build_summary, format_summary_table
 from evolve_train.tracking import build_logger
 from evolve_train.tracking.disk import DiskLogger
-from evolve_train.training import carry, faults, identity
+from evolve_train.training import carry, identity
 from evolve_train.training.checkpoint import (
     RunState,
     ensure_writable,
@@ -64,13 +56,12 @@ from evolve_train.training.checkpoint import (
     save_checkpoint,
     step_dir,
 )
-from evolve_train.training.distributed import build_accelerator, sum_over_processes, train_sharded
+from evolve_train.training.distributed import build_accelerator, train_sharded
 from evolve_train.training.examples import collate
-from evolve_train.training.loop import StepResult, train_time_step
+from evolve_train.training.loop import train_time_step
+from evolve_train.training.plan import StepPlan, StepResult
 from evolve_train.training.redact import redact_run
-from evolve_train.training.step0_cache import Step0Cache
-from evolve_train.training.telemetry import CountPositions, eval_flops, parameter_counts
-from evolve_train.training.token_cache import TokenCache
+from evolve_train.training.token_cache import step_tokenizer
 from evolve_train.training.train_state import StepStates, TrainingInterrupted, prune_states
 
 log = logging.getLogger(__name__)
@@ -89,12 +80,7 @@ def validate(cfg: Config) -> None:
             "(a transformers ACT2FN name such as gelu_pytorch_tanh, gelu_new, relu)"
         )
     check_eval_config(cfg.eval)  # evaluator names, time slices
-    Method(cfg.method)  # strategy names and combinations
-    if "oracle" in cfg.method.strategies and cfg.data.keep_history:
-        raise ConfigError(
-            "method.strategies: 'oracle' trains on the union of the corpora of steps 0..k itself; "
-            "with data.keep_history=true every earlier corpus would count twice (set it false)"
-        )
+    Method(cfg.method).check_config(cfg)  # strategy names and combinations, and each strategy's own checks
 
 
 def evaluates_initial(cfg: Config) -> bool:
@@ -134,15 +120,39 @@ def check_run_dir(run_dir: Path, resume: str) -> None:
         )
 
 
+def start_loggers(cfg: Config, run_dir: Path, main: bool):
+    """The run's loggers (``metrics.jsonl`` always; the main process writes, the others log nothing)."""
+    backends = ["disk"] + [name for name in cfg.logger.backends if name != "disk"]
+    return build_logger(backends, run_dir=run_dir, cfg=cfg) if main else build_logger([])
+
+
+def summarize(evaluation: CheckpointEvaluation) -> dict:
+    """``summary.json`` and the step x set table (printed by the main process)."""
+    summary = build_summary(evaluation.run_dir, evaluation.timeline, evaluation.cfg)
+    if evaluation.main:
+        evaluation.logger.log_summary(summary)
+        print(format_summary_table(summary))
+    return summary
+
+
+def shut_down(logger, accelerator, ok: bool) -> None:
+    """Close the loggers (``ok``: the run finished) and the accelerator, whatever set-up got to build."""
+    if logger is not None:
+        logger.close(ok)
+    if accelerator is not None:
+        accelerator.wait_for_everyone()
+        accelerator.end_training()
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()  # without it, multi-process runs may abort at exit
+
+
 class ContinualRun:
-    """One run: ``setup()``, then per step ``train_step(k)``, ``save(k)``, ``evaluate(k)``; ``close(ok)``."""
+    """One run: ``setup()``, then per step plan, ``train_step``, ``save``, ``evaluate``; ``close(ok)``."""
 
     def __init__(self, cfg: Config | DictConfig):
         self.cfg: Config = OmegaConf.to_object(cfg) if isinstance(cfg, DictConfig) else cfg
         self.results: dict[int, StepResult] = {}
         """What training each step took (its metric rows carry it); absent for a step trained earlier."""
-        self.eval_shared: dict = {}
-        """Built once per run, reused by every checkpoint's evaluation (``EvalContext.shared``)."""
 
     # ----------------------------------------------------------------------------------- setup
 
@@ -150,9 +160,7 @@ class ContinualRun:
         """Everything that can fail on bad input fails here, before the run dir is written."""
         cfg = self.cfg
         validate(cfg)
-        check_model_source(
-            cfg.model.name_or_path
-        )  # a missing path, a GGUF file or dir: one clear error, nothing written
+        check_model_source(cfg.model.name_or_path)  # a missing path, a GGUF file or dir: one clear error
         check_model_source(cfg.model.tokenizer, "model.tokenizer")
         self.run_dir = resolve_run_dir(cfg)
         self.state = RunState.load(self.run_dir)
@@ -160,65 +168,44 @@ class ContinualRun:
         # a changed result-affecting config: ConfigError before anything (even a log line) reaches the dir
         identity.check_resume(self.run_dir, cfg, self.state)
         identity.record(self.state, cfg)  # state.json carries the config from the first save on
-        self._load_inputs()
+        self.timeline, self.qa_adaptation = load_inputs(cfg)
         require_training_data(cfg, self.timeline)
         if cfg.trainer.num_threads > 0:
             torch.set_num_threads(cfg.trainer.num_threads)
         self.accelerator = build_accelerator(cfg.trainer, gradient_accumulation_steps=cfg.trainer.grad_accum)
         self.start = self._agreed_start()
+        self.hooks = build_hooks(cfg)
         self._open_run_dir()
         self.model, self.tokenizer = self._initial_model()
-        self.text_format = build_text_format(
-            cfg.model, self.tokenizer
-        )  # the model's text format (models/text_format.py)
+        self.text_format = build_text_format(cfg.model, self.tokenizer)  # models/text_format.py
         self.method = Method(cfg.method)
         self.method.load_state_dict(self.state.method_state)
+        self.hooks.load_state_dict(self.state.hook_state)
         if self.start > 0:
             self.method.load_extra(self.model, step_dir(self.run_dir, self.start - 1))
         self.model.to(self.accelerator.device)
-        self.optimizer_carry = self._optimizer_carry()
-        self.averaging, self._raw = WeightAverage(cfg.method), None
-        if self.averaging.enabled and self.start > 0:
-            self._resume_average()
+        self.evaluation = self._evaluation()
+        self.hooks.call("on_run_start", self)
         if self.main:  # fail now, not at the first checkpoint: run dir writable, disk space for a checkpoint
+            steps_left = len(self.timeline.steps) - self.start
             preflight(
-                self.run_dir,
-                self.model,
-                len(self.timeline.steps) - self.start,
-                cfg.trainer.save_every_n_steps,
-                cfg.trainer.keep_last_states,
+                self.run_dir, self.model, steps_left, cfg.trainer.save_every_n_steps, cfg.trainer.keep_last_states
             )
         return self
 
-    def _optimizer_carry(self) -> Optional[carry.OptimizerCarry]:
-        """``trainer.optimizer_state=keep``: the AdamW state the next step starts from (the last complete step's)."""
-        if self.cfg.trainer.optimizer_state != "keep":
-            return None
-        tensors = carry.load(self.run_dir, self.start - 1, carry.OPTIMIZER_FILE) if self.start > 0 else None
-        if self.start > 0 and tensors is None:
-            log.warning(
-                "trainer.optimizer_state=keep: no optimizer state of step %d in %s; step %d starts with "
-                "fresh AdamW moments",
-                self.start - 1,
-                carry.carry_dir(self.run_dir, self.start - 1),
-                self.start,
-            )
-        return carry.OptimizerCarry(tensors)
-
-    def _resume_average(self) -> None:
-        """``method.average``: ``steps/<start-1>`` (loaded) holds the average; continue from the raw weights kept
-        in ``train_state/carry/<start-1>/`` unless ``method.average_continue=average``."""
-        self.averaging.average = cpu_state(self.model)
-        if self.cfg.method.average_continue != "raw":
-            return
-        raw = carry.load(self.run_dir, self.start - 1, carry.RAW_FILE)
-        if raw is None:
-            raise RuntimeError(
-                f"method.average: the raw weights of step {self.start - 1} are missing from "
-                f"{carry.carry_dir(self.run_dir, self.start - 1)}; the run cannot continue from them "
-                "(method.average_continue=average continues from the average)"
-            )
-        self.model.load_state_dict(raw)
+    def _evaluation(self) -> CheckpointEvaluation:
+        evaluation = CheckpointEvaluation(
+            self.cfg,
+            self.run_dir,
+            self.timeline,
+            self.qa_adaptation,
+            self.accelerator,
+            self.logger,
+            self.state,
+            hooks=self.hooks,
+        )
+        evaluation.text_format, evaluation.tokenizer = self.text_format, self.tokenizer
+        return evaluation
 
     def _agreed_start(self) -> int:
         """The first step to train, as the main process reads ``state.json`` (broadcast: every rank agrees)."""
@@ -228,18 +215,6 @@ class ContinualRun:
 
             broadcast_object_list(start)
         return start[0]
-
-    def _load_inputs(self) -> None:
-        """The timeline and QA adaptation, validated, and the private-leak preflight: before anything is written."""
-        self.timeline = with_few_shot(build_timeline(self.cfg.data), self.cfg.eval.few_shot)  # dev demonstrations
-        self.qa_adaptation = QAAdaptation.from_config(self.cfg, self.timeline)  # None when off
-        hygiene_preflight(self.cfg, self.timeline, self.qa_adaptation)  # no private eval item in training/prompts
-        if "retrieval" in self.cfg.eval.evaluators:  # passage files read now: a bad one fails before training
-            retrieval_preflight(self.cfg.eval.retrieval, self.timeline)
-
-    def _start_loggers(self) -> None:
-        backends = ["disk"] + [name for name in self.cfg.logger.backends if name != "disk"]  # metrics.jsonl always
-        self.logger = build_logger(backends, run_dir=self.run_dir, cfg=self.cfg) if self.main else build_logger([])
 
     @property
     def main(self) -> bool:
@@ -256,7 +231,7 @@ class ContinualRun:
             prune_states(run_dir, through_step=self.start - 1)  # states of finished steps (docs/reliability.md)
             carry.prune(run_dir, before=self.start - 1)  # what the step to train next needs is kept
             redact_run(dataclasses.asdict(cfg))  # secrets out of .hydra/*.yaml and sys.argv before loggers start
-        self._start_loggers()
+        self.logger = start_loggers(cfg, run_dir, self.main)
         if self.main:
             if self.start > 0:
                 log.info("resuming %s after step %d", run_dir, self.start - 1)
@@ -280,9 +255,9 @@ class ContinualRun:
         log.info("model: %.2fM parameters", n_parameters(model) / 1e6)
         return model, tokenizer
 
-    def _initial_weights(self):
+    def initial_weights(self):
         """The model before step 0 again, as :meth:`_initial_model` built it (same seed, same tokenizer; a
-        pretrained model loaded again): where an oracle step starts (methods/oracle.py)."""
+        pretrained model loaded again): where a step planned ``from_initial`` starts."""
         set_seed(self.cfg.seed)
         return build_model(self.cfg.model, self.tokenizer).to(self.accelerator.device)
 
@@ -294,269 +269,129 @@ class ContinualRun:
     # ----------------------------------------------------------------------------------- the steps
 
     def run(self) -> dict:
-        """Every remaining step (train, save, evaluate), then the summary; resumable after any interruption."""
+        """Every remaining step (plan, train, save, evaluate), then the summary; resumable after any interruption."""
         self.setup()
         ok = False
         try:
             if evaluates_initial(self.cfg) and self.start == 0:  # A_init (METRICS.md §3): checkpoint -1
                 self.evaluate(INITIAL)
             for step in range(self.start, len(self.timeline.steps)):
-                self.train_step(step)
+                self.train_step(self.plan(step))
                 self.save(step)
                 self.evaluate(step)
-            summary = self.summarize()
+            summary = summarize(self.evaluation)
             ok = True
             return summary
         except KeyboardInterrupt as interrupt:  # Ctrl-C / SIGTERM: resumable (mid-step state, or the last step)
             deferred = isinstance(interrupt, TrainingInterrupted)
-            log.error(
-                "%s",
-                interrupt
-                if deferred
-                else f"interrupted (Ctrl-C); the completed steps in "
-                f"{self.run_dir} are kept. Run the same command again to resume.",
-            )
+            message = f"interrupted (Ctrl-C); the completed steps in {self.run_dir} are kept. Run the same command again to resume."
+            log.error("%s", interrupt if deferred else message)
             raise SystemExit(interrupt.exit_code if deferred else 130) from None
         finally:
             self.close(ok)
 
-    def train_step(self, step: int) -> StepResult:
-        """Train time step ``step`` on its corpus (mixed and wrapped by the method); the model stays on
-        the object, ready for :meth:`save`."""
+    def plan(self, step: int) -> StepPlan:
+        """The method's plan of time step ``step`` (``Method.plan``), with the text format's batches."""
         cfg = self.cfg
-        set_seed(cfg.seed + step)
-        self.active = self.method.at_step(step)  # step 0: plain full training unless method.at_step0
-        if self.active.from_initial(step):  # the oracle: from the initial weights, not step-1's checkpoint
-            self.model = self._initial_weights()
-            set_seed(cfg.seed + step)
-        examples = self._examples(step)
-        self.model = self.active.prepare_model(self.model, step)
-        cache = (
-            Step0Cache.for_run(cfg, self.tokenizer, self.accelerator.num_processes, self.timeline.steps[0])
-            if step == 0
-            else None
-        )
-        keep = self.optimizer_carry is not None  # the cache holds no optimizer state: step 0 trains here
-        cached = cache.load(cfg.model, self.accelerator, self.logger.log_train) if cache and not keep else None
-        if cached:
-            self.model, result = cached
+        plan = self.method.plan(step, cfg.trainer, len(self.timeline.steps), cfg.seed)
+        pad_id, reset = self.text_format.pad_id, cfg.trainer.attention_reset
+        plan.collate = lambda rows: collate(rows, pad_id, reset)
+        return plan
+
+    def train_step(self, plan: StepPlan) -> StepResult:
+        """Train the plan's step on its corpus (mixed by the method; or take it from a hook); the model stays
+        on the object, ready for :meth:`save`."""
+        step, active = plan.step, plan.strategies
+        set_seed(self.cfg.seed + step)
+        self.active = active
+        if plan.from_initial:  # a retrain from the initial weights, not step-1's checkpoint
+            self.model = self.initial_weights()
+            set_seed(self.cfg.seed + step)
+        plan.examples = self.examples(plan)
+        self.model = active.prepare_model(self.model, step)
+        loaded = self.hooks.first("load_step", self, plan)
+        if loaded:
+            self.model, result = loaded
         else:
-            result = self._train(step, examples, cache)
-        self.model = self.active.after_step(self.model, step, examples)
+            result = self._train(plan)
+        self.model = active.after_step(self.model, step, plan.examples)
         self.results[step] = result
         return result
 
-    def _examples(self, step: int):
-        """Step ``step``'s tokenized examples, mixed by the method with earlier steps' (replay)."""
-        tokens = TokenCache(resolve_cache_dir(self.cfg.data.cache_dir), self.text_format, self.accelerator)
-
-        def tokenize(time_step):  # the rows of the tokenized cache (data.cache_dir), or encoded now
-            return tokens.examples(time_step, self.cfg.data.objective, self.cfg.trainer.seq_len)
-
+    def examples(self, plan: StepPlan):
+        """The plan's tokenized examples: its step's, mixed by the method with earlier steps'."""
+        cfg = self.cfg
+        tokenize = step_tokenizer(cfg, self.text_format, self.accelerator)
+        step = plan.step
         history = TokenizedHistory(
-            self.timeline.steps[:step], tokenize, self.text_format.pad_id, self.cfg.trainer.attention_reset
+            self.timeline.steps[:step], tokenize, self.text_format.pad_id, cfg.trainer.attention_reset
         )
-        return self.active.mix_examples(step, tokenize(self.timeline.steps[step]), history)
+        return plan.strategies.mix_examples(step, tokenize(self.timeline.steps[step]), history)
 
-    def _train(self, step: int, examples, cache: Optional[Step0Cache]) -> StepResult:
+    def _train(self, plan: StepPlan) -> StepResult:
+        """The one loop on the plan (FSDP2: sharded while it trains), resumable from a mid-step state."""
         cfg, accelerator = self.cfg, self.accelerator
-        log_fn = cache.recording(self.logger.log_train) if cache else self.logger.log_train
-        pad_id = self.text_format.pad_id
-        with StepStates(
+        log_fn = self.hooks.wrap_train_log(self, plan, self.logger.log_train)
+        resume = str(cfg.resume).lower() != "false"
+        states = StepStates(
             self.run_dir,
-            step,
+            plan.step,
             cfg.trainer.save_every_n_steps,
             cfg.trainer.keep_last_states,
             accelerator,
-            method=self.active,
-            resume=str(cfg.resume).lower() != "false",
-        ) as states:
+            method=plan.strategies,
+            resume=resume,
+        )
+        with states:
             self.model, result = train_sharded(
                 accelerator,
                 self.model,
-                lambda model: train_time_step(
-                    model,
-                    examples,
-                    step=step,
-                    epochs=self._epochs(step),
-                    cfg=cfg.trainer,
-                    method=self.active,
-                    accelerator=accelerator,
-                    collate_fn=lambda rows: collate(rows, pad_id, cfg.trainer.attention_reset),
-                    seed=cfg.seed + 1000 * step,
-                    log_fn=log_fn,
-                    states=states,
-                    n_time_steps=len(self.timeline.steps),
-                    optimizer_carry=self.optimizer_carry,
-                    schedule_step=0 if self.active.from_initial(step) else step,
-                    probe=probe_for(self.timeline, self.text_format, cfg.eval),
-                ),
-            )  # FSDP2: sharded while it trains
-        if cache and self.main:
-            cache.store(self.model, self.tokenizer, result, trained_by=str(self.run_dir))
+                lambda model: train_time_step(plan, model, accelerator, self.hooks, log_fn=log_fn, states=states),
+            )
+        self.hooks.call("on_step_trained", self, plan, result)
         return result
-
-    def _epochs(self, step: int) -> float:
-        """Passes over step ``step``'s corpus: ``epochs_step0`` for step 0 and for a step trained from the initial
-        weights (the oracle), else ``epochs``."""
-        initial = step == 0 or self.active.from_initial(step)
-        return self.cfg.trainer.epochs_step0 if initial else self.cfg.trainer.epochs
 
     def save(self, step: int) -> None:
         """Checkpoint ``steps/<step>/`` (full weights gathered under FSDP / DeepSpeed) and mark it trained."""
         self.accelerator.wait_for_everyone()
-        # LoRA without save_merged: the adapter only; an average is full weights
-        weights = self.active.saves_weights(step) or self.averaging.enabled
-        if self.averaging.enabled:  # steps/<k> (and the evaluation) get the average; the raw weights are carried
-            raw = cpu_state(self.accelerator.unwrap_model(self.model))
-            self.model.load_state_dict(self.averaging.update(raw, step))
-            self._raw = raw if self.cfg.method.average_continue == "raw" else None
+        # full weights unless the method saves what rebuilds them, and a hook needs no full weights
+        weights = self.active.saves_weights(step) or self.hooks.full_weights(self, step)
+        self.hooks.call("before_save", self, step)
         gathered = gathered_state_dict(self.accelerator, self.model) if weights else None  # a collective
-        if self.main:
-            carried = self._carried()
-            if carried:  # before state.json marks the step trained (training/carry.py)
-                carry.save(self.run_dir, step, carried)
-            save_checkpoint(
-                self.run_dir,
-                step,
-                self.model,
-                self.tokenizer,
-                extra_files=lambda d: self.active.save_extra(self.model, d),
-                state_dict=gathered,
-                weights=weights,
-            )
-            self.state.trained = sorted(set(self.state.trained) | {step})
-            self.state.method_state = self.method.state_dict()
-            self.state.save(self.run_dir)
-
-    def _carried(self) -> dict:
-        """What step k hands to step k+1 besides its checkpoint: ``{file name: tensors}`` (training/carry.py)."""
-        files = {}
-        if self.optimizer_carry is not None and self.optimizer_carry.tensors:
-            files[carry.OPTIMIZER_FILE] = self.optimizer_carry.tensors
-        if self._raw is not None:
-            files[carry.RAW_FILE] = self._raw
-        return files
+        if not self.main:
+            return
+        carried = self.hooks.carried(self, step)
+        if carried:  # what step k hands to step k+1, before state.json marks the step trained (training/carry.py)
+            carry.save(self.run_dir, step, carried)
+        save_checkpoint(
+            self.run_dir,
+            step,
+            self.model,
+            self.tokenizer,
+            state_dict=gathered,
+            weights=weights,
+            extra_files=lambda d: self.active.save_extra(self.model, d),
+        )
+        self.state.trained = sorted(set(self.state.trained) | {step})
+        self.state.method_state = self.method.state_dict()
+        self.state.hook_state = self.hooks.state_dict()
+        self.state.save(self.run_dir)
 
     def evaluate(self, checkpoint: int, model=None) -> list[dict]:
-        """Score ``checkpoint`` (the model on the object, or ``model``) on every set introduced so far;
-        the rows go to ``metrics.jsonl`` and the loggers, and ``state.json`` marks the checkpoint evaluated.
-        Every process evaluates its share of the prompts (evaluation/context.py: ``Shards``) and computes the
-        same rows; the main process writes them."""
+        """Score ``checkpoint`` (the model on the object, or ``model``) on every set introduced so far
+        (``evaluation/checkpoints.py``); then drop the mid-step states and carried files it no longer needs."""
         model = model if model is not None else self.model
-        eval_model = (
-            self.qa_adaptation.adapted(model, self.text_format, checkpoint=checkpoint, accelerator=self.accelerator)
-            if self.qa_adaptation and checkpoint >= 0
-            else model
-        )  # a copy; the chain is untouched
-        rows = self._score(checkpoint, eval_model)
-        if self.main:
-            self.logger.log_eval(checkpoint, rows)
-            if checkpoint >= 0:
-                self.state.evaluated = sorted(set(self.state.evaluated) | {checkpoint})
-                self.state.save(self.run_dir)
-                prune_states(self.run_dir, through_step=checkpoint)
-                carry.prune(self.run_dir, before=checkpoint)  # a rerun of step checkpoint+1 needs this one's
+        rows = self.evaluation.evaluate(checkpoint, model, self.results.get(checkpoint))
+        if self.main and checkpoint >= 0:
+            prune_states(self.run_dir, through_step=checkpoint)
+            carry.prune(self.run_dir, before=checkpoint)  # a rerun of step checkpoint+1 needs this one's
         model.train()
-        raw = getattr(self, "_raw", None)  # None also for saved checkpoints evaluated without training (saved_eval.py)
-        if model is self.model and raw is not None and checkpoint >= 0:  # the average was evaluated:
-            self.model.load_state_dict(raw)  # the next step trains from the raw weights
-            self._raw = None
+        self.hooks.call("after_evaluate", self, checkpoint, model)
         self.accelerator.wait_for_everyone()
         return rows
 
-    def _score(self, checkpoint: int, model) -> list[dict]:
-        if checkpoint == INITIAL and self.main:
-            DiskLogger(self.run_dir).truncate_after(INITIAL - 1)  # rows an interrupted attempt left
-        self.accelerator.wait_for_everyone()  # metrics.jsonl as the main process left it, for every reader
-        shared = (
-            InitialEvalCache.for_run(self.cfg, self.tokenizer, self.timeline, self.accelerator.num_processes)
-            if checkpoint == INITIAL
-            else None
-        )  # one process: the sweep's other arms evaluated it already?
-        stored = shared.load(self.run_dir) if shared else None
-        if stored:
-            rows = record_private(self.run_dir, self.timeline, self.cfg.eval, checkpoint, stored["rows"])
-            return self._decorate(rows, checkpoint, stored["seconds"], stored["evaluated"])
-        # every checkpoint in the run's precision (trainer.mixed_precision), whatever made the model: trained
-        # here (accelerate patched its forward with autocast), the step-0 cache, a resume, eval_initial
-        plain = self.accelerator.unwrap_model(model, keep_fp32_wrapper=False)
-        ctx = EvalContext(
-            model=plain,
-            text_format=self.text_format,
-            timeline=self.timeline,
-            checkpoint=checkpoint,
-            cfg=self.cfg.eval,
-            run_dir=self.run_dir,
-            shards=Shards.of(self.accelerator),
-            writes=self.main,
-            shared=self.eval_shared,
-            training=self._training_format(),
-        )
-        start = time.perf_counter()
-        with self.accelerator.autocast(), CountPositions(plain) as counted:  # evaluation's tokens (§11)
-            scored = evaluate_checkpoint(ctx)
-        rows = record_private(
-            self.run_dir if self.main else None, self.timeline, self.cfg.eval, checkpoint, scored
-        )  # private_evaluations.jsonl
-        faults.point("evaluate")
-        positions = sum_over_processes(self.accelerator, counted.positions)  # every rank scored a share (§11)
-        evaluated = {"eval_tokens": positions, "eval_flops": eval_flops(parameter_counts(plain)[0], positions)}
-        seconds = round(time.perf_counter() - start, 2)
-        if shared:
-            shared.store(self.run_dir, rows, seconds, evaluated)
-        return self._decorate(rows, checkpoint, seconds, evaluated)
-
-    def _training_format(self) -> TrainingFormat:
-        cfg = self.cfg
-        return TrainingFormat(str(cfg.data.objective), cfg.trainer.seq_len, cfg.trainer.attention_reset)
-
-    def _decorate(
-        self, rows: list[dict], checkpoint: int, eval_seconds: float, evaluated: Optional[dict] = None
-    ) -> list[dict]:
-        """Run metadata on every row: method, seed, the training that made the checkpoint, evaluation time."""
-        result = self.results.get(checkpoint)
-        if checkpoint == INITIAL:
-            result = StepResult(optimizer_steps=0, tokens=0, final_loss=float("nan"), seconds=0.0)
-        meta = {"method": self.cfg.method.name, "seed": self.cfg.seed, **(evaluated or {})}
-        if result is not None:
-            meta.update(
-                train_seconds=round(result.seconds, 2),
-                eval_seconds=eval_seconds,
-                train_tokens=result.tokens,
-                train_optimizer_steps=result.optimizer_steps,
-                train_tokens_per_s=result.tokens_per_s,
-                num_processes=self.accelerator.num_processes,
-                optimizer_steps=result.optimizer_steps,
-                loss_tokens=result.loss_tokens,
-                train_flops=result.flops,
-            )
-            if self.cfg.trainer.nonfinite == "skip":  # batches dropped for a non-finite loss/gradient
-                meta["skipped_batches"] = result.skipped_batches
-        else:
-            meta.update(eval_seconds=eval_seconds, num_processes=self.accelerator.num_processes)
-        for row in rows:
-            row.update(meta)
-        return rows
-
-    def summarize(self) -> dict:
-        """``summary.json`` and the step x set table (printed by the main process)."""
-        summary = build_summary(self.run_dir, self.timeline, self.cfg)
-        if self.main:
-            self.logger.log_summary(summary)
-            print(format_summary_table(summary))
-        return summary
-
     def close(self, ok: bool) -> None:
-        logger = getattr(self, "logger", None)
-        if logger is not None:
-            logger.close(ok)
-        accelerator = getattr(self, "accelerator", None)
-        if accelerator is not None:
-            accelerator.wait_for_everyone()
-            accelerator.end_training()
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
-            torch.distributed.destroy_process_group()  # without it, multi-process runs may abort at exit
+        shut_down(getattr(self, "logger", None), getattr(self, "accelerator", None), ok)
 
 
 def train(cfg: Config | DictConfig) -> dict:

@@ -1,6 +1,7 @@
 """Evaluate checkpoints that are already saved, without training: ``evolve-eval`` / ``python evaluate.py``.
 
-:class:`SavedCheckpoints` is a :class:`~evolve_train.run.ContinualRun` whose steps are loaded instead of
+:class:`SavedCheckpoints` composes the evaluation half of a run
+(:class:`~evolve_train.evaluation.checkpoints.CheckpointEvaluation`) with checkpoints loaded instead of
 trained: each requested checkpoint (a run's ``steps/<k>/``, or any Hugging Face model dir given as
 ``model.name_or_path``, scored as checkpoint k) goes through the same ``evaluate(k)`` as in training.
 
@@ -24,18 +25,22 @@ from typing import Optional, Sequence
 from omegaconf import DictConfig, OmegaConf
 
 from evolve_train.errors import ConfigError
-from evolve_train.models.build import build_text_format, load_model, load_tokenizer
-from evolve_train.run import ContinualRun, validate
+from evolve_train.evaluation.checkpoints import CheckpointEvaluation
+from evolve_train.evaluation.inputs import load_inputs
 from evolve_train.evaluation.rows import read_metrics
+from evolve_train.models.build import build_text_format, load_model, load_tokenizer
 from evolve_train.models.source import check_model_source
+from evolve_train.run import shut_down, start_loggers, summarize, validate
 from evolve_train.training.checkpoint import RunState, ensure_writable, step_dir
+from evolve_train.training.distributed import build_accelerator
 from evolve_train.utils.io import atomic_write_text, write_jsonl
 
 log = logging.getLogger(__name__)
 
 
-class SavedCheckpoints(ContinualRun):
-    """Score saved checkpoints on the timeline's sets: ``setup()``, then ``evaluate(k)`` per checkpoint."""
+class SavedCheckpoints:
+    """Score saved checkpoints on the timeline's sets: ``setup()``, then ``evaluate(k)`` per checkpoint, through
+    the same evaluation half as a training run (:class:`~evolve_train.evaluation.checkpoints.CheckpointEvaluation`)."""
 
     def __init__(
         self,
@@ -47,18 +52,16 @@ class SavedCheckpoints(ContinualRun):
         replace: bool = False,
         command: str = "",
     ):
-        super().__init__(cfg)
+        self.cfg = OmegaConf.to_object(cfg)
         self.dict_cfg, self.out, self.source = cfg, Path(out), Path(source) if source else None
         self.requested, self.replace, self.command = steps, replace, command
 
     def setup(self) -> "SavedCheckpoints":
-        from evolve_train.training.distributed import build_accelerator
-
         cfg = self.cfg
         validate(cfg)
         if self.source is None:  # a model no run produced: the same clear error as train.py's
             check_model_source(cfg.model.name_or_path)
-        self._load_inputs()
+        self.timeline, qa_adaptation = load_inputs(cfg)
         self.steps = self._steps()
         self.run_dir = self.out
         self.accelerator = build_accelerator(cfg.trainer)
@@ -66,8 +69,15 @@ class SavedCheckpoints(ContinualRun):
         if self.main:
             ensure_writable(self.run_dir)
             self._write_metadata()
-        self._start_loggers()
+        self.logger = start_loggers(cfg, self.run_dir, self.main)
+        self.evaluation = CheckpointEvaluation(
+            cfg, self.run_dir, self.timeline, qa_adaptation, self.accelerator, self.logger, self.state
+        )
         return self
+
+    @property
+    def main(self) -> bool:
+        return self.accelerator.is_main_process
 
     def _steps(self) -> list[int]:
         last = len(self.timeline.steps) - 1
@@ -111,22 +121,33 @@ class SavedCheckpoints(ContinualRun):
             for k in [k for k in self.steps if k not in todo]:
                 log.info("checkpoint %d: already evaluated in %s; skipped", k, self.run_dir)
             for k in todo:
-                self.model, self.tokenizer = self.load(k)
-                self.text_format = build_text_format(self.cfg.model, self.tokenizer)
-                if self.replace and self.main:
-                    drop_checkpoint_rows(self.run_dir / "metrics.jsonl", k)
                 self.evaluate(k)
-            summary = self.summarize() if todo or not (self.run_dir / "summary.json").exists() else {}
+            summary = summarize(self.evaluation) if todo or not (self.run_dir / "summary.json").exists() else {}
             ok = True
             return summary
         finally:
             self.close(ok)
+
+    def evaluate(self, k: int) -> list[dict]:
+        """Load checkpoint ``k`` and score it (the rows of an earlier evaluation of it replaced with ``replace``)."""
+        model, tokenizer = self.load(k)
+        self.evaluation.text_format = build_text_format(self.cfg.model, tokenizer)
+        self.evaluation.tokenizer = tokenizer
+        if self.replace and self.main:
+            drop_checkpoint_rows(self.run_dir / "metrics.jsonl", k)
+        rows = self.evaluation.evaluate(k, model)
+        model.train()
+        self.accelerator.wait_for_everyone()
+        return rows
 
     def load(self, step: int):
         """The model and tokenizer scored as checkpoint ``step``."""
         path = str(step_dir(self.source, step)) if self.source else self.cfg.model.name_or_path
         model = load_model(path, self.cfg.model).to(self.accelerator.device)
         return model, load_tokenizer(self.cfg.model.tokenizer or path, self.cfg.model)
+
+    def close(self, ok: bool) -> None:
+        shut_down(getattr(self, "logger", None), getattr(self, "accelerator", None), ok)
 
 
 def drop_checkpoint_rows(path: Path, checkpoint: int) -> None:

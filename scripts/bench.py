@@ -47,6 +47,7 @@ from evolve_train.models.build import (
 from evolve_train.training.examples import LengthGroupedBatches, collate  # noqa: E402
 from evolve_train.training.rows import TokenRows  # noqa: E402
 from evolve_train.training.loop import train_time_step  # noqa: E402
+from evolve_train.training.plan import StepPlan  # noqa: E402
 from evolve_train.training.packing import chunk_documents, padding_efficiency  # noqa: E402
 
 CONFIGS = str(Path(__file__).resolve().parents[1] / "configs")
@@ -90,15 +91,17 @@ def framework_tokens_per_s(model, examples, cfg, method_name: str = "full") -> t
     model = method.prepare_model(model, 1)
     accelerator = Accelerator(mixed_precision="no")
     result = train_time_step(
+        StepPlan(
+            step=1,
+            trainer=cfg.trainer,
+            examples=examples,
+            epochs=cfg.trainer.epochs,
+            strategies=method,
+            collate=lambda rows: collate(rows, 0),
+            seed=cfg.seed + 1000,
+        ),
         model,
-        examples,
-        step=1,
-        epochs=cfg.trainer.epochs,
-        cfg=cfg.trainer,
-        method=method,
-        accelerator=accelerator,
-        collate_fn=lambda rows: collate(rows, 0),
-        seed=cfg.seed + 1000,
+        accelerator,
     )
     return result.tokens / result.seconds, model
 

@@ -92,6 +92,7 @@ def train_tokens_per_s(size: dict, precision: str, steps: int, batch_size: int =
     from evolve_train.methods import Method
     from evolve_train.training.examples import collate
     from evolve_train.training.loop import train_time_step
+    from evolve_train.training.plan import StepPlan
 
     from datasets import Dataset
 
@@ -99,15 +100,17 @@ def train_tokens_per_s(size: dict, precision: str, steps: int, batch_size: int =
     cfg = TrainerConfig(batch_size=batch_size, lr=3e-4, warmup_steps=1, log_every=1, mixed_precision=precision)
     model, accelerator, logs = _model(size), _accelerator(precision), []
     train_time_step(
+        StepPlan(
+            step=0,
+            trainer=cfg,
+            examples=rows,
+            epochs=1.0,
+            strategies=Method(MethodConfig()),
+            collate=lambda batch: collate(batch, 2),
+            seed=0,
+        ),
         model,
-        rows,
-        step=0,
-        epochs=1.0,
-        cfg=cfg,
-        method=Method(MethodConfig()),
-        accelerator=accelerator,
-        collate_fn=lambda batch: collate(batch, 2),
-        seed=0,
+        accelerator,
         log_fn=logs.append,
     )
     timed = logs[1:]  # each row: one optimizer step (log_every=1), its window's tokens/s

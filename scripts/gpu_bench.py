@@ -100,6 +100,7 @@ def framework_loop(model, rows, batch: int, steps: int, compile_model: bool = Fa
     from evolve_train.methods import Method
     from evolve_train.training.examples import collate
     from evolve_train.training.loop import train_time_step
+    from evolve_train.training.plan import StepPlan
 
     n = batch * steps
     examples = Dataset.from_dict({"input_ids": rows[:n], "labels": rows[:n]})
@@ -115,27 +116,31 @@ def framework_loop(model, rows, batch: int, steps: int, compile_model: bool = Fa
     accelerator = Accelerator(mixed_precision="bf16")
     # a short warm-up step first (allocator, cuBLAS handles, compile), then the timed one
     train_time_step(
+        StepPlan(
+            step=0,
+            trainer=cfg,
+            examples=examples.select(range(3 * batch)),
+            epochs=1,
+            strategies=Method(MethodConfig()),
+            collate=lambda rows: collate(rows, 0),
+            seed=0,
+        ),
         model,
-        examples.select(range(3 * batch)),
-        step=0,
-        epochs=1,
-        cfg=cfg,
-        method=Method(MethodConfig()),
-        accelerator=accelerator,
-        collate_fn=lambda rows: collate(rows, 0),
-        seed=0,
+        accelerator,
     )
     torch.cuda.synchronize()
     result = train_time_step(
+        StepPlan(
+            step=1,
+            trainer=cfg,
+            examples=examples,
+            epochs=1,
+            strategies=Method(MethodConfig()),
+            collate=lambda rows: collate(rows, 0),
+            seed=1,
+        ),
         model,
-        examples,
-        step=1,
-        epochs=1,
-        cfg=cfg,
-        method=Method(MethodConfig()),
-        accelerator=accelerator,
-        collate_fn=lambda rows: collate(rows, 0),
-        seed=1,
+        accelerator,
     )
     return result.tokens / result.seconds
 

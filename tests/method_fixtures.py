@@ -15,6 +15,7 @@ from evolve_train.config import MethodConfig, TrainerConfig
 from evolve_train.methods import Method, TokenizedHistory
 from evolve_train.training.examples import collate
 from evolve_train.training.loop import train_time_step
+from evolve_train.training.plan import StepPlan
 
 VOCAB = 64
 PAD = 0
@@ -81,15 +82,17 @@ def trainer_cfg(**overrides) -> TrainerConfig:
 
 def train(model, examples, m: Method, *, step: int = 1, epochs: float = 3, seed: int = 0, **trainer):
     return train_time_step(
+        StepPlan(
+            step=step,
+            trainer=trainer_cfg(**trainer),
+            examples=examples,
+            epochs=epochs,
+            strategies=m,
+            collate=lambda rows: collate(rows, PAD),
+            seed=seed,
+        ),
         model,
-        examples,
-        step=step,
-        epochs=epochs,
-        cfg=trainer_cfg(**trainer),
-        method=m,
-        accelerator=Accelerator(cpu=True),
-        collate_fn=lambda rows: collate(rows, PAD),
-        seed=seed,
+        Accelerator(cpu=True),
     )
 
 

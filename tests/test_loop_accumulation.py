@@ -6,6 +6,7 @@ from method_fixtures import PAD, method, one_thread, tiny_gpt2, token_rows, trai
 
 from evolve_train.training.examples import LengthGroupedBatches, as_array_rows, collate
 from evolve_train.training.loop import lr_lambda, train_time_step
+from evolve_train.training.plan import StepPlan
 
 
 def reference(model, examples, cfg, seed: int, epochs: int):
@@ -32,15 +33,17 @@ def test_grad_accum_steps_once_per_window_like_a_plain_accumulation_loop():
     with one_thread():
         ours = tiny_gpt2()
         result = train_time_step(
+            StepPlan(
+                step=1,
+                trainer=cfg,
+                examples=examples,
+                epochs=2,
+                strategies=method("full"),
+                collate=lambda rows: collate(rows, PAD),
+                seed=5,
+            ),
             ours,
-            examples,
-            step=1,
-            epochs=2,
-            cfg=cfg,
-            method=method("full"),
-            accelerator=Accelerator(cpu=True, gradient_accumulation_steps=2),
-            collate_fn=lambda rows: collate(rows, PAD),
-            seed=5,
+            Accelerator(cpu=True, gradient_accumulation_steps=2),
         )
         theirs = tiny_gpt2()
         planned = reference(theirs, examples, cfg, seed=5, epochs=2)

@@ -33,7 +33,7 @@ def test_the_oracle_starts_each_step_from_the_initial_weights_rebuilt_exactly(tm
     run = ContinualRun(tiny_cfg(tmp_path / "run", *FAST, "method=oracle")).setup()
     try:
         initial = {k: v.clone() for k, v in run.model.state_dict().items()}
-        rebuilt = run._initial_weights().state_dict()
+        rebuilt = run.initial_weights().state_dict()
         assert initial.keys() == rebuilt.keys() and all(torch.equal(initial[k], rebuilt[k]) for k in initial)
     finally:
         run.close(ok=True)

@@ -21,6 +21,7 @@ from evolve_train.config import TrainerConfig
 from evolve_train.errors import ConfigError
 from evolve_train.training.examples import LengthGroupedBatches, collate
 from evolve_train.training.loop import check_attention_reset, planned_steps_for_method, train_time_step
+from evolve_train.training.plan import StepPlan
 from evolve_train.training.packing import (
     IGNORE,
     TokenBudgetBatches,
@@ -91,15 +92,17 @@ def test_the_loop_trains_the_planned_budget_batches_and_logs_throughput():
     rows = []
     with one_thread():
         result = train_time_step(
+            StepPlan(
+                step=1,
+                trainer=cfg,
+                examples=examples,
+                epochs=2,
+                strategies=method("full"),
+                collate=lambda r: collate(r, PAD),
+                seed=5,
+            ),
             tiny_gpt2(),
-            examples,
-            step=1,
-            epochs=2,
-            cfg=cfg,
-            method=method("full"),
-            accelerator=Accelerator(cpu=True),
-            collate_fn=lambda r: collate(r, PAD),
-            seed=5,
+            Accelerator(cpu=True),
             log_fn=rows.append,
         )
     lengths = [len(r) for r in examples["input_ids"]]

@@ -53,7 +53,7 @@ def test_resume_and_a_step0_cache_hit_keep_gradient_checkpointing(tmp_path):
     hit = ContinualRun(tiny_cfg(tmp_path / "hit", *settings, "method=lora")).setup()
     try:
         assert hit.model.is_activation_checkpointing  # built
-        hit.train_step(0)
+        hit.train_step(hit.plan(0))
         rows = [json.loads(line) for line in (tmp_path / "hit" / "train_log.jsonl").read_text().splitlines()]
         assert rows and all(row.get("from_step0_cache") for row in rows)  # a hit: loaded, not trained
         assert hit.model.is_activation_checkpointing

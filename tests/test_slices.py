@@ -114,8 +114,7 @@ def test_no_heldout_example_is_ever_trained_on(tmp_path, overrides):
         for row in as_array_rows(run.text_format.encode_step(corpus, objective, run.cfg.trainer.seq_len)):
             held_rows.add(tuple(row["input_ids"].tolist()))
     for k in range(len(timeline.steps)):
-        run.active = run.method.at_step(k)
-        examples = run._examples(k)
+        examples = run.examples(run.plan(k))
         trained = {tuple(np.asarray(examples[n]["input_ids"]).tolist()) for n in range(len(examples))}
         assert trained and not held_rows & trained
     run.close(True)

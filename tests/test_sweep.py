@@ -117,7 +117,7 @@ def test_step0_checkpoint_is_trained_once_and_shared(tmp_path):
 
 
 def test_the_initial_evaluation_is_made_once_and_shared(tmp_path, monkeypatch):
-    import evolve_train.run as run_module
+    import evolve_train.evaluation.checkpoints as run_module
     from evolve_train.run import train
 
     asked = []

@@ -100,6 +100,7 @@ class QAAdaptation:
         from evolve_train.training.distributed import train_sharded
         from evolve_train.training.examples import collate
         from evolve_train.training.loop import train_time_step
+        from evolve_train.training.plan import StepPlan
 
         settings, trainer = self.cfg.eval.qa_adaptation, self.cfg.trainer
         trainer = dataclasses.replace(
@@ -124,15 +125,17 @@ class QAAdaptation:
             accelerator,
             adapted,
             lambda copy_: train_time_step(
+                StepPlan(
+                    step=checkpoint,
+                    trainer=trainer,
+                    examples=examples,
+                    epochs=epochs,
+                    strategies=Method(MethodConfig()),
+                    collate=lambda rows: collate(rows, text_format.pad_id),
+                    seed=self.cfg.seed + 7919 * (checkpoint + 1),
+                ),
                 copy_,
-                examples,
-                step=checkpoint,
-                epochs=epochs,
-                cfg=trainer,
-                method=Method(MethodConfig()),
-                accelerator=accelerator,
-                collate_fn=lambda rows: collate(rows, text_format.pad_id),
-                seed=self.cfg.seed + 7919 * (checkpoint + 1),
+                accelerator,
             ),
         )
         log.info(

@@ -11,11 +11,19 @@ Evaluator = Callable[[EvalContext], list[dict]]
 EVALUATORS: dict[str, Evaluator] = {}
 
 
-def register_evaluator(name: str):
-    """Decorator: ``fn(ctx) -> rows`` becomes the evaluator listed as ``name`` in ``eval.evaluators``."""
+PREFLIGHTS: dict[str, Callable] = {}
+"""Evaluator name -> ``fn(cfg, timeline)``: checks of its inputs (files it will read), run before any training
+when the evaluator is listed; a bad input raises ``ConfigError``/``DataError`` naming the file and field."""
+
+
+def register_evaluator(name: str, preflight: Callable | None = None):
+    """Decorator: ``fn(ctx) -> rows`` becomes the evaluator listed as ``name`` in ``eval.evaluators``;
+    ``preflight(cfg, timeline)``, if given, checks its inputs before training."""
 
     def decorate(fn: Evaluator) -> Evaluator:
         EVALUATORS[name] = fn
+        if preflight is not None:
+            PREFLIGHTS[name] = preflight
         return fn
 
     return decorate

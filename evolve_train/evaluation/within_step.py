@@ -50,8 +50,3 @@ class WithinStepProbe:
             "em": {r["set_name"]: r["em"] for r in rows},
             "n": {r["set_name"]: r["n"] for r in rows},
         }
-
-
-def probe_for(timeline: Timeline, text_format: TextFormat, cfg: EvalConfig):
-    """The probe of ``eval.within_step_every`` (None when off)."""
-    return WithinStepProbe(timeline, text_format, cfg) if cfg.within_step_every > 0 else None

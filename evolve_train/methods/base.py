@@ -6,7 +6,8 @@ step. Every hook has a do-nothing default, so a strategy implements only what it
 
 Order of the hooks at time step k (``run.py`` and ``training/loop.py``)::
 
-    from_initial(k)                       True: step k starts from the initial weights (oracle), step 0's epochs
+    plan_step(plan)                       change the step's plan (``training/plan.py``: epochs, LR, where the
+                                          weights start; the oracle: from the initial weights, step 0's curve)
     mix_examples(k, examples, history)    history: earlier steps' tokenized examples (methods/history.py)
     prepare_model(model, k)               the model entering step k holds step k-1's weights
     per epoch e:  epoch_rows(e, n_rows)   rows of the (mixed) examples used in epoch e (None = all)
@@ -26,6 +27,7 @@ from typing import Callable, Optional
 import torch
 
 from evolve_train.config import MethodConfig
+from evolve_train.training.plan import StepPlan
 
 
 class Strategy:
@@ -33,6 +35,15 @@ class Strategy:
 
     def __init__(self, cfg: MethodConfig):
         self.cfg = cfg
+
+    @classmethod
+    def check_config(cls, cfg) -> None:
+        """Refuse, with a ``ConfigError`` naming the keys, a run config (``evolve_train.config.Config``) this
+        strategy cannot train under; called before anything is written."""
+
+    def plan_step(self, plan: StepPlan) -> StepPlan:
+        """The step's plan as this strategy changes it (``dataclasses.replace``); the default keeps it."""
+        return plan
 
     def prepare_model(self, model: torch.nn.Module, step: int) -> torch.nn.Module:
         """Before training a time step: wrap (adapters) or freeze parts of the model."""
@@ -63,11 +74,6 @@ class Strategy:
     def epoch_rows(self, epoch: int, n_rows: int) -> Optional[list[int]]:
         """Indices of the step's examples trained on in ``epoch`` (``None``: all of them)."""
         return None
-
-    def from_initial(self, step: int) -> bool:
-        """Whether time step ``step`` trains from the run's initial weights (with step 0's epochs) instead of
-        step ``step-1``'s checkpoint (the oracle)."""
-        return False
 
     def after_step(self, model: torch.nn.Module, step: int, examples) -> torch.nn.Module:
         """After a time step's training, before its checkpoint is saved."""

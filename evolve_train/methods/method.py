@@ -6,10 +6,11 @@ method is built.
 
 from __future__ import annotations
 
-from evolve_train.config import MethodConfig
+from evolve_train.config import MethodConfig, TrainerConfig
 from evolve_train.errors import ConfigError
 from evolve_train.methods import freeze, full, lora, lwf, oracle, regularizers, replay  # noqa: F401  (registers the strategies)
-from evolve_train.methods.base import STRATEGIES
+from evolve_train.methods.base import STRATEGIES, Strategy
+from evolve_train.training.plan import StepPlan
 
 
 class Method:
@@ -32,7 +33,29 @@ class Method:
             )
         self.cfg = cfg
         self.strategies = [STRATEGIES[name](cfg) for name in cfg.strategies]
+        selecting = [s.name for s in self.strategies if type(s).epoch_rows is not Strategy.epoch_rows]
+        if len(selecting) > 1:
+            raise ConfigError(
+                f"method.strategies: {' and '.join(selecting)} both select the rows of each epoch; keep one"
+            )
         self._plain = None
+
+    def check_config(self, cfg) -> None:
+        """Every strategy's check of the whole run config (``Strategy.check_config``)."""
+        for strategy in self.strategies:
+            strategy.check_config(cfg)
+
+    def plan(self, step: int, trainer: TrainerConfig, n_time_steps: int, seed: int) -> StepPlan:
+        """Time step ``step``'s plan: the strategies of :meth:`at_step`, ``trainer.epochs_step0`` passes at step 0
+        and ``trainer.epochs`` after, ``trainer.lr``, the step's own LR curve, data order from ``seed`` and the
+        step; then each strategy's ``plan_step`` in order (the oracle retrains from the initial weights)."""
+        active = self.at_step(step)
+        epochs = trainer.epochs_step0 if step == 0 else trainer.epochs
+        plan = StepPlan(step=step, trainer=trainer, epochs=epochs, n_time_steps=n_time_steps, seed=seed + 1000 * step)
+        for strategy in active.strategies:
+            plan = strategy.plan_step(plan)
+        plan.strategies = active
+        return plan
 
     def at_step(self, step: int) -> "Method":
         """The method that trains ``step``: step 0 is plain full training unless ``method.at_step0``.
@@ -52,10 +75,6 @@ class Method:
         for strategy in self.strategies:
             model = strategy.prepare_model(model, step)
         return model
-
-    def from_initial(self, step: int) -> bool:
-        """Whether step ``step`` trains from the initial weights (the oracle) instead of the previous checkpoint."""
-        return any(strategy.from_initial(step) for strategy in self.strategies)
 
     def mix_examples(self, step, examples, history):
         for strategy in self.strategies:
@@ -84,7 +103,7 @@ class Method:
         return sum(strategy.forward_parameters() for strategy in self.strategies)
 
     def epoch_rows(self, epoch, n_rows):
-        """The first strategy's row selection for ``epoch`` (``None``: every row)."""
+        """The row selection for ``epoch`` of the one strategy that selects rows (``None``: every row)."""
         for strategy in self.strategies:
             rows = strategy.epoch_rows(epoch, n_rows)
             if rows is not None:

@@ -7,13 +7,16 @@ whatever ``trainer.rewarm`` / ``peak_schedule``) on a
 corpus that grows with k, so its ``train_tokens`` and optimizer steps per step, in every metrics row, are what
 "matches the oracle at x times less compute" divides by. Step 0 is the ordinary step 0 (shared through the
 step-0 cache in a sweep). The initial weights are rebuilt exactly as the run built them before step 0
-(the same seed; or the pretrained model loaded again): ``run.py``, ``ContinualRun._initial_weights``.
+(the same seed; or the pretrained model loaded again): ``run.py``, ``ContinualRun.initial_weights``. All of that
+is the oracle's step plan (:meth:`Oracle.plan_step`); the run and the loop only follow plans.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
+from evolve_train.errors import ConfigError
 from evolve_train.methods.base import Strategy, register_strategy
 
 log = logging.getLogger(__name__)
@@ -21,8 +24,19 @@ log = logging.getLogger(__name__)
 
 @register_strategy("oracle")
 class Oracle(Strategy):
-    def from_initial(self, step: int) -> bool:
-        return step > 0
+    @classmethod
+    def check_config(cls, cfg) -> None:
+        if cfg.data.keep_history:
+            raise ConfigError(
+                "method.strategies: 'oracle' trains on the union of the corpora of steps 0..k itself; "
+                "with data.keep_history=true every earlier corpus would count twice (set it false)"
+            )
+
+    def plan_step(self, plan):
+        """Step k >= 1: retrain from the initial weights, with step 0's epochs and LR curve."""
+        if plan.step == 0:
+            return plan
+        return dataclasses.replace(plan, from_initial=True, epochs=plan.trainer.epochs_step0, schedule_step=0)
 
     def mix_examples(self, step, examples, history):
         if step == 0 or len(history) == 0:

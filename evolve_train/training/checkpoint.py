@@ -195,6 +195,8 @@ class RunState:
     evaluated: list[int] = field(default_factory=list)
     """Checkpoints whose metrics rows are all in metrics.jsonl."""
     method_state: dict = field(default_factory=dict)
+    hook_state: dict = field(default_factory=dict)
+    """The run hooks' ``state_dict()`` by hook name (``training/hooks.py``), as of the last checkpoint."""
     identity: Optional[dict] = None
     """The run's result-affecting config and its fingerprint (training/identity.py); ``None`` in a run dir
     from before fingerprints."""

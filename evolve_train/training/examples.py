@@ -30,6 +30,7 @@ class LengthGroupedBatches:
     batch_size: int
     seed: int
     group_factor: int = 50
+    same_count_every_epoch = True  # every epoch has len(self) batches
 
     def epoch(self, epoch: int) -> list[list[int]]:
         rng = random.Random(f"{self.seed}-{epoch}")

@@ -1,12 +1,14 @@
 """The training loop: one time step of continual pretraining, for every method.
 
-Read top to bottom: :func:`train_time_step` builds a :class:`StepTrainer` (optimizer, schedule, the
-non-finite guard and, on resume, the restored position), which runs epochs of length-grouped batches
+Read top to bottom: :func:`train_time_step` takes the step's :class:`~evolve_train.training.plan.StepPlan` (what
+the method plans: rows, epochs, learning rate, strategies) and builds a :class:`StepTrainer` (optimizer, schedule,
+the non-finite guard and, on resume, the restored position), which runs epochs of length-grouped batches
 (``trainer.batch_size`` rows, or up to ``trainer.tokens_per_batch`` padded tokens: :func:`make_batches`);
-each micro-batch adds the method's extra loss. The loss is read back to the host only every
+each micro-batch adds the strategies' extra loss. The run's hooks (``training/hooks.py``) are called when the
+optimizer is built, before the first update, after every update and at the end. The loss is read back to the host only every
 ``log_every`` steps, and the log row then gets the window's tokens/s, peak memory and MFU
 (``training/telemetry.py``; token counts are host-side sums of row lengths). The loop knows nothing of the
-text format: ``collate_fn`` turns rows into a batch. See docs/training.md.
+text format: the plan's ``collate`` turns rows into a batch. See docs/training.md.
 """
 
 from __future__ import annotations
@@ -14,22 +16,21 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from dataclasses import dataclass
-from typing import Callable, Optional, Union
+from typing import Optional, Union
 
 import torch
 from accelerate import Accelerator
 from tqdm.auto import tqdm
 
 from evolve_train.config import TrainerConfig
-from evolve_train.methods import Method
 from evolve_train.training import faults
-from evolve_train.training.carry import OptimizerCarry
 from evolve_train.training.distributed import clip_gradients, configure_deepspeed, update_steppers
 from evolve_train.training.examples import LengthGroupedBatches, row_lengths
 from evolve_train.training.loss import batch_loss, global_mean_scale, loss_token_count
+from evolve_train.training.hooks import Hooks
 from evolve_train.training.nonfinite import NonFiniteGuard, NonFiniteLossError  # noqa: F401  (re-exported)
 from evolve_train.training.packing import TokenBudgetBatches
+from evolve_train.training.plan import StepPlan, StepResult  # noqa: F401  (StepResult re-exported)
 from evolve_train.training.rows import TokenRows
 from evolve_train.training.schedule import lr_factor, lr_lambda  # noqa: F401  (lr_lambda re-exported)
 from evolve_train.training.telemetry import (
@@ -40,21 +41,6 @@ from evolve_train.training.telemetry import (
     training_flops,
 )
 from evolve_train.training.train_state import Progress, StepStates
-
-
-@dataclass
-class StepResult:
-    optimizer_steps: int
-    tokens: int
-    final_loss: float
-    seconds: float
-    skipped_batches: int = 0
-    tokens_per_s: float = 0.0
-    """Real (non-padding) tokens of all processes trained by this attempt at the step, per second of it."""
-    loss_tokens: int = 0
-    """Of ``tokens``, the positions with a label (METRICS.md §11)."""
-    flops: float = 0.0
-    """Training FLOPs estimate of the step (``telemetry.training_flops``)."""
 
 
 def planned_optimizer_steps(n_batches: int, epochs: float, grad_accum: int) -> int:
@@ -80,12 +66,12 @@ def epoch_batches(batches: Batches, epoch: int, rows) -> list[list[int]]:
     return [[rows[i] for i in batch] for batch in subset.epoch(epoch)]
 
 
-def planned_steps_for_method(batches: Batches, epochs: float, grad_accum: int, method) -> int:
-    """Optimizer steps for ``epochs`` passes, counting each epoch's own batches if the method varies them
-    (or, under a token budget, if the batch count varies by epoch)."""
+def planned_steps_for_method(batches: Batches, epochs: float, grad_accum: int, strategies) -> int:
+    """Optimizer steps for ``epochs`` passes, counting each epoch's own batches if the strategies select rows
+    per epoch (``epoch_rows``) or the batch count varies by epoch (a token budget)."""
     n = len(batches.lengths)
-    per_epoch = [method.epoch_rows(e, n) for e in range(math.ceil(epochs))]
-    if all(rows is None for rows in per_epoch) and isinstance(batches, LengthGroupedBatches):
+    per_epoch = [strategies.epoch_rows(e, n) for e in range(math.ceil(epochs))]
+    if all(rows is None for rows in per_epoch) and batches.same_count_every_epoch:
         return planned_optimizer_steps(len(batches), epochs, grad_accum)
     counts = [
         batches.count(e) if rows is None else batches.subset([batches.lengths[i] for i in rows]).count(e)
@@ -97,53 +83,26 @@ def planned_steps_for_method(batches: Batches, epochs: float, grad_accum: int, m
 
 
 def train_time_step(
+    plan: StepPlan,
     model: torch.nn.Module,
-    examples,
-    *,
-    step: int,
-    epochs: float,
-    cfg: TrainerConfig,
-    method: Method,
     accelerator: Accelerator,
-    collate_fn: Callable[[list], dict],
-    seed: int,
+    hooks: Optional[Hooks] = None,
+    *,
     log_fn=None,
-    states: StepStates | None = None,
-    n_time_steps: int = 1,
-    optimizer_carry: OptimizerCarry | None = None,
-    schedule_step: int | None = None,
-    probe=None,
+    states: Optional[StepStates] = None,
 ) -> StepResult:
-    """Train ``model`` in place on one time step's tokenized ``examples``.
+    """Train ``model`` in place on the plan's rows (``plan.examples``) and return what it took.
 
-    ``collate_fn`` pads a list of rows into a batch (the text format's); ``states``
-    (training/train_state.py) saves resumable mid-step states and restores the newest one;
+    ``states`` (training/train_state.py) saves resumable mid-step states and restores the newest one;
     ``trainer.nonfinite`` guards every loss and gradient (training/nonfinite.py); the LR of every update is
-    ``training/schedule.py``'s for (``schedule_step``, default ``step``, of ``n_time_steps``, update); ``optimizer_carry``
-    (``trainer.optimizer_state=keep``, training/carry.py) starts AdamW from the previous step's state and
-    receives this step's final one; ``probe`` (optional, ``evaluation/within_step.py``) is asked for a row every
-    ``probe.every`` optimizer steps (and before the first).
+    ``training/schedule.py``'s for (``plan.schedule_step``, update) scaled to ``plan.lr``; ``hooks``
+    (training/hooks.py) are called at the loop's points; ``log_fn`` receives the training rows.
     """
     start = time.perf_counter()
-    trainer = StepTrainer(
-        model,
-        TokenRows(examples),
-        step=step,
-        epochs=epochs,
-        cfg=cfg,
-        method=method,
-        accelerator=accelerator,
-        collate_fn=collate_fn,
-        seed=seed,
-        n_time_steps=n_time_steps,
-        optimizer_carry=optimizer_carry,
-        schedule_step=schedule_step,
-    )
-    trainer.probe = probe
+    trainer = StepTrainer(plan, model, accelerator, hooks or Hooks())
     trainer.begin(log_fn, states)
     trainer.run()
-    if optimizer_carry is not None:
-        optimizer_carry.capture(trainer.unwrapped, trainer.optimizer, sharded=accelerator.is_fsdp2)
+    trainer.hooks.call("on_train_end", trainer)
     seconds = time.perf_counter() - start
     accelerator.free_memory()  # drops accelerate's references between time steps (a gc pass: not training time)
     return trainer.result(seconds)
@@ -153,44 +112,31 @@ class StepTrainer:
     """One time step's training: what it trains (model, optimizer, schedule), on what (rows in
     deterministic length-grouped batches), and where it stands (:class:`Progress`, restorable)."""
 
-    def __init__(
-        self,
-        model,
-        rows,
-        *,
-        step: int,
-        epochs: float,
-        cfg: TrainerConfig,
-        method: Method,
-        accelerator: Accelerator,
-        collate_fn,
-        seed: int,
-        n_time_steps: int = 1,
-        optimizer_carry: OptimizerCarry | None = None,
-        schedule_step: int | None = None,
-    ):
-        self.n_time_steps, self.optimizer_carry = n_time_steps, optimizer_carry
-        self.schedule_step = step if schedule_step is None else schedule_step  # whose LR curve this step runs
-        self.step, self.cfg, self.method, self.accelerator = step, cfg, method, accelerator
-        self.rows, self.collate_fn, self.epochs, self.seed = rows, collate_fn, epochs, seed
-        self.lengths = row_lengths(rows)
-        self.batches = make_batches(cfg, self.lengths, seed, accelerator.num_processes)
-        self.total = planned_steps_for_method(self.batches, epochs, cfg.grad_accum, method)
+    def __init__(self, plan: StepPlan, model, accelerator: Accelerator, hooks: Hooks):
+        self.plan, self.hooks, self.accelerator = plan, hooks, accelerator
+        self.step, self.cfg, self.strategies = plan.step, plan.trainer, plan.strategies
+        self.rows, self.collate_fn, self.epochs, self.seed = (
+            TokenRows(plan.examples),
+            plan.collate,
+            plan.epochs,
+            plan.seed,
+        )
+        self.lengths = row_lengths(self.rows)
+        self.batches = make_batches(self.cfg, self.lengths, self.seed, accelerator.num_processes)
+        self.total = planned_steps_for_method(self.batches, self.epochs, self.cfg.grad_accum, self.strategies)
         self.trainable = [p for p in model.parameters() if p.requires_grad]
-        check_attention_reset(cfg, model, rows)
-        self.flops_per_token = flops_per_token(model, cfg.seq_len)
+        check_attention_reset(self.cfg, model, self.rows)
+        self.flops_per_token = flops_per_token(model, self.cfg.seq_len)
         self.n_params = parameter_counts(model)  # (N, N_trainable) for the step's FLOPs estimate (§11)
-        self.forward_params = method.forward_parameters()  # a strategy's extra forward per token (LwF's teacher)
-        self.probe = None
+        self.forward_params = self.strategies.forward_parameters()  # a strategy's extra forward (LwF's teacher)
         self._prepare(model)
 
     def _prepare(self, model) -> None:
-        cfg, accelerator = self.cfg, self.accelerator
+        cfg, accelerator, plan = self.cfg, self.accelerator, self.plan
         fused = accelerator.device.type == "cuda"
-        optimizer = torch.optim.AdamW(self.trainable, lr=cfg.lr, weight_decay=cfg.weight_decay, fused=fused)
-        scheduler = torch.optim.lr_scheduler.LambdaLR(
-            optimizer, lr_factor(cfg, self.schedule_step, self.total, self.n_time_steps)
-        )
+        optimizer = torch.optim.AdamW(self.trainable, lr=plan.lr, weight_decay=cfg.weight_decay, fused=fused)
+        factor = lr_factor(cfg, plan.schedule_step, self.total, plan.n_time_steps)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
         if cfg.compile:  # trains the same parameters in place through a compiled graph
             model = torch.compile(model)
         configure_deepspeed(accelerator, cfg.batch_size)  # no-op unless launched with a DeepSpeed config
@@ -204,51 +150,51 @@ class StepTrainer:
         self.unwrapped = accelerator.unwrap_model(self.model)  # what extra losses read (~1 ms per unwrap)
         self.encoder_decoder = bool(getattr(getattr(self.unwrapped, "config", None), "is_encoder_decoder", False))
         self.step_optimizer, self.step_schedule = update_steppers(accelerator, self.optimizer, self.scheduler)
-        if self.optimizer_carry is not None:  # before a mid-step state (if any) is restored over it
-            self.optimizer_carry.restore(self.unwrapped, self.optimizer, sharded=accelerator.is_fsdp2)
+        self.hooks.call("on_optimizer_built", self)  # before a mid-step state (if any) is restored over it
 
     def begin(self, log_fn, states: Optional[StepStates]) -> None:
         """Restore the newest mid-step state of this step, if any (model, optimizer, schedule, RNG, data
         position), and set up the guard and counters from it."""
         self.states, self.log_fn = states, log_fn
-        self.guard = NonFiniteGuard(
-            self.cfg.nonfinite,
-            self.step,
-            self.accelerator.device,
-            self.total * self.cfg.grad_accum,
-            last_good=states.last_good if states is not None else None,
-        )
+        last_good = states.last_good if states is not None else None
+        total_micro = self.total * self.cfg.grad_accum
+        self.guard = NonFiniteGuard(self.cfg.nonfinite, self.step, self.accelerator.device, total_micro, last_good)
         self.progress = Progress()
         if states is not None:
             self.progress, self.log_fn = states.begin(
-                self.model,
-                self.optimizer,
-                self.scheduler,
-                log_fn,
-                planned_steps=self.total,
-                rows=len(self.rows),
-                batch_size=self.cfg.batch_size,
-                grad_accum=self.cfg.grad_accum,
-                epochs=self.epochs,
-                seed=self.seed,
-                lr=self.cfg.lr,
-                **plan_extras(self.cfg, packed=is_packed(self.rows)),
+                self.model, self.optimizer, self.scheduler, log_fn, **self._fingerprint()
             )
         self.resumed_at = (self.progress.epoch, self.progress.next_batch)
         self.guard.skipped = self.progress.skipped
         self.tokens = self.progress.tokens  # this process's real tokens (host ints: no device sync)
         self.all_tokens = self.tokens * self.accelerator.num_processes  # every process's, exact from here on
+        device, cfg = self.accelerator.device, self.cfg
+        peak = device_peak_flops(device, cfg.mixed_precision, cfg.peak_flops)
         self.throughput = Throughput(
-            self.accelerator.device,
-            self.all_tokens,
-            self.flops_per_token,
-            device_peak_flops(self.accelerator.device, self.cfg.mixed_precision, self.cfg.peak_flops),
-            self.accelerator.num_processes,
+            device, self.all_tokens, self.flops_per_token, peak, self.accelerator.num_processes
         )
         self.begin_tokens = self.all_tokens
         self.loss_tokens = self.progress.loss_tokens
-        if self.probe is not None and self.progress.optimizer_steps == 0:
-            self._probe()  # before the first update: the start of the within-step curve
+        self.hooks.call("on_train_start", self)
+
+    def _fingerprint(self) -> dict:
+        """What a mid-step state must match to be restored (training/train_state.py)."""
+        cfg = self.cfg
+        return dict(
+            planned_steps=self.total,
+            rows=len(self.rows),
+            batch_size=cfg.batch_size,
+            grad_accum=cfg.grad_accum,
+            epochs=self.epochs,
+            seed=self.seed,
+            lr=self.plan.lr,
+            **plan_extras(cfg, packed=is_packed(self.rows)),
+        )
+
+    def log(self, row: dict) -> None:
+        """A training row (``train_log.jsonl`` and the loggers; a resumed step keeps the rows of its state)."""
+        if self.log_fn is not None:
+            self.log_fn(row)
 
     def run(self) -> None:
         """Epochs of batches until the planned number of optimizer steps."""
@@ -262,7 +208,7 @@ class StepTrainer:
             leave=False,
         )
         while progress.optimizer_steps < self.total:
-            rows = self.method.epoch_rows(progress.epoch, len(self.batches.lengths))
+            rows = self.strategies.epoch_rows(progress.epoch, len(self.batches.lengths))
             for index, indices in enumerate(epoch_batches(self.batches, progress.epoch, rows)):
                 if progress.epoch == self.resumed_at[0] and index < self.resumed_at[1]:
                     continue  # trained before the state this step resumed from
@@ -287,14 +233,7 @@ class StepTrainer:
         )
         batch = {k: v.to(accelerator.device, non_blocking=True) for k, v in batch.items()}
         with accelerator.accumulate(self.model):
-            if self.method.reads_outputs:  # a strategy reads the logits (LwF): the full head
-                outputs = self.model(**batch, use_cache=False)  # no KV cache in training (packed ids need none)
-                loss = outputs.loss
-                extra = self.method.extra_loss(self.unwrapped, progress.optimizer_steps, batch=batch, outputs=outputs)
-                del outputs  # the logits are not held through the backward
-            else:
-                loss = batch_loss(self.model, self.unwrapped, batch)  # the head only where labels need it (loss.py)
-                extra = self.method.extra_loss(self.unwrapped, progress.optimizer_steps)
+            loss, extra = self._losses(batch)
             reported = loss  # the shard's mean: what is logged
             if scale != 1.0:
                 loss = loss * scale
@@ -313,6 +252,16 @@ class StepTrainer:
             return False
         return self._after_update(index, reported)
 
+    def _losses(self, batch: dict):
+        """The language-model loss of a micro-batch and the strategies' extra term (``None`` if none)."""
+        strategies, step = self.strategies, self.progress.optimizer_steps
+        if strategies.reads_outputs:  # a strategy reads the logits (LwF): the full head
+            outputs = self.model(**batch, use_cache=False)  # no KV cache in training (packed ids need none)
+            extra = strategies.extra_loss(self.unwrapped, step, batch=batch, outputs=outputs)
+            return outputs.loss, extra  # the logits are not held through the backward
+        loss = batch_loss(self.model, self.unwrapped, batch)  # the head only where labels need it (loss.py)
+        return loss, strategies.extra_loss(self.unwrapped, step)
+
     def _update(self) -> bool:
         """Clip, check and apply the accumulated gradients; False when the guard drops the update."""
         clip = self.cfg.grad_clip
@@ -326,14 +275,13 @@ class StepTrainer:
         return update
 
     def _after_update(self, index: int, loss: torch.Tensor) -> bool:
-        """Count the update, log every ``log_every`` steps, save a due mid-step state."""
+        """Count the update, log every ``log_every`` steps, call the hooks, save a due mid-step state."""
         progress = self.progress
         progress.optimizer_steps += 1
         self.bar.update(1)
         if progress.optimizer_steps % self.cfg.log_every == 0 or progress.optimizer_steps == self.total:
             self._log(loss)
-        if self.probe is not None and progress.optimizer_steps % self.probe.every == 0:
-            self._probe()  # before a due state is saved, so the state carries the row
+        self.hooks.call("on_optimizer_step", self)  # before a due state is saved, so the state carries its rows
         if self.states is not None:  # a due mid-step state (or Ctrl-C: save, then TrainingInterrupted)
             self.states.after_optimizer_step(
                 progress.optimizer_steps,
@@ -366,13 +314,6 @@ class StepTrainer:
                     **({"skipped": progress.skipped} if progress.skipped else {}),
                 }
             )
-
-    def _probe(self) -> None:
-        """The within-step probe's row (logged with the training rows, so a resumed step keeps it)."""
-        row = self.probe(self.unwrapped, self.step, self.progress.optimizer_steps)
-        self.model.train()
-        if self.log_fn is not None:
-            self.log_fn(row)
 
     def result(self, seconds: float) -> StepResult:
         world = self.accelerator.num_processes

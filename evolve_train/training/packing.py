@@ -45,6 +45,7 @@ class TokenBudgetBatches:
     seed: int
     num_processes: int = 1
     group_factor: int = 50
+    same_count_every_epoch = False  # a budget's batch count depends on the epoch's shuffle
 
     def epoch(self, epoch: int) -> list[list[int]]:
         lengths = np.asarray(self.lengths, dtype=np.int64)

@@ -40,7 +40,7 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-from evolve_train.config import PeakSchedule, Rewarm, Schedule, TrainerConfig
+from evolve_train.config import REGISTERED_SCHEDULES, PeakSchedule, Rewarm, Schedule, TrainerConfig
 
 
 def schedule_of(cfg: TrainerConfig, time_step: int) -> Schedule:
@@ -91,35 +91,77 @@ def _cooled(value: float, t: int, start: int, length: int, m: float) -> float:
     return value - (value - m) * (t - start + 1) / length
 
 
+Shape = Callable[[TrainerConfig, int, int, int, int], float]
+"""``shape(cfg, time_step, t, total, warmup)``: the factor of update ``t >= warmup`` of ``total`` (the linear
+warmup before it is the same for every schedule)."""
+
+SHAPES: dict[str, Shape] = {}
+
+
+def register_schedule(name: str):
+    """Decorator: ``shape(cfg, time_step, t, total, warmup)`` becomes the schedule ``trainer.schedule=name``
+    (also ``trainer.step0_schedule``); the config accepts the name from then on."""
+
+    def decorate(fn: Shape) -> Shape:
+        SHAPES[name] = fn
+        if name not in {m.value for m in Schedule}:
+            REGISTERED_SCHEDULES.add(name)
+        return fn
+
+    return decorate
+
+
+@register_schedule(Schedule.linear.value)
+def _linear(cfg, time_step, t, total, warmup):
+    return lr_lambda(warmup, total, cfg.min_lr_ratio)(t)
+
+
+@register_schedule(Schedule.cosine.value)
+def _cosine(cfg, time_step, t, total, warmup):
+    m = cfg.min_lr_ratio
+    progress = min(1.0, (t - warmup) / max(1, total - warmup))
+    return m + (1.0 - m) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+@register_schedule(Schedule.constant.value)
+def _constant(cfg, time_step, t, total, warmup):
+    return 1.0
+
+
+@register_schedule(Schedule.wsd.value)
+def _wsd(cfg, time_step, t, total, warmup):
+    start, length = cooldown_start(cfg, total)
+    return 1.0 if t < start else _cooled(1.0, t, start, length, cfg.min_lr_ratio)
+
+
+@register_schedule(Schedule.rsqrt.value)
+def _rsqrt(cfg, time_step, t, total, warmup):
+    def rsqrt(i: int) -> float:
+        return min(1.0, math.sqrt(max(1, cfg.warmup_steps) / (i + 1)))
+
+    start, length = cooldown_start(cfg, total)
+    return rsqrt(t) if t < start else _cooled(rsqrt(start), t, start, length, cfg.min_lr_ratio)
+
+
+@register_schedule(Schedule.infinite.value)
+def _infinite(cfg, time_step, t, total, warmup):
+    start, length = cooldown_start(cfg, total)
+    c = cfg.constant_lr_ratio
+    if time_step == 0 and t < start:  # the one decay from the peak to the constant, after the one warmup
+        progress = (t - warmup) / max(1, start - warmup)
+        return c + (1.0 - c) * 0.5 * (1.0 + math.cos(math.pi * progress))
+    return c if t < start else _cooled(c, t, start, length, cfg.min_lr_ratio)
+
+
 def shape(cfg: TrainerConfig, time_step: int, t: int, total: int) -> float:
     """The factor of update ``t`` of ``total`` within time step ``time_step`` (before the peak)."""
-    m, kind = cfg.min_lr_ratio, schedule_of(cfg, time_step)
+    kind = str(schedule_of(cfg, time_step))
     warmup = cfg.warmup_steps if warms_up(cfg, time_step) else 0
-    if kind == Schedule.linear:
-        return lr_lambda(warmup, total, m)(t)
+    if kind not in SHAPES:
+        raise ValueError(f"unknown trainer.schedule {kind!r}")
     if t < warmup:
         return (t + 1) / warmup
-    if kind == Schedule.cosine:
-        progress = min(1.0, (t - warmup) / max(1, total - warmup))
-        return m + (1.0 - m) * 0.5 * (1.0 + math.cos(math.pi * progress))
-    if kind == Schedule.constant:
-        return 1.0
-    start, length = cooldown_start(cfg, total)
-    if kind == Schedule.wsd:
-        return 1.0 if t < start else _cooled(1.0, t, start, length, m)
-    if kind == Schedule.rsqrt:
-
-        def rsqrt(i: int) -> float:
-            return min(1.0, math.sqrt(max(1, cfg.warmup_steps) / (i + 1)))
-
-        return rsqrt(t) if t < start else _cooled(rsqrt(start), t, start, length, m)
-    if kind == Schedule.infinite:
-        c = cfg.constant_lr_ratio
-        if time_step == 0 and t < start:  # the one decay from the peak to the constant, after the one warmup
-            progress = (t - warmup) / max(1, start - warmup)
-            return c + (1.0 - c) * 0.5 * (1.0 + math.cos(math.pi * progress))
-        return c if t < start else _cooled(c, t, start, length, m)
-    raise ValueError(f"unknown trainer.schedule {kind!r}")
+    return SHAPES[kind](cfg, time_step, t, total, warmup)
 
 
 def lr_factor(cfg: TrainerConfig, time_step: int, total: int, n_time_steps: int) -> Callable[[int], float]:

@@ -120,3 +120,10 @@ def _save(batches, tmp: Path, step, settings: dict) -> None:
     rows = write_int_rows(batches, str(tmp / ROWS))
     meta = {"format": FORMAT, "step": step.name, "rows": rows, "settings": settings, "data": step_fingerprint(step)}
     (tmp / META).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+
+
+def step_tokenizer(cfg, text_format, accelerator=None):
+    """``time step -> its tokenized training rows`` for a run config: from the tokenized cache under
+    ``data.cache_dir`` (built on first use), in ``data.objective`` at ``trainer.seq_len``."""
+    tokens = TokenCache(cache.resolve_cache_dir(cfg.data.cache_dir), text_format, accelerator)
+    return lambda step: tokens.examples(step, cfg.data.objective, cfg.trainer.seq_len)

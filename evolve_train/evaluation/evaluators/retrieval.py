@@ -43,7 +43,7 @@ from evolve_train.evaluation.evaluators.splits import em_f1, score_prompts
 from evolve_train.evaluation.metrics.answer import contains_answer
 from evolve_train.evaluation.metrics.stats import bootstrap_mean_ci, paired_bootstrap_diff
 from evolve_train.evaluation.registry import register_evaluator
-from evolve_train.evaluation.retrieval_index import Passage, RetrievalIndex, index_for
+from evolve_train.evaluation.retrieval_index import Passage, RetrievalIndex, index_for, preflight
 from evolve_train.evaluation.rows import POOLED_KINDS
 
 GROUP = "retrieval"
@@ -269,7 +269,12 @@ def paired_rows(ctx: EvalContext, book: OpenBook) -> list[dict]:
     return rows
 
 
-@register_evaluator(GROUP)
+def check_inputs(cfg, timeline) -> None:
+    """Before training: bm25s importable and the passage files read (``retrieval_index.preflight``)."""
+    preflight(cfg.eval.retrieval, timeline)
+
+
+@register_evaluator(GROUP, preflight=check_inputs)
 def retrieval_evaluator(ctx: EvalContext) -> list[dict]:
     """Rows of group ``retrieval`` at each store of :func:`stores_of` (see the module docstring)."""
     index = index_for(ctx.shared, ctx.timeline, ctx.cfg.retrieval)

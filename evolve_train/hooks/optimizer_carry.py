@@ -1,0 +1,40 @@
+"""``trainer.optimizer_state=keep``: each time step's AdamW starts from the state the previous step ended with
+(``training/carry.py``: kept in ``train_state/carry/<k>/`` between steps, so a resumed run continues from it)."""
+
+from __future__ import annotations
+
+import logging
+
+from evolve_train.training import carry
+from evolve_train.training.hooks import Hook, register_hook
+
+log = logging.getLogger(__name__)
+
+
+@register_hook("optimizer_carry")
+def optimizer_carry(cfg):
+    return OptimizerCarryHook() if cfg.trainer.optimizer_state == "keep" else None
+
+
+class OptimizerCarryHook(Hook):
+    def on_run_start(self, run) -> None:
+        start, run_dir = run.start, run.run_dir
+        tensors = carry.load(run_dir, start - 1, carry.OPTIMIZER_FILE) if start > 0 else None
+        if start > 0 and tensors is None:
+            log.warning(
+                "trainer.optimizer_state=keep: no optimizer state of step %d in %s; step %d starts with "
+                "fresh AdamW moments",
+                start - 1,
+                carry.carry_dir(run_dir, start - 1),
+                start,
+            )
+        self.carry = carry.OptimizerCarry(tensors)
+
+    def on_optimizer_built(self, trainer) -> None:  # before a mid-step state (if any) is restored over it
+        self.carry.restore(trainer.unwrapped, trainer.optimizer, sharded=trainer.accelerator.is_fsdp2)
+
+    def on_train_end(self, trainer) -> None:
+        self.carry.capture(trainer.unwrapped, trainer.optimizer, sharded=trainer.accelerator.is_fsdp2)
+
+    def carried(self, run, step: int) -> dict:
+        return {carry.OPTIMIZER_FILE: self.carry.tensors} if self.carry.tensors else {}
