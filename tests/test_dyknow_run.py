@@ -1,5 +1,5 @@
 """``python train.py data=dyknow`` on a fixture in DyKnow's layout (fast), and a one-step timeline on the real
-DyKnow copy beside the repository (slow; skipped, saying why, when it is absent)."""
+DyKnow data (slow; skipped, saying why, when it has not been fetched)."""
 
 import json
 import os
@@ -12,9 +12,11 @@ import pytest
 from dyknow_fixture import write_fixture
 from helpers import TINY, tiny_cfg
 
+from evolve_train.data.loaders.dyknow_fetch import default_root
+
 REPO = Path(__file__).resolve().parents[1]
-REAL = Path(os.environ.get("EVOLVE_DYKNOW_ROOT", REPO / ".." / "shared" / "data" / "dyknow"))
-"""The real DyKnow copy: ``../shared/data/dyknow`` relative to the repository (or ``$EVOLVE_DYKNOW_ROOT``)."""
+REAL = Path(os.environ.get("EVOLVE_DYKNOW_ROOT") or default_root())
+"""The real DyKnow data: ``$EVOLVE_DYKNOW_ROOT``, else the copy ``evolve-data fetch-data dyknow`` fetched."""
 
 
 def rows(run_dir: Path) -> list[dict]:
@@ -59,7 +61,7 @@ def test_train_py_builds_the_dyknow_timeline_and_runs_every_evaluator(tmp_path):
 @pytest.mark.slow
 @pytest.mark.skipif(
     not (REAL / "grc_generated.json").is_file(),
-    reason=f"the DyKnow copy is not at {REAL} (../shared/data/dyknow beside the repository, or "
+    reason=f"DyKnow's grc_generated.json is not in {REAL} (run `evolve-data fetch-data dyknow [--from COPY]`, or "
     "set EVOLVE_DYKNOW_ROOT): nothing of DyKnow ships with the project",
 )
 def test_one_step_timeline_on_the_real_dyknow_copy(tmp_path):
@@ -97,4 +99,5 @@ def test_experiment_dyknow_arms_compose(tmp_path, arm):
     assert cfg.model.name_or_path.endswith(
         "/.cache/evolve-train/models/smollm2-135m"
     ) or cfg.model.name_or_path.endswith("/models/smollm2-135m")
-    assert cfg.data.root == "../shared/data/dyknow"  # (trainer.lr: the tiny config's command line pins it)
+    assert cfg.data.root is None  # the fetched copy (trainer.lr: the tiny config's command line pins it)
+    assert cfg.data.dyknow.categories == ["countries_byGDP", "athletes_byPayment", "organizations"]

