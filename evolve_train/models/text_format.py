@@ -50,7 +50,7 @@ from evolve_train.models.scoring import (
     causal_option_scores,
     seq2seq_option_scores,
 )
-from evolve_train.training.packing import DocumentPacker
+from evolve_train.models.packing import DocumentPacker
 
 if TYPE_CHECKING:
     from evolve_train.data.timeline import TimeStep
