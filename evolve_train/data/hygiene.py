@@ -35,10 +35,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator, Optional, Union
 
+from evolve_train.data.answers import normalize
 from evolve_train.data.masking import MASKS
 from evolve_train.data.timeline import EvalSet, Timeline
 from evolve_train.errors import DataError
-from evolve_train.evaluation.metrics.answer import normalize
 
 log = logging.getLogger(__name__)
 

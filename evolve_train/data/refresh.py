@@ -25,9 +25,9 @@ import time
 from pathlib import Path
 from typing import Iterable, Mapping
 
+from evolve_train.data.answers import exact_match
 from evolve_train.data.qa_items import QAItem, _jsonl_records
 from evolve_train.errors import DataError
-from evolve_train.evaluation.metrics.answer import exact_match
 
 RULE = (
     "dropped: items every reference answers right (exact match against the gold file's answers) in each "

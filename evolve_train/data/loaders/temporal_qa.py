@@ -32,11 +32,11 @@ from evolve_train.data.cache import resolve_cache_dir
 from evolve_train.data.corpus import concat_records
 from evolve_train.data.loaders.common import effective_fields, read_training_file, require_file, resolve_path
 from evolve_train.data.loaders.evolvebench import looks_like_events, read_events
+from evolve_train.data.pairs import resolve_pairs
 from evolve_train.data.qa_items import QAItem, _jsonl_records, iter_numbered_qa_items
 from evolve_train.data.schema import SET_KINDS, EvalSet, TimeStep, Timeline
 from evolve_train.data.timestamps import parse_timestamp
 from evolve_train.errors import ConfigError, DataError
-from evolve_train.evaluation.metrics.temporal import resolve_pairs
 
 log = logging.getLogger(__name__)
 EVAL_ONLY_STEP = "eval"

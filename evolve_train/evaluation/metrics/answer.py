@@ -3,36 +3,12 @@
 from __future__ import annotations
 
 import re
-import string
-import unicodedata
 from collections import Counter
-from typing import Sequence, Union
+from typing import Sequence
 
-Golds = Union[str, Sequence[str]]
+from evolve_train.data.answers import Golds, aliases, exact_match, normalize  # noqa: F401  (defined with the data)
 
-_PUNCTUATION = frozenset(string.punctuation)
-_ARTICLES = re.compile(r"\b(a|an|the)\b")
 DEFAULT_STOPS: tuple[str, ...] = ("\n",)
-
-
-def normalize(text: str) -> str:
-    """METRICS.md §1: NFKC → lowercase → drop `string.punctuation` → drop whole words a/an/the →
-    collapse whitespace → strip."""
-    text = unicodedata.normalize("NFKC", text).lower()
-    text = "".join(ch for ch in text if ch not in _PUNCTUATION)
-    text = _ARTICLES.sub(" ", text)
-    return " ".join(text.split())
-
-
-def aliases(golds: Golds) -> list[str]:
-    """A gold answer as a list of aliases: a single string is a list of one (METRICS.md §1)."""
-    return [golds] if isinstance(golds, str) else list(golds)
-
-
-def exact_match(prediction: str, golds: Golds) -> int:
-    """METRICS.md §1: 1 if normalize(prediction) equals normalize(g) for any alias g, else 0."""
-    predicted = normalize(prediction)
-    return int(any(predicted == normalize(gold) for gold in aliases(golds)))
 
 
 def _token_f1(predicted: list[str], gold: list[str]) -> float:
