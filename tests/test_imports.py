@@ -1,4 +1,6 @@
-"""No import cycles in ``evolve_train``: the import graph, read with ``ast`` from every module, is acyclic.
+"""No import cycles in ``evolve_train`` and no import up a layer: the import graph, read with ``ast`` from every
+module, is acyclic, and every edge points to the module's own layer or one below (:data:`LAYERS`: utils, errors,
+config < data < models < training < methods < evaluation < reporting < run < cli).
 
 Every ``import`` statement counts, at module level and inside functions alike (a late import only hides a
 cycle). An edge goes from a module to the module it names: ``from pkg import name`` points at ``pkg.name``
@@ -156,3 +158,89 @@ def test_the_package_has_no_import_cycle():
         for component in strongly_connected(graph)
     ]
     assert not cycles, "import cycles (module-level and function-level imports):\n" + "\n".join(cycles)
+
+
+# --- layers: a module imports only from its own layer or the ones below ---------------------------------------
+
+LAYERS: list[tuple[str, ...]] = [
+    (
+        PACKAGE,  # the package's __init__ (its version)
+        f"{PACKAGE}.utils",
+        f"{PACKAGE}.errors",
+        f"{PACKAGE}.config",
+        f"{PACKAGE}.config_keys",
+        f"{PACKAGE}.config_identity",
+        f"{PACKAGE}.compose",
+    ),
+    (f"{PACKAGE}.data",),
+    (f"{PACKAGE}.models",),
+    (f"{PACKAGE}.training",),
+    (f"{PACKAGE}.methods",),
+    (f"{PACKAGE}.evaluation", f"{PACKAGE}.tracking"),  # the rows of an evaluation and the loggers they go to
+    (f"{PACKAGE}.reporting", f"{PACKAGE}.export"),  # read what the evaluation wrote
+    (f"{PACKAGE}.run", f"{PACKAGE}.saved_eval", f"{PACKAGE}.hooks"),  # a run: its steps and what runs around them
+    (f"{PACKAGE}.cli",),
+]
+"""Bottom to top. A module (or package) named here places itself and everything below it (the package's
+``__init__`` only itself); a module that no entry covers fails the test, so a new top-level module says where it
+sits."""
+
+UPWARD_ALLOWED: set[tuple[str, str]] = set()
+"""``(importing module, imported module or package)`` edges that may run up a layer while they are being
+removed, each with a comment giving its reason. Empty: the last one, ``training.loop -> methods``, is gone (the
+loop receives its hooks). An entry whose edge no longer exists fails :func:`test_allowed_upward_imports_exist`."""
+
+
+def layer_of(module: str) -> int | None:
+    """The index in :data:`LAYERS` of the longest entry that is ``module`` or a package above it."""
+    best, best_len = None, -1
+    for index, names in enumerate(LAYERS):
+        for name in names:
+            below = name != PACKAGE and module.startswith(name + ".")  # the package's __init__ covers only itself
+            if (module == name or below) and len(name) > best_len:
+                best, best_len = index, len(name)
+    return best
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    found = []
+    for module, targets in sorted(graph.items()):
+        for target in sorted(targets):
+            if layer_of(target) > layer_of(module) and not any(
+                module == source and (target == up or target.startswith(up + ".")) for source, up in UPWARD_ALLOWED
+            ):
+                found.append(
+                    f"{module} ({LAYERS[layer_of(module)][0]}) imports {target} ({LAYERS[layer_of(target)][0]})"
+                )
+    return found
+
+
+def test_layer_of_a_module_is_its_longest_entry():
+    assert layer_of(PACKAGE) == 0 and layer_of(f"{PACKAGE}.config") == 0 and layer_of(f"{PACKAGE}.utils.io") == 0
+    assert layer_of(f"{PACKAGE}.data.loaders.dyknow") == 1 and layer_of(f"{PACKAGE}.cli.evaluate") == len(LAYERS) - 1
+    assert layer_of(f"{PACKAGE}.configuration") is None  # a prefix of a name is not its package
+    graph = {f"{PACKAGE}.data.x": {f"{PACKAGE}.evaluation.metrics", f"{PACKAGE}.config"}, f"{PACKAGE}.config": set()}
+    assert upward_imports(graph) == [
+        f"{PACKAGE}.data.x ({PACKAGE}.data) imports {PACKAGE}.evaluation.metrics ({PACKAGE}.evaluation)"
+    ]
+
+
+def test_every_module_has_a_layer():
+    unplaced = [module for module in import_graph() if layer_of(module) is None]
+    assert not unplaced, f"modules in no layer of LAYERS (add their package where it sits): {unplaced}"
+
+
+def test_no_module_imports_from_a_higher_layer():
+    found = upward_imports(import_graph())
+    order = " < ".join("/".join(name.split(".")[-1] for name in names) for names in LAYERS)
+    assert not found, f"imports that run up a layer ({order}; module-level and function-level):\n" + "\n".join(found)
+
+
+def test_allowed_upward_imports_exist():
+    graph = import_graph()
+    stale = [
+        (source, up)
+        for source, up in sorted(UPWARD_ALLOWED)
+        if not any(target == up or target.startswith(up + ".") for target in graph.get(source, ()))
+    ]
+    assert not stale, f"allowed upward imports that no longer exist (delete them from UPWARD_ALLOWED): {stale}"
