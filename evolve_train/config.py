@@ -420,6 +420,9 @@ class MethodConfig:
     """``average=ema``: ``avg_k = ema_decay * avg_(k-1) + (1 - ema_decay) * raw_k`` (``avg_0 = raw_0``), in [0, 1)."""
     average_continue: AverageContinue = AverageContinue.raw
     """When averaging: step k+1 trains from the raw weights of step k (``raw``) or from the average (``average``)."""
+    lr: Optional[float] = later_steps(None)
+    """Peak learning rate of the steps after step 0 (``null``: ``trainer.lr``). Step 0 is shared by every method
+    (and its step-0 cache key ignores this), so LoRA can train at its own rate without retraining step 0."""
     at_step0: bool = False
     """Apply the strategies at step 0 too. Off (default): step 0 is the same full training for every method
     (a model built from scratch must first learn the world), so a sweep can share its checkpoint."""
@@ -431,6 +434,8 @@ class MethodConfig:
         self.average = as_choice("method.average", Average, self.average)
         self.average_continue = as_choice("method.average_continue", AverageContinue, self.average_continue)
         check_ranges("method", {"ema_decay": (self.ema_decay, (lambda v: 0 <= v < 1, "in [0, 1)"))})
+        if self.lr is not None:
+            check_ranges("method", {"lr": (self.lr, POSITIVE)})
 
 
 @dataclass
@@ -586,6 +591,16 @@ class TrainerConfig:
     """Passes over the step-0 corpus (the initial pretraining)."""
     epochs: float = later_steps(30)
     """Passes over each later step's corpus."""
+    max_steps_step0: int = 0
+    """A budget of optimizer steps for step 0 instead of ``epochs_step0`` (0 = off: the epochs decide)."""
+    max_steps: int = later_steps(0)
+    """A budget of optimizer steps for each later step instead of ``epochs`` (0 = off)."""
+    tokens_per_step0: int = 0
+    """A budget of training tokens (real, not padding; all processes) for step 0 instead of ``epochs_step0``: the
+    passes are ``tokens_per_step0 / tokens of the step's rows``, fractional (0 = off)."""
+    tokens_per_step: int = later_steps(0)
+    """A budget of training tokens for each later step instead of ``epochs`` (0 = off). With both budgets set,
+    ``max_steps`` caps the steps the token budget plans."""
     batch_size: int = 16
     """Rows per optimizer micro-batch (per process), unless ``tokens_per_batch`` is set."""
     grad_accum: int = 1
@@ -608,6 +623,9 @@ class TrainerConfig:
     """torch CPU threads (0 = torch's default)."""
     log_every: int = runtime(10)
     """Optimizer steps between training-loss log rows (the only host syncs in the loop)."""
+    progress_every_s: float = runtime(30.0)
+    """Without a terminal (a SLURM log, ``> file``), a progress line every this many seconds: time step k/K,
+    optimizer step n/total, loss, tokens/s and ETA (0 = off). With a terminal the tqdm bar shows the same."""
     compile: bool = False
     """Wrap the model in ``torch.compile`` (GPU)."""
     save_every_n_steps: int = runtime(0)
@@ -687,6 +705,11 @@ class TrainerConfig:
             {
                 "epochs_step0": (self.epochs_step0, POSITIVE),
                 "epochs": (self.epochs, POSITIVE),
+                "max_steps_step0": (self.max_steps_step0, NON_NEGATIVE),
+                "max_steps": (self.max_steps, NON_NEGATIVE),
+                "tokens_per_step0": (self.tokens_per_step0, NON_NEGATIVE),
+                "tokens_per_step": (self.tokens_per_step, NON_NEGATIVE),
+                "progress_every_s": (self.progress_every_s, NON_NEGATIVE),
                 "batch_size": (self.batch_size, POSITIVE),
                 "grad_accum": (self.grad_accum, POSITIVE),
                 "seq_len": (self.seq_len, POSITIVE),

@@ -64,7 +64,12 @@ def registered():
     register_evaluator("corpus_size")(size_evaluator)
     CALLS.clear()
     yield
-    for registry, name in ((HOOKS, "recorder"), (STRATEGIES, "half_lr"), (SHAPES, "quarter"), (EVALUATORS, "corpus_size")):
+    for registry, name in (
+        (HOOKS, "recorder"),
+        (STRATEGIES, "half_lr"),
+        (SHAPES, "quarter"),
+        (EVALUATORS, "corpus_size"),
+    ):
         registry.pop(name)
     REGISTERED_SCHEDULES.discard("quarter")
 

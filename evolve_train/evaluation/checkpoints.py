@@ -21,7 +21,7 @@ from evolve_train.tracking.disk import DiskLogger
 from evolve_train.training import faults
 from evolve_train.training.distributed import sum_over_processes
 from evolve_train.training.hooks import Hooks
-from evolve_train.training.plan import StepResult
+from evolve_train.training.plan import StepResult, training_budget
 from evolve_train.training.telemetry import CountPositions, eval_flops, parameter_counts
 
 __all__ = ["INITIAL", "CheckpointEvaluation"]
@@ -128,6 +128,8 @@ class CheckpointEvaluation:
             )
             if self.cfg.trainer.nonfinite == "skip":  # batches dropped for a non-finite loss/gradient
                 meta["skipped_batches"] = result.skipped_batches
+            if budget := training_budget(self.cfg.trainer):  # steps/tokens instead of epochs
+                meta["train_budget"] = budget
         else:
             meta.update(eval_seconds=eval_seconds, num_processes=processes)
         for row in rows:

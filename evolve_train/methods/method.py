@@ -47,11 +47,21 @@ class Method:
 
     def plan(self, step: int, trainer: TrainerConfig, n_time_steps: int, seed: int) -> StepPlan:
         """Time step ``step``'s plan: the strategies of :meth:`at_step`, ``trainer.epochs_step0`` passes at step 0
-        and ``trainer.epochs`` after, ``trainer.lr``, the step's own LR curve, data order from ``seed`` and the
+        and ``trainer.epochs`` after (or their step/token budgets), ``trainer.lr`` (``method.lr`` after step 0), the
+        step's own LR curve, data order from ``seed`` and the
         step; then each strategy's ``plan_step`` in order (the oracle retrains from the initial weights)."""
         active = self.at_step(step)
-        epochs = trainer.epochs_step0 if step == 0 else trainer.epochs
-        plan = StepPlan(step=step, trainer=trainer, epochs=epochs, n_time_steps=n_time_steps, seed=seed + 1000 * step)
+        initial = step == 0
+        plan = StepPlan(
+            step=step,
+            trainer=trainer,
+            epochs=trainer.epochs_step0 if initial else trainer.epochs,
+            lr=trainer.lr if initial or self.cfg.lr is None else self.cfg.lr,
+            max_steps=trainer.max_steps_step0 if initial else trainer.max_steps,
+            max_tokens=trainer.tokens_per_step0 if initial else trainer.tokens_per_step,
+            n_time_steps=n_time_steps,
+            seed=seed + 1000 * step,
+        )
         for strategy in active.strategies:
             plan = strategy.plan_step(plan)
         plan.strategies = active

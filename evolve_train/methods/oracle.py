@@ -33,10 +33,19 @@ class Oracle(Strategy):
             )
 
     def plan_step(self, plan):
-        """Step k >= 1: retrain from the initial weights, with step 0's epochs and LR curve."""
+        """Step k >= 1: retrain from the initial weights, with step 0's epochs (or budgets), LR and LR curve."""
         if plan.step == 0:
             return plan
-        return dataclasses.replace(plan, from_initial=True, epochs=plan.trainer.epochs_step0, schedule_step=0)
+        trainer = plan.trainer
+        return dataclasses.replace(
+            plan,
+            from_initial=True,
+            epochs=trainer.epochs_step0,
+            max_steps=trainer.max_steps_step0,
+            max_tokens=trainer.tokens_per_step0,
+            lr=trainer.lr,
+            schedule_step=0,
+        )
 
     def mix_examples(self, step, examples, history):
         if step == 0 or len(history) == 0:

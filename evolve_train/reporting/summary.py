@@ -7,6 +7,7 @@ from pathlib import Path
 from evolve_train.evaluation.evaluators.report import evaluation_summary, format_evaluation
 from evolve_train.evaluation.evaluators.slices_summary import format_timesliced, timesliced_summary
 from evolve_train.evaluation.rows import METRICS_FILE, SPLITS, column_key, column_name, read_metrics
+from evolve_train.training.plan import training_budget
 from evolve_train.training.telemetry import compute_summary
 
 
@@ -36,6 +37,7 @@ def build_summary(run_dir: Path, timeline, cfg) -> dict:
         **evaluation_summary(rows),  # "matrix" (METRICS.md §3) and "groups" (the other evaluators)
         "timesliced": timesliced_summary(rows, Path(run_dir), cfg.eval.oracle_run),  # METRICS.md §9
         "compute": compute_summary(rows),  # METRICS.md §11
+        **({"budget": budget} if (budget := training_budget(cfg.trainer)) else {}),
     }
 
 

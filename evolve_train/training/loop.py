@@ -23,6 +23,7 @@ from accelerate import Accelerator
 from tqdm.auto import tqdm
 
 from evolve_train.config import TrainerConfig
+from evolve_train.errors import ConfigError
 from evolve_train.training import faults
 from evolve_train.training.distributed import clip_gradients, configure_deepspeed, update_steppers
 from evolve_train.training.examples import LengthGroupedBatches, row_lengths
@@ -31,6 +32,7 @@ from evolve_train.training.hooks import Hooks
 from evolve_train.training.nonfinite import NonFiniteGuard, NonFiniteLossError  # noqa: F401  (re-exported)
 from evolve_train.training.packing import TokenBudgetBatches
 from evolve_train.training.plan import StepPlan, StepResult  # noqa: F401  (StepResult re-exported)
+from evolve_train.training.progress import ProgressLines, has_terminal
 from evolve_train.training.rows import TokenRows
 from evolve_train.training.schedule import lr_factor, lr_lambda  # noqa: F401  (lr_lambda re-exported)
 from evolve_train.training.telemetry import (
@@ -122,14 +124,30 @@ class StepTrainer:
             plan.seed,
         )
         self.lengths = row_lengths(self.rows)
+        if not len(self.rows):
+            raise ConfigError(
+                f"time step {self.step}: no training rows (the step's data gave none under its objective); "
+                "check the step's files and data.objective"
+            )
         self.batches = make_batches(self.cfg, self.lengths, self.seed, accelerator.num_processes)
-        self.total = planned_steps_for_method(self.batches, self.epochs, self.cfg.grad_accum, self.strategies)
+        self.total = self._planned_total()
         self.trainable = [p for p in model.parameters() if p.requires_grad]
         check_attention_reset(self.cfg, model, self.rows)
         self.flops_per_token = flops_per_token(model, self.cfg.seq_len)
         self.n_params = parameter_counts(model)  # (N, N_trainable) for the step's FLOPs estimate (§11)
         self.forward_params = self.strategies.forward_parameters()  # a strategy's extra forward (LwF's teacher)
         self._prepare(model)
+
+    def _planned_total(self) -> int:
+        """Optimizer steps of the step: its epochs, or its token budget (in passes over the rows, fractional),
+        capped or set by its step budget; at least one."""
+        plan, grad_accum = self.plan, self.cfg.grad_accum
+        if plan.max_tokens:
+            self.epochs = plan.max_tokens / max(1, int(self.lengths.sum()))
+        if plan.max_steps and not plan.max_tokens:
+            return plan.max_steps
+        total = planned_steps_for_method(self.batches, self.epochs, grad_accum, self.strategies)
+        return min(total, plan.max_steps) if plan.max_steps else total
 
     def _prepare(self, model) -> None:
         cfg, accelerator, plan = self.cfg, self.accelerator, self.plan
@@ -175,6 +193,14 @@ class StepTrainer:
         )
         self.begin_tokens = self.all_tokens
         self.loss_tokens = self.progress.loss_tokens
+        self.lines = ProgressLines(
+            cfg.progress_every_s,
+            self.step,
+            self.plan.n_time_steps,
+            self.total,
+            self.progress.optimizer_steps,
+            enabled=self.accelerator.is_main_process and not has_terminal(),
+        )
         self.hooks.call("on_train_start", self)
 
     def _fingerprint(self) -> dict:
@@ -209,7 +235,14 @@ class StepTrainer:
         )
         while progress.optimizer_steps < self.total:
             rows = self.strategies.epoch_rows(progress.epoch, len(self.batches.lengths))
-            for index, indices in enumerate(epoch_batches(self.batches, progress.epoch, rows)):
+            batches = epoch_batches(self.batches, progress.epoch, rows)
+            if not batches:  # never loop without batches (and so without the updates a signal waits for)
+                raise RuntimeError(
+                    f"time step {self.step}: epoch {progress.epoch} has no batch ({len(self.rows)} rows, "
+                    f"{len(rows) if rows is not None else 'all'} selected by the method); "
+                    f"{progress.optimizer_steps} of {self.total} optimizer steps done"
+                )
+            for index, indices in enumerate(batches):
                 if progress.epoch == self.resumed_at[0] and index < self.resumed_at[1]:
                     continue  # trained before the state this step resumed from
                 shard = indices[self.accelerator.process_index :: self.accelerator.num_processes]
@@ -281,6 +314,7 @@ class StepTrainer:
         self.bar.update(1)
         if progress.optimizer_steps % self.cfg.log_every == 0 or progress.optimizer_steps == self.total:
             self._log(loss)
+        self.lines.update(progress.optimizer_steps, progress.last_loss, self.all_tokens - self.begin_tokens)
         self.hooks.call("on_optimizer_step", self)  # before a due state is saved, so the state carries its rows
         if self.states is not None:  # a due mid-step state (or Ctrl-C: save, then TrainingInterrupted)
             self.states.after_optimizer_step(

@@ -67,7 +67,12 @@ class StepPlan:
     examples: Any = None
     """The step's tokenized rows after the method's mixing (set by the run before training)."""
     epochs: float = 1.0
-    """Passes over ``examples``."""
+    """Passes over ``examples`` (unless a budget below is set)."""
+    max_steps: int = 0
+    """A budget of optimizer steps instead of ``epochs`` (0: off)."""
+    max_tokens: int = 0
+    """A budget of training tokens (real tokens of all processes) instead of ``epochs`` (0: off); with
+    ``max_steps`` too, the smaller plan wins."""
     lr: Optional[float] = None
     """Peak learning rate of the step (``None``: ``trainer.lr``)."""
     schedule_step: Optional[int] = None
@@ -104,3 +109,12 @@ class StepResult:
     """Of ``tokens``, the positions with a label (METRICS.md §11)."""
     flops: float = 0.0
     """Training FLOPs estimate of the step (``telemetry.training_flops``)."""
+
+
+BUDGET_KEYS = ("max_steps_step0", "max_steps", "tokens_per_step0", "tokens_per_step")
+
+
+def training_budget(trainer) -> dict:
+    """The step and token budgets that replace epochs (``trainer.max_steps*``, ``trainer.tokens_per_step*``), where
+    set; ``{}`` when every step trains its epochs."""
+    return {key: getattr(trainer, key) for key in BUDGET_KEYS if getattr(trainer, key, 0)}
