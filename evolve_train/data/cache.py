@@ -8,10 +8,11 @@ Two kinds of entries share the root (docs/data.md, "The tokenized cache"):
 * ``<root>/tokens/<key>/`` — a time step's tokenized training rows (``training/token_cache.py``), keyed by
   the step's data, the tokenizer, the objective, ``seq_len`` and the encoder's code.
 
-An entry is built in ``<root>/<kind>/.tmp-<key>-<pid>/``, its files fsynced, then renamed to its final name;
-only a final name is ever read, so an interrupted write leaves a ``.tmp-`` directory that no one reads (it is
-removed when the same entry is next built). A file lock per key makes concurrent writers (the ranks of one
-run, the jobs of a sweep) build an entry once: the first one builds it, the others wait and read it.
+An entry is built in ``<root>/<kind>/.<key>.tmp-<pid>/``, its files fsynced, then renamed to its final name
+(``utils/io.py: atomic_dir``); only a final name is ever read, so an interrupted write leaves a temporary
+directory that no one reads (it is removed when the same entry is next built). A file lock per key makes
+concurrent writers (the ranks of one run, the jobs of a sweep) build an entry once: the first one builds it,
+the others wait and read it.
 """
 
 from __future__ import annotations
@@ -19,10 +20,11 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
 import shutil
 from pathlib import Path
 from typing import Callable, Iterator, Optional
+
+from evolve_train.utils.io import atomic_dir, remove_stale_tmp
 
 OFF = ("off", "none", "null", "false", "")
 
@@ -46,18 +48,6 @@ def digest(parts) -> str:
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:24]
 
 
-def _fsync_tree(directory: Path) -> None:
-    for path in sorted(directory.rglob("*")):
-        if path.is_file():
-            with open(path, "rb") as handle:
-                os.fsync(handle.fileno())
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 @contextlib.contextmanager
 def entry_lock(final: Path) -> Iterator[None]:
     """Hold the lock of entry ``final`` (``<final>.lock`` next to it)."""
@@ -71,24 +61,17 @@ def entry_lock(final: Path) -> Iterator[None]:
 def write_entry(final: Path, build: Callable[[Path], None]) -> Path:
     """Build entry ``final`` atomically: ``build(tmp)`` fills a temporary directory, which is fsynced and
     renamed to ``final``. A ``final`` that exists already (another writer won) is kept as it is."""
-    tmp = final.parent / f".tmp-{final.name}-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
     try:
-        build(tmp)
-        _fsync_tree(tmp)
-        os.rename(tmp, final)
-    except OSError:
+        with atomic_dir(final, replace=False) as tmp:
+            build(tmp)
+    except OSError:  # AlreadyPublished among them
         if not final.is_dir():
             raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return final
 
 
 def remove_incomplete(final: Path) -> None:
     """Remove what interrupted writes of ``final`` left: their temporary directories, and ``final`` itself
     (the caller found it incomplete, e.g. a copy cut short). Call with the entry's lock held."""
-    for stale in final.parent.glob(f".tmp-{final.name}-*"):
-        shutil.rmtree(stale, ignore_errors=True)
+    remove_stale_tmp(final.parent, of=final.name)
     shutil.rmtree(final, ignore_errors=True)

@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import shutil
 from functools import lru_cache
 from pathlib import Path
@@ -28,6 +27,7 @@ from typing import Optional
 from evolve_train.config_keys import INITIAL_EVAL_LEAVES_OUT, key_part
 from evolve_train.data.corpus import records_fingerprint, step_fingerprint
 from evolve_train.training.step0_cache import cache_root, step0_key
+from evolve_train.utils.io import AlreadyPublished, atomic_dir
 
 log = logging.getLogger(__name__)
 
@@ -111,16 +111,12 @@ class InitialEvalCache:
         """Write the entry atomically (a no-op when another run stored it first)."""
         if (self.path / ROWS).is_file():
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
-        shutil.rmtree(tmp, ignore_errors=True)
         source = Path(run_dir) / PREDICTIONS
-        if source.is_dir():
-            shutil.copytree(source, tmp / PREDICTIONS)
-        tmp.mkdir(parents=True, exist_ok=True)
-        record = {"rows": rows, "seconds": seconds, "evaluated": evaluated, "evaluated_by": str(run_dir)}
-        (tmp / ROWS).write_text(json.dumps(record, default=str) + "\n", encoding="utf-8")
         try:
-            os.rename(tmp, self.path)
-        except OSError:  # another run won the race: its entry is the same evaluation
-            shutil.rmtree(tmp, ignore_errors=True)
+            with atomic_dir(self.path, replace=False) as tmp:
+                if source.is_dir():
+                    shutil.copytree(source, tmp / PREDICTIONS)
+                record = {"rows": rows, "seconds": seconds, "evaluated": evaluated, "evaluated_by": str(run_dir)}
+                (tmp / ROWS).write_text(json.dumps(record, default=str) + "\n", encoding="utf-8")
+        except AlreadyPublished:  # another run won the race: its entry is the same evaluation
+            pass

@@ -38,6 +38,7 @@ import yaml
 from evolve_train.data.qa_items import CONTRACT_FIELDS, QAItem
 from evolve_train.data.timeline import EvalSet, Timeline
 from evolve_train.errors import ConfigError, DataError
+from evolve_train.utils.io import atomic_dir, remove_stale_tmp
 
 MANIFEST = "evolve_export.json"
 FILTER = "answer"
@@ -324,14 +325,9 @@ def export_lm_eval(
         ],
         "groups": {g["group"]: g["task"] for g in groups},
     }
-    staging = out.with_name(f".{out.name}.tmp")
-    shutil.rmtree(staging, ignore_errors=True)
-    try:
+    remove_stale_tmp(out.parent, of=out.name)  # what an interrupted export left
+    with atomic_dir(out) as staging:  # replaces the earlier export
         _write_tree(staging, out, tasks, groups, manifest, stop_strings, max_new_tokens)
-        shutil.rmtree(out, ignore_errors=True)
-        staging.rename(out)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     return manifest
 
 

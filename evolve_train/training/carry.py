@@ -13,14 +13,14 @@ are separate: inside a step they hold the optimizer as before.
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 from typing import Optional
 
 import torch
 
-from evolve_train.training.train_state import fsync_dir, fsync_tree, state_root
+from evolve_train.training.train_state import state_root
+from evolve_train.utils.io import atomic_dir
 
 CARRY_DIR = "carry"
 OPTIMIZER_FILE = "optimizer.safetensors"
@@ -36,20 +36,9 @@ def save(run_dir: Path, step: int, files: dict[str, dict[str, torch.Tensor]]) ->
     from safetensors.torch import save_file
 
     final = carry_dir(run_dir, step)
-    tmp = final.parent / f".{step}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    try:
+    with atomic_dir(final) as tmp:
         for name, tensors in files.items():
             save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, str(tmp / name))
-        fsync_tree(tmp)
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
-        fsync_dir(final.parent)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return final
 
 

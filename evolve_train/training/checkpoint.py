@@ -1,8 +1,8 @@
 """Per-step checkpoints in Hugging Face format, written atomically, and the run's progress state.
 
-A checkpoint is written into ``steps/.<k>.tmp-<pid>`` (files fsynced) and renamed to ``steps/<k>`` only when
-complete, so a crash never leaves a half checkpoint under a real name; a failed write (a full disk) removes
-its temporary dir before the error propagates. ``state.json`` (also replaced atomically) records which steps
+A checkpoint is written into ``steps/.<k>.tmp-<pid>`` (files fsynced; ``utils/io.py: atomic_dir``) and
+renamed to ``steps/<k>`` only when complete, so a crash never leaves a half checkpoint under a real name; a
+failed write (a full disk) removes its temporary dir before the error propagates. ``state.json`` (also replaced atomically) records which steps
 are trained and which are evaluated; resume trusts it. Under FSDP / DeepSpeed the weights are gathered
 (every process) and written by the main process as an ordinary safetensors directory
 (:func:`gathered_state_dict`). :func:`preflight` checks, before step 0, that the run
@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Optional
 
 from evolve_train.training import faults
-from evolve_train.utils.io import atomic_write_text
+from evolve_train.utils.io import atomic_dir, atomic_write_text
+from evolve_train.utils.io import remove_stale_tmp as _remove_tmp
 
 log = logging.getLogger(__name__)
 MARGIN_BYTES = 16 * 2**20  # tokenizer, configs, metrics, predictions of a checkpoint (generous for small runs)
@@ -29,12 +30,6 @@ MARGIN_BYTES = 16 * 2**20  # tokenizer, configs, metrics, predictions of a check
 
 def step_dir(run_dir: Path, step: int) -> Path:
     return run_dir / "steps" / str(step)
-
-
-def _fsync_tree(path: Path) -> None:
-    from evolve_train.training.train_state import fsync_tree
-
-    fsync_tree(path)
 
 
 def save_checkpoint(
@@ -47,24 +42,19 @@ def save_checkpoint(
     ``config.json`` (``extra_files`` writes what rebuilds the weights: a LoRA adapter).
     """
     final = step_dir(run_dir, step)
-    tmp = final.with_name(f".{step}.tmp-{os.getpid()}")
-    if tmp.exists():
-        shutil.rmtree(tmp)
     try:
-        tmp.mkdir(parents=True)
-        if weights:
-            model.save_pretrained(
-                tmp, safe_serialization=True, **({"state_dict": state_dict} if state_dict is not None else {})
-            )
-        else:
-            model.config.save_pretrained(tmp)
-        faults.point("checkpoint_write")
-        tokenizer.save_pretrained(tmp)
-        if extra_files is not None:
-            extra_files(tmp)
-        _fsync_tree(tmp)
+        with atomic_dir(final) as tmp:  # replaces the checkpoint of an unfinished earlier attempt at this step
+            if weights:
+                model.save_pretrained(
+                    tmp, safe_serialization=True, **({"state_dict": state_dict} if state_dict is not None else {})
+                )
+            else:
+                model.config.save_pretrained(tmp)
+            faults.point("checkpoint_write")
+            tokenizer.save_pretrained(tmp)
+            if extra_files is not None:
+                extra_files(tmp)
     except BaseException as error:
-        shutil.rmtree(tmp, ignore_errors=True)
         if isinstance(error, OSError):
             hint = " (the disk is full)" if error.errno == errno.ENOSPC else ""
             raise OSError(
@@ -74,9 +64,6 @@ def save_checkpoint(
                 "command again to resume.",
             ) from error
         raise
-    if final.exists():  # a checkpoint of an unfinished earlier attempt at this step
-        shutil.rmtree(final)
-    os.replace(tmp, final)
     faults.point("checkpoint_saved")
     return final
 
@@ -106,17 +93,11 @@ def gathered_state_dict(accelerator, model):
 def remove_stale_tmp(run_dir: Path) -> list[Path]:
     """Delete leftovers of interrupted writes (checkpoints, training states, metrics and prediction
     files being replaced); returns what was removed."""
-    removed = []
     run_dir = Path(run_dir)
-    candidates = []
+    removed = []
     for folder in (run_dir / "steps", run_dir / "train_state", run_dir):
-        if folder.is_dir():
-            candidates.extend(folder.glob(".*.tmp-*"))
-    if (run_dir / "predictions").is_dir():
-        candidates.extend((run_dir / "predictions").rglob(".*.tmp-*"))
-    for path in candidates:
-        shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
-        removed.append(path)
+        removed.extend(_remove_tmp(folder))
+    removed.extend(_remove_tmp(run_dir / "predictions", recursive=True))
     return removed
 
 

@@ -21,10 +21,10 @@ import dataclasses
 import hashlib
 import json
 import logging
-import os
-import shutil
 from pathlib import Path
 from typing import Callable, Optional
+
+from evolve_train.utils.io import AlreadyPublished, atomic_dir
 
 from evolve_train.config import DataConfig, TrainerConfig
 from evolve_train.config_keys import STEP0_LEAVES_OUT, key_part, keys_where
@@ -171,22 +171,18 @@ class Step0Cache:
         """Write the entry atomically; a no-op when another run stored it first."""
         if self.exists():
             return None
-        self.root.mkdir(parents=True, exist_ok=True)
-        tmp = self.root / f".{self.key}.tmp-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        model.save_pretrained(tmp, safe_serialization=True)
-        tokenizer.save_pretrained(tmp)
-        meta = {
-            "key": self.key,
-            "trained_by": trained_by,
-            "result": dataclasses.asdict(result),
-            "train_rows": self.train_rows,
-        }
-        (tmp / META).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
         try:
-            os.rename(tmp, self.path)
-        except OSError:  # another run won the race: its entry is the same step 0
-            shutil.rmtree(tmp, ignore_errors=True)
+            with atomic_dir(self.path, replace=False) as tmp:
+                model.save_pretrained(tmp, safe_serialization=True)
+                tokenizer.save_pretrained(tmp)
+                meta = {
+                    "key": self.key,
+                    "trained_by": trained_by,
+                    "result": dataclasses.asdict(result),
+                    "train_rows": self.train_rows,
+                }
+                (tmp / META).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+        except AlreadyPublished:  # another run won the race: its entry is the same step 0
             return None
         log.info("step 0: stored in the step-0 cache %s", self.path)
         return self.path
