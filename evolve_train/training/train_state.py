@@ -26,19 +26,20 @@ state is saved there (whatever ``save_every_n_steps``) and :class:`TrainingInter
 exits with 128 + the signal's number (130 for Ctrl-C, 143 for SIGTERM) and the same command resumes. A
 second signal stops at once. FSDP / DeepSpeed runs save their sharded states through
 ``accelerator.save_state`` into the same directory layout (``accelerate/``), not tested on CPU.
+
+This module holds the state dirs and :class:`StepStates`; the pieces they are made of live apart: the
+tensors-and-JSON encoding in ``training/tensor_json.py``, the RNG states in ``training/rng.py``, the deferred
+signals in ``training/signals.py`` and the atomic write in ``utils/io.py`` (``split_tensors``,
+``join_tensors``, ``rng_state`` and ``set_rng_state`` are importable from here too).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import math
-import os
-import random
 import re
 import shutil
 import signal
-import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -46,6 +47,10 @@ from typing import Any, Callable, Optional
 import torch
 
 from evolve_train.training import faults
+from evolve_train.training.rng import rng_state, set_rng_state
+from evolve_train.training.signals import SIGNAL_NAMES, DeferredSignals
+from evolve_train.training.tensor_json import join_tensors, split_tensors
+from evolve_train.utils.io import discard, publish, remove_stale_tmp, tmp_path
 
 log = logging.getLogger(__name__)
 
@@ -68,99 +73,6 @@ class TrainingInterrupted(KeyboardInterrupt):
     @property
     def exit_code(self) -> int:
         return 128 + self.signum
-
-
-DEFERRED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-SIGNAL_NAMES = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM"}
-
-
-# ---------------------------------------------------------------------------------------------
-# tensors <-> JSON without pickle
-
-
-def split_tensors(value: Any, tensors: dict[str, torch.Tensor], prefix: str) -> Any:
-    """``value`` as JSON-able data, its tensors moved into ``tensors`` (replaced by ``{"__tensor__": key}``)."""
-    if isinstance(value, torch.Tensor):
-        tensors[prefix] = value.detach().cpu().contiguous().clone()
-        return {"__tensor__": prefix}
-    if isinstance(value, dict):
-        if all(isinstance(k, str) for k in value):
-            return {k: split_tensors(v, tensors, f"{prefix}/{k}") for k, v in value.items()}
-        return {"__items__": [[k, split_tensors(v, tensors, f"{prefix}/{k}")] for k, v in value.items()]}
-    if isinstance(value, tuple):
-        return {"__tuple__": [split_tensors(v, tensors, f"{prefix}/{i}") for i, v in enumerate(value)]}
-    if isinstance(value, list):
-        return [split_tensors(v, tensors, f"{prefix}/{i}") for i, v in enumerate(value)]
-    if isinstance(value, float) and not math.isfinite(value):
-        return {"__float__": repr(value)}
-    if hasattr(value, "tolist") and type(value).__module__ == "numpy":  # numpy arrays and scalars
-        return split_tensors(value.tolist(), tensors, prefix)
-    return value
-
-
-def join_tensors(value: Any, tensors: dict[str, torch.Tensor]) -> Any:
-    """The inverse of :func:`split_tensors`."""
-    if isinstance(value, dict):
-        if "__tensor__" in value:
-            return tensors[value["__tensor__"]]
-        if "__items__" in value:
-            return {k: join_tensors(v, tensors) for k, v in value["__items__"]}
-        if "__tuple__" in value:
-            return tuple(join_tensors(v, tensors) for v in value["__tuple__"])
-        if "__float__" in value:
-            return float(value["__float__"])
-        return {k: join_tensors(v, tensors) for k, v in value.items()}
-    if isinstance(value, list):
-        return [join_tensors(v, tensors) for v in value]
-    return value
-
-
-def rng_state() -> dict:
-    import numpy as np
-
-    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def set_rng_state(state: dict) -> None:
-    import numpy as np
-
-    def tuples(value):
-        return tuple(tuples(v) for v in value) if isinstance(value, (list, tuple)) else value
-
-    random.setstate(tuples(state["python"]))
-    kind, keys, pos, has_gauss, cached = state["numpy"]
-    np.random.set_state((kind, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
-def fsync_tree(path: Path) -> None:
-    """Flush every file under ``path`` (and the directories) to disk before the rename that publishes it."""
-    for item in sorted(path.rglob("*")):
-        if item.is_file():
-            with item.open("rb") as handle:
-                os.fsync(handle.fileno())
-    fsync_dir(path)
-
-
-def fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:  # some file systems refuse fsync on directories
-        pass
-    finally:
-        os.close(fd)
-
-
-# ---------------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -229,12 +141,7 @@ def prune_states(run_dir: Path, through_step: int) -> None:
 
 def remove_incomplete(run_dir: Path) -> list[Path]:
     """Delete leftovers of interrupted state writes (``.step<k>-opt<n>.tmp-<pid>``); returns them."""
-    root = state_root(run_dir)
-    removed = []
-    for path in root.glob(".*.tmp-*") if root.is_dir() else []:
-        shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
-        removed.append(path)
-    return removed
+    return remove_stale_tmp(state_root(run_dir))
 
 
 def _sharded(accelerator) -> bool:
@@ -255,22 +162,22 @@ class StepStates:
         self.fingerprint: dict = {}
         self.rows: list[dict] = []
         self.saved: Optional[Path] = None
-        self.interrupt_requested: Optional[int] = None
-        """The deferred signal's number, once one arrived."""
-        self._previous_handlers: dict[int, Any] = {}
+        self.signals = DeferredSignals(notify=self._on_signal)
         self._log_fn: Optional[Callable] = None
 
     # -- Ctrl-C and SIGTERM -------------------------------------------------------------------------
+    @property
+    def interrupt_requested(self) -> Optional[int]:
+        """The deferred signal's number, once one arrived."""
+        return self.signals.received
+
     def __enter__(self) -> "StepStates":
-        single = self.accelerator.num_processes == 1
-        if single and threading.current_thread() is threading.main_thread():
-            for signum in DEFERRED_SIGNALS:
-                self._previous_handlers[signum] = signal.getsignal(signum)
-                signal.signal(signum, self._on_signal)
+        if self.accelerator.num_processes == 1:
+            self.signals.install()
         return self
 
     def __exit__(self, exc_type, exc, traceback) -> None:
-        self._restore_handlers()
+        self.signals.restore()
         if self.interrupt_requested and exc_type is None:  # the signal came after the step's last update
             raise TrainingInterrupted(
                 f"interrupted ({SIGNAL_NAMES[self.interrupt_requested]}) at the end of time "
@@ -279,19 +186,12 @@ class StepStates:
                 self.interrupt_requested,
             )
 
-    def _restore_handlers(self) -> None:
-        for signum, handler in self._previous_handlers.items():
-            signal.signal(signum, handler)
-        self._previous_handlers = {}
-
-    def _on_signal(self, signum, frame) -> None:
-        self.interrupt_requested = signum
+    def _on_signal(self, signum: int) -> None:
         log.warning(
             "%s: saving a resumable state at the end of this optimizer step (a second signal stops at "
             "once, losing the step's progress since the last saved state)",
             SIGNAL_NAMES[signum],
         )
-        self._restore_handlers()
 
     # -- the loop's hooks -------------------------------------------------------------------------
     def begin(self, model, optimizer, scheduler, log_fn, **fingerprint) -> tuple[Progress, Optional[Callable]]:
@@ -365,7 +265,7 @@ class StepStates:
         main = accelerator.is_main_process
         name = state_name(self.step, progress.optimizer_steps)
         final = self.root / name
-        tmp = self.root / f".{name}.tmp-{os.getpid()}"
+        tmp = tmp_path(final)
         sharded = _sharded(accelerator)
         if sharded and accelerator.num_processes > 1:  # every rank writes into the main process's tmp dir
             from accelerate.utils import broadcast_object_list
@@ -375,7 +275,7 @@ class StepStates:
             tmp = Path(shared[0])
         try:
             if main:
-                shutil.rmtree(tmp, ignore_errors=True)
+                discard(tmp)
                 tmp.mkdir(parents=True)
             if sharded:
                 accelerator.wait_for_everyone()
@@ -384,14 +284,11 @@ class StepStates:
             if main:
                 self._write(tmp, progress, model, optimizer, scheduler, sharded)
                 faults.point("train_state_write")
-                if final.exists():  # an earlier attempt reached the same point
-                    shutil.rmtree(final)
-                os.replace(tmp, final)
-                fsync_dir(self.root)
+                publish(tmp, final)  # fsynced; replaces the state of an earlier attempt that reached this point
                 self._prune_own()
         except BaseException as error:
             if main:
-                shutil.rmtree(tmp, ignore_errors=True)
+                discard(tmp)
             if isinstance(error, OSError):
                 raise OSError(
                     error.errno,
@@ -421,7 +318,6 @@ class StepStates:
         save_file(tensors, str(tmp / TENSORS_FILE))
         meta["files"] = {str(p.relative_to(tmp)): p.stat().st_size for p in sorted(tmp.rglob("*")) if p.is_file()}
         (tmp / MANIFEST).write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
-        fsync_tree(tmp)
 
     def _prune_own(self) -> None:
         mine = [(opt, path) for step, opt, path in list_states(self.run_dir) if step == self.step]
