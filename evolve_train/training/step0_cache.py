@@ -88,6 +88,13 @@ def step0_key(cfg, tokenizer, num_processes: int, step0=None, runtime: Optional[
     """The cache key of ``cfg``'s step 0; ``step0``: its :class:`TimeStep` (its corpus is hashed, so data
     changed in place under ``data.root`` is a miss); ``runtime``: device/distributed type (default: this
     process's Accelerator, :func:`accelerate_runtime`)."""
+    parts = step0_parts(cfg, tokenizer, num_processes, step0, runtime)
+    blob = json.dumps(parts, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:20]
+
+
+def step0_parts(cfg, tokenizer, num_processes: int, step0=None, runtime: Optional[dict] = None) -> dict:
+    """What :func:`step0_key` hashes (arguments as there)."""
     import accelerate
     import torch
     import transformers
@@ -111,8 +118,7 @@ def step0_key(cfg, tokenizer, num_processes: int, step0=None, runtime: Optional[
         "corpus": step0_corpus_fingerprint(step0) if step0 is not None else None,
         "versions": [evolve_train.__version__, torch.__version__, transformers.__version__, accelerate.__version__],
     }
-    blob = json.dumps(parts, sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:20]
+    return parts
 
 
 class Step0Cache:
