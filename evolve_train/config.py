@@ -59,6 +59,11 @@ class DataKind(Choice):
     dyknow = "dyknow"
 
 
+class DataOrder(Choice):
+    time = "time"
+    shuffled = "shuffled"
+
+
 class Objective(Choice):
     masked_entity = "masked_entity"
     clm = "clm"
@@ -577,12 +582,20 @@ class DataConfig:
     step's slice: never trained on, scored by the ``slices`` evaluator (P[i][j], METRICS.md §9); 0 = none."""
     heldout_seed: int = 0
     """Seed of the held-out selection (with the step index)."""
+    # --- baselines of the time order and of general data (docs/methods.md, "General data, generative replay") ---
+    order: DataOrder = DataOrder.time
+    """``time``: each step trains its own snapshot; ``shuffled``: the union of every step's training pairs and
+    documents dealt back into the same steps with the same per-step counts, in a seeded random order
+    (``order_seed``): time order removed, all else equal (``data/transforms.py``; eval sets unchanged)."""
+    order_seed: int = 0
+    """Seed of ``order=shuffled``'s deal."""
 
     def __post_init__(self):
         check_ranges("data", {"heldout_share": (self.heldout_share, (lambda v: 0.0 <= v < 1.0, "in [0, 1)"))})
         self.kind = as_choice("data.kind", DataKind, self.kind)
         self.objective = as_choice("data.objective", Objective, self.objective)
         self.default_split = as_choice("data.default_split", Split, self.default_split)
+        self.order = as_choice("data.order", DataOrder, self.order)
 
 
 @dataclass
