@@ -84,6 +84,8 @@ class Precision(Choice):
     no = "no"
     bf16 = "bf16"
     fp16 = "fp16"
+    auto = "auto"
+    """bf16 where the device computes it natively, else ``no`` (``training/distributed.py: resolve_precision``)."""
 
 
 class WeightDtype(Choice):
@@ -631,7 +633,10 @@ class TrainerConfig:
     grad_clip: float = 1.0
     """Gradient-norm clipping (0 = off)."""
     mixed_precision: Precision = Precision.no
-    """Passed to accelerate: ``no``, ``bf16`` or ``fp16``."""
+    """Passed to accelerate: ``no``, ``bf16``, ``fp16``, or ``auto``: bf16 where the device computes it natively (a
+    CUDA device with bf16; a CPU with AVX-512 BF16 or AMX under torch's AVX-512 kernels), ``no`` (fp32) elsewhere,
+    resolved when the run starts and said in its log (``training/distributed.py: resolve_precision``). An explicit
+    ``bf16`` on a CPU without native bf16 warns: torch emulates it there, many times slower than fp32."""
     num_threads: int = runtime(0)
     """torch CPU threads (0 = torch's default)."""
     log_every: int = runtime(10)

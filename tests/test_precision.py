@@ -5,6 +5,7 @@ step-0 cache, resumed, ``eval_initial``, evolve-eval), and gradient checkpointin
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
@@ -97,3 +98,143 @@ def test_model_dtype_rejects_other_values(tmp_path):
         from evolve_train.config import ModelConfig
 
         ModelConfig(dtype="int8")
+
+
+# --- trainer.mixed_precision=auto: bf16 where the device computes it natively, fp32 elsewhere ------------------
+
+
+def fake_cpu(monkeypatch, flags: set[str], capability: str = "AVX512") -> None:
+    """This process's CPU as ``/proc/cpuinfo`` flags and torch's kernel capability say."""
+    from evolve_train.training import distributed
+
+    monkeypatch.setattr(distributed, "cpu_flags", lambda: set(flags))
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
+
+
+@pytest.mark.parametrize(
+    "flags, capability, precision, reason",
+    [
+        ({"avx2", "avx512f", "avx512_bf16"}, "AVX512", "bf16", "CPU has avx512_bf16"),
+        ({"avx512f", "avx512_bf16", "amx_bf16", "amx_tile"}, "AVX512", "bf16", "CPU has amx_bf16"),
+        ({"avx2", "fma"}, "AVX2", "no", "CPU without AVX-512 BF16 or AMX, torch capability AVX2"),
+        ({"avx2", "avx512f"}, "AVX512", "no", "CPU without AVX-512 BF16 or AMX, torch capability AVX512"),
+        # the flag is there, but ATen runs its AVX2 kernels (ATEN_CPU_CAPABILITY=avx2): bf16 is emulated
+        ({"avx512f", "amx_bf16"}, "AVX2", "no", "CPU has amx_bf16 but torch's kernels run at AVX2"),
+    ],
+)
+def test_auto_resolves_on_a_cpu_by_its_bf16_flags_and_torch_capability(
+    monkeypatch, flags, capability, precision, reason
+):
+    from evolve_train.config import TrainerConfig
+    from evolve_train.training.distributed import resolve_precision
+
+    fake_cpu(monkeypatch, flags, capability)
+    assert resolve_precision(TrainerConfig(mixed_precision="auto"), torch.device("cpu")) == (precision, reason)
+    for explicit in ("no", "bf16", "fp16"):  # a set precision is what it says, whatever the machine
+        assert resolve_precision(TrainerConfig(mixed_precision=explicit), torch.device("cpu")) == (explicit, "set")
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_auto_resolves_on_cuda_by_the_device_bf16_support(monkeypatch, native):
+    from evolve_train.config import TrainerConfig
+    from evolve_train.training.distributed import resolve_precision
+
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=None: "Fake GPU")
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: native)
+    precision, reason = resolve_precision(TrainerConfig(mixed_precision="auto"), torch.device("cuda", 0))
+    assert precision == ("bf16" if native else "no")
+    assert reason == f"CUDA device Fake GPU {'has' if native else 'has no'} native bf16"
+    assert resolve_precision(TrainerConfig(mixed_precision="auto"), torch.device("mps"))[0] == "no"
+
+
+def test_a_real_cpu_resolves_and_the_flags_are_read():
+    """No fake: the detection runs on this machine (whatever it finds) and agrees with its flags."""
+    from evolve_train.config import TrainerConfig
+    from evolve_train.training.distributed import CPU_BF16_FLAGS, cpu_flags, resolve_precision
+
+    precision, reason = resolve_precision(TrainerConfig(mixed_precision="auto"), torch.device("cpu"))
+    assert precision in ("bf16", "no") and reason.startswith("CPU ")
+    if precision == "bf16":
+        assert set(CPU_BF16_FLAGS) & cpu_flags()
+
+
+@pytest.mark.parametrize(
+    "flags, expected, line",
+    [
+        ({"avx512f", "avx512_bf16"}, "bf16", "mixed precision: auto -> bf16 (CPU has avx512_bf16)"),
+        ({"avx2"}, "no", "mixed precision: auto -> no (CPU without AVX-512 BF16 or AMX, torch capability AVX512)"),
+    ],
+)
+def test_build_accelerator_resolves_auto_in_one_log_line(monkeypatch, caplog, flags, expected, line):
+    from evolve_train.config import TrainerConfig
+    from evolve_train.training.distributed import build_accelerator
+
+    fake_cpu(monkeypatch, flags)
+    monkeypatch.setenv("ACCELERATE_USE_CPU", "1")  # the CPU's resolution, also on a machine with a GPU
+    with caplog.at_level(logging.INFO, logger="evolve_train.training.distributed"):
+        accelerator = build_accelerator(TrainerConfig(mixed_precision="auto"), cpu=True)
+    assert str(accelerator.mixed_precision) == expected
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("mixed precision")]
+    assert said == [line]
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING and r.name.startswith("evolve_train")]
+
+
+@pytest.mark.parametrize("native", [False, True])
+def test_an_explicit_bf16_on_a_cpu_without_native_bf16_warns_that_it_is_emulated(monkeypatch, caplog, native):
+    from evolve_train.config import TrainerConfig
+    from evolve_train.training.distributed import build_accelerator
+
+    fake_cpu(monkeypatch, {"avx512f", "amx_bf16"} if native else {"avx2"}, "AVX512" if native else "AVX2")
+    with caplog.at_level(logging.INFO, logger="evolve_train.training.distributed"):
+        accelerator = build_accelerator(TrainerConfig(mixed_precision="bf16"), cpu=True)
+    assert str(accelerator.mixed_precision) == "bf16"  # the setting holds: a warning, not a refusal
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and "bf16" in r.getMessage()]
+    if native:
+        assert not warnings
+    else:
+        assert len(warnings) == 1 and "emulates" in warnings[0] and "slower than fp32" in warnings[0]
+        assert "torch capability AVX2" in warnings[0] and "mixed_precision=auto picks fp32" in warnings[0]
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="evolve_train.training.distributed"):
+        build_accelerator(TrainerConfig(mixed_precision="no"), cpu=True)
+    assert not [r for r in caplog.records if r.name == "evolve_train.training.distributed"]
+
+
+def test_the_step0_key_of_auto_is_the_key_of_the_precision_it_resolved_to(monkeypatch, tmp_path):
+    """A bf16 machine and an fp32 machine never share a step-0 entry under ``auto``; on each, ``auto`` shares
+    it with the runs that set the precision it resolved to (the same training)."""
+    from accelerate.state import AcceleratorState
+
+    from evolve_train.data.timeline import TimeStep
+    from evolve_train.models.build import train_tokenizer
+    from evolve_train.training.distributed import build_accelerator
+    from evolve_train.training.step0_cache import step0_key
+
+    tokenizer = train_tokenizer(["the director of Orvane was Ada Brill", "in 2019 it was Tom Vey"], 300)
+    step0 = TimeStep(0, "2018", pairs=[{"input": "Orvane is run by <mask>.", "output": "Ada Brill"}])
+    runtime = {"device": "cpu", "distributed_type": "NO"}
+
+    def cfg(precision: str) -> Config:
+        return OmegaConf.to_object(tiny_cfg(tmp_path, f"trainer.mixed_precision={precision}"))
+
+    def key(precision: str) -> str:
+        return step0_key(cfg(precision), tokenizer, 1, step0, runtime)
+
+    monkeypatch.setenv("ACCELERATE_USE_CPU", "1")
+    keys = {}
+    for machine, flags in (("bf16", {"avx512f", "avx512_bf16"}), ("fp32", {"avx2"})):
+        fake_cpu(monkeypatch, flags)
+        AcceleratorState._reset_state(reset_partial_state=True)
+        before = key("auto")  # no accelerator yet: resolved for the device this process would get
+        build_accelerator(cfg("auto").trainer, cpu=True)
+        keys[machine] = key("auto")
+        assert before == keys[machine]
+    assert keys["bf16"] == key("bf16") and keys["fp32"] == key("no") and keys["bf16"] != keys["fp32"]
+
+
+@pytest.mark.parametrize("experiment", ["pretrained", "dyknow"])
+def test_the_shipped_pretrained_recipes_choose_their_precision_by_the_machine(tmp_path, experiment):
+    from evolve_train.config import Precision
+
+    cfg = tiny_cfg(tmp_path, f"experiment={experiment}")
+    assert OmegaConf.to_object(cfg).trainer.mixed_precision is Precision.auto

@@ -185,7 +185,7 @@ def test_a_config_built_in_python_gets_the_same_checks():
     from evolve_train.config import Precision, TrainerConfig
 
     assert TrainerConfig(mixed_precision="bf16").mixed_precision is Precision.bf16
-    with pytest.raises(ConfigError, match=r"trainer\.mixed_precision must be one of no, bf16, fp16, got 'fp8'"):
+    with pytest.raises(ConfigError, match=r"trainer\.mixed_precision must be one of no, bf16, fp16, auto, got 'fp8'"):
         TrainerConfig(mixed_precision="fp8")
 
 

@@ -1,7 +1,9 @@
 """The accelerator of a run and what sharded backends need (configs/accelerate/, docs/distributed.md).
 
-* :func:`build_accelerator`: accelerate's ``Accelerator`` with the process group's timeout
-  (``trainer.dist_timeout_s``); under an FSDP2 launch on CPU (``accelerate launch --config_file
+* :func:`resolve_precision`: what ``trainer.mixed_precision=auto`` means on a device (bf16 where it computes
+  bf16 natively, ``no`` elsewhere), and why.
+* :func:`build_accelerator`: accelerate's ``Accelerator`` in the resolved precision, with the process group's
+  timeout (``trainer.dist_timeout_s``); under an FSDP2 launch on CPU (``accelerate launch --config_file
   configs/accelerate/fsdp.yaml`` with ``ACCELERATE_USE_CPU=1``), where accelerate itself falls back to DDP,
   it switches the accelerator to its own FSDP2 engine (:func:`enable_fsdp2_on_cpu`), so the GPU code path
   is what runs and is tested on CPU with gloo.
@@ -17,6 +19,7 @@ import copy
 import logging
 import os
 from datetime import timedelta
+from pathlib import Path
 
 import torch
 
@@ -30,15 +33,124 @@ def fsdp2_requested() -> bool:
     )
 
 
+CPU_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
+"""CPU flags (``/proc/cpuinfo``) of native bf16 arithmetic: AMX tiles, AVX-512 BF16 (``vdpbf16ps``)."""
+
+
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags as ``/proc/cpuinfo`` lists them (empty where there is none: not Linux)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return set()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            return set(line.partition(":")[2].split())
+    return set()
+
+
+def cpu_bf16() -> tuple[bool, str]:
+    """Whether this CPU computes bf16 natively under torch, and what shows it: a bf16 flag
+    (:data:`CPU_BF16_FLAGS`) while ATen runs its AVX-512 kernels (``torch.backends.cpu.get_cpu_capability()``;
+    ``ATEN_CPU_CAPABILITY=avx2`` lowers it, and with it every bf16 kernel to an emulation)."""
+    capability = torch.backends.cpu.get_cpu_capability()
+    found = [flag for flag in CPU_BF16_FLAGS if flag in cpu_flags()]
+    if not found:
+        return False, f"CPU without AVX-512 BF16 or AMX, torch capability {capability}"
+    if not capability.startswith("AVX512"):
+        return False, f"CPU has {found[0]} but torch's kernels run at {capability}"
+    return True, f"CPU has {found[0]}"
+
+
+def cuda_bf16(device: torch.device) -> tuple[bool, str]:
+    """Whether the CUDA (or ROCm) device computes bf16 natively (Ampere and later), and its name."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    name = torch.cuda.get_device_name(index)
+    try:  # properties only: no tensor, so no CUDA context on a device this process does not own
+        native = torch.cuda.is_bf16_supported(including_emulation=False)
+    except TypeError:  # an older torch without the argument
+        native = torch.cuda.get_device_capability(index)[0] >= 8
+    return native, f"CUDA device {name} {'has' if native else 'has no'} native bf16"
+
+
+def native_bf16(device: torch.device) -> tuple[bool, str]:
+    """Whether ``device`` computes bf16 natively, and why (one phrase for the log)."""
+    if device.type == "cuda":
+        return cuda_bf16(device)
+    if device.type == "cpu":
+        return cpu_bf16()
+    return False, f"device {device.type}: auto picks bf16 on CUDA and CPU only"
+
+
+def resolve_precision(trainer, device: torch.device) -> tuple[str, str]:
+    """``(precision, reason)``: ``trainer.mixed_precision`` as accelerate gets it on ``device``. ``auto`` is
+    ``bf16`` where the device computes bf16 natively (:func:`native_bf16`), else ``no`` (fp32); an explicit
+    value is itself (reason ``"set"``)."""
+    setting = str(trainer.mixed_precision)
+    if setting != "auto":
+        return setting, "set"
+    native, reason = native_bf16(device)
+    return ("bf16" if native else "no"), reason
+
+
+def launch_device(cpu: bool = False) -> torch.device:
+    """The device accelerate will give this process, found without creating its state (that would start the
+    process group before the run's timeout is passed): the existing state's, else CPU when asked for
+    (``cpu=True``, ``ACCELERATE_USE_CPU``), else this process's CUDA device, else CPU."""
+    from accelerate.state import PartialState
+
+    if PartialState._shared_state:
+        return PartialState().device
+    if cpu or os.environ.get("ACCELERATE_USE_CPU", "false").lower() in ("1", "true", "yes"):
+        return torch.device("cpu")
+    if torch.cuda.is_available():
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)) % torch.cuda.device_count())
+    return torch.device("cpu")
+
+
+def resolved_precision(trainer) -> str:
+    """The precision this process trains ``trainer`` in: the accelerator's, once one exists (``auto`` resolved
+    by :func:`build_accelerator`), else :func:`resolve_precision` on :func:`launch_device`."""
+    if str(trainer.mixed_precision) != "auto":
+        return str(trainer.mixed_precision)
+    from accelerate.state import AcceleratorState, is_initialized
+
+    if is_initialized():
+        return str(AcceleratorState().mixed_precision)
+    return resolve_precision(trainer, launch_device())[0]
+
+
+def announce_precision(trainer, device: torch.device, main: bool = True) -> str:
+    """Resolve ``trainer.mixed_precision`` on ``device``, say it in one log line (``auto``) or warn (``bf16``
+    on a CPU that emulates it); returns the precision."""
+    precision, reason = resolve_precision(trainer, device)
+    if not main:
+        return precision
+    if str(trainer.mixed_precision) == "auto":
+        log.info("mixed precision: auto -> %s (%s)", precision, reason)
+    elif precision == "bf16" and device.type == "cpu":
+        native, why = cpu_bf16()
+        if not native:
+            log.warning(
+                "trainer.mixed_precision=bf16 on a CPU without native bf16 (%s): torch emulates it, many times "
+                "slower than fp32; trainer.mixed_precision=auto picks fp32 (no) on this machine",
+                why,
+            )
+    return precision
+
+
 def build_accelerator(trainer, **kwargs):
-    """The run's ``Accelerator``: ``trainer.mixed_precision``, the process-group timeout
-    ``trainer.dist_timeout_s`` (``InitProcessGroupKwargs``) and FSDP2 on CPU where asked for."""
+    """The run's ``Accelerator``: ``trainer.mixed_precision`` (``auto`` resolved for this device:
+    :func:`resolve_precision`), the process-group timeout ``trainer.dist_timeout_s`` (``InitProcessGroupKwargs``)
+    and FSDP2 on CPU where asked for."""
     from accelerate import Accelerator
     from accelerate.utils import InitProcessGroupKwargs
 
     handler = InitProcessGroupKwargs(timeout=timedelta(seconds=trainer.dist_timeout_s))
-    forget_single_process_state(str(trainer.mixed_precision))
-    accelerator = Accelerator(mixed_precision=trainer.mixed_precision, kwargs_handlers=[handler], **kwargs)
+    main = int(os.environ.get("RANK", 0)) == 0
+    precision = announce_precision(trainer, launch_device(kwargs.get("cpu", False)), main)
+    forget_single_process_state(precision)
+    accelerator = Accelerator(mixed_precision=precision, kwargs_handlers=[handler], **kwargs)
     enable_fsdp2_on_cpu(accelerator)
     return accelerator
 

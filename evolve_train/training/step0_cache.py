@@ -12,6 +12,8 @@ or ``label`` in ``evolve_train/config.py``: ``data.cache_dir``, ``data.keep_hist
 :data:`TRAINER_FIELDS_NOT_IN_KEY`), the content of step 0's training corpus (when the run passes it),
 ``seed``, ``method.at_step0`` (and, were it true, the method's settings), the tokenizer, the number of
 processes, the device type and distributed type, and the package/torch/transformers/accelerate versions.
+``trainer.mixed_precision=auto`` enters it as the precision it resolved to on this machine, so an ``auto`` run
+shares step 0 with the runs that set that precision, and a bf16 machine's entry is never an fp32 machine's.
 With ``method.at_step0=true`` step 0 depends on the method, and the cache is off.
 """
 
@@ -103,6 +105,10 @@ def step0_parts(cfg, tokenizer, num_processes: int, step0=None, runtime: Optiona
 
     data = key_part(cfg.data, STEP0_LEAVES_OUT)
     trainer = key_part(cfg.trainer, STEP0_LEAVES_OUT)
+    if str(trainer.get("mixed_precision")) == "auto":  # what it trains in here (training/distributed.py)
+        from evolve_train.training.distributed import resolved_precision
+
+        trainer["mixed_precision"] = resolved_precision(cfg.trainer)
     step0_schedule = trainer.pop("step0_schedule", None)
     if step0_schedule is not None:  # step 0 runs this shape whatever trainer.schedule says (training/schedule.py)
         trainer["schedule"] = step0_schedule
