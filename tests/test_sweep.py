@@ -173,6 +173,50 @@ def run_sweep(sweep: Path, *overrides: str) -> list[Path]:
     return sorted(p.parent for p in sweep.rglob("summary.json") if ".step0_cache" not in p.parts)
 
 
+def sweep_points(*arguments: str) -> list[list[str]]:
+    """The jobs' overrides of ``python train.py -m ARGUMENTS``, as Hydra's basic sweeper splits them."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = OverridesParser.create().parse_overrides(list(arguments))
+    return BasicSweeper.split_arguments(parsed, max_batch_size=None)[0]
+
+
+def sweep_subdirs(*arguments: str) -> list[str]:
+    """``hydra.sweep.subdir`` of every job of the sweep ``python train.py -m ARGUMENTS``."""
+    return [str(compose_cfg(*point, hydra=True).hydra.sweep.subdir) for point in sweep_points(*arguments)]
+
+
+def test_sweep_dirs_over_a_list_valued_key_have_no_commas_brackets_or_quotes():
+    """A run dir is passed where commas separate arguments (lm-eval's ``--model_args pretrained=DIR,dtype=...``)
+    and to shells: its name has no ``,[]'"`` or space, stays readable and is still one dir per configuration."""
+    subdirs = sweep_subdirs(
+        "method=full,lora",
+        "eval.evaluators=[splits,matrix,heldout],[splits]",
+        "data.root='my data/v1'",
+        "trainer.lr=1e-3",
+    )
+    assert len(subdirs) == len(set(subdirs)) == 4
+    for subdir in subdirs:
+        assert not set(subdir) & set(",[]'\" {}"), subdir
+        assert subdir.split("/")[0] in ("full", "lora") and subdir.endswith("/seed0")
+    tags = {subdir.split("/")[1] for subdir in subdirs}
+    assert any(tag.startswith("data.root=my_data_v1_eval.evaluators=splits+matrix+heldout_") for tag in tags), tags
+    assert any("eval.evaluators=splits_trainer.lr=0.001_" in tag for tag in tags), tags
+    model_args = f"pretrained=runs/x/multirun/{subdirs[0]},dtype=float32"
+    assert [arg.split("=", 1)[0] for arg in model_args.split(",")] == ["pretrained", "dtype"]
+
+
+def test_list_values_that_read_alike_still_get_their_own_dirs():
+    """``[a,b]`` and ``a+b`` or ``[a],[b]`` read the same once sanitised; the hash keeps them apart."""
+    tags = [
+        identity.run_tag(["eval.evaluators=[splits,matrix]"]),
+        identity.run_tag(["eval.evaluators=splits+matrix"]),
+        identity.run_tag(["eval.evaluators=[matrix,splits]"]),
+    ]
+    assert tags[0].startswith("eval.evaluators=splits+matrix_") and len(set(tags)) == 3
+
+
 @pytest.mark.slow
 def test_multirun_sweep_runs_both_methods_in_deterministic_dirs(tmp_path):
     sweep = tmp_path / "sweep"
