@@ -9,15 +9,25 @@
   ``data.dyknow.dates=prefix``), so they are not transformed again here (``SELF_DATED``).
 * ``data.heldout_share``: each step's held-out slice, never trained on (``data/slices.py``; taken before the
   history is joined, so a slice holds its own step's examples).
+* ``data.order=shuffled`` (the ordered-vs-shuffled baseline, as in Kairos): the union of every step's training
+  pairs and documents dealt back into the same number of steps with the same per-step sizes, in a seeded
+  random order (``data.order_seed``), so time order is the one thing removed (:func:`with_shuffled_order`).
+  Applied after the held-out slices are taken (each slice still holds its own step's examples) and before
+  the history is joined; the eval sets are unchanged.
 * ``data.keep_history``: step k's corpus is every step's corpus up to k (each dated snapshot so far, not
   only the diff) — the positive control of ``experiment=time_aware``.
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import replace
+from typing import Sequence
+
+import numpy as np
 
 from evolve_train.config import DataConfig
+from evolve_train.data.corpus import ArrowRecords
 from evolve_train.data.dates import check_prefix_format, dated, dated_template
 from evolve_train.data.schema import TimeStep, Timeline
 from evolve_train.data.slices import with_heldout
@@ -68,6 +78,59 @@ def with_history(timeline: Timeline) -> Timeline:
     return replace(timeline, steps=steps)
 
 
+SHUFFLED_FIELDS = ("pairs", "texts")
+"""The corpora ``data.order=shuffled`` deals, each on its own (a step keeps its count of each)."""
+
+
+def dealt_indices(sizes: Sequence[int], seed: int, field: str) -> list[np.ndarray]:
+    """Indices into the union of ``sizes`` records (the steps' records concatenated, oldest first), dealt into
+    pieces of ``sizes``: one permutation of ``range(sum(sizes))`` drawn by ``numpy.random.default_rng([seed,
+    k])`` (k: the field's index in :data:`SHUFFLED_FIELDS`), cut at the cumulative sizes."""
+    order = np.random.default_rng([seed, SHUFFLED_FIELDS.index(field)]).permutation(int(sum(sizes)))
+    bounds = np.cumsum([0, *sizes])
+    return [order[bounds[k] : bounds[k + 1]] for k in range(len(sizes))]
+
+
+def _union(parts: list[Sequence[dict]]):
+    """``(records, fingerprint)`` of every step's records, oldest first: one Arrow dataset (and the parts'
+    fingerprints) when every non-empty part is Arrow, else a list (and ``None``)."""
+    filled = [part for part in parts if len(part)]
+    if all(isinstance(part, ArrowRecords) for part in filled):
+        from datasets import concatenate_datasets
+
+        return concatenate_datasets([p.dataset for p in filled]), ":".join(p.fingerprint for p in filled)
+    return [record for part in filled for record in part], None
+
+
+def deal_records(parts: list[Sequence[dict]], seed: int, field: str) -> list[Sequence[dict]]:
+    """``parts`` (one step's records each) shuffled across the steps: piece k has ``len(parts[k])`` records,
+    drawn without replacement from the union (:func:`dealt_indices`). An Arrow corpus stays Arrow (a ``select``
+    with its own fingerprint, so the tokenized cache never confuses a dealt step with the original)."""
+    sizes = [len(part) for part in parts]
+    if sum(sizes) == 0:
+        return list(parts)
+    union, fingerprint = _union(parts)
+    pieces = []
+    for k, indices in enumerate(dealt_indices(sizes, seed, field)):
+        if fingerprint is None:
+            pieces.append([union[int(i)] for i in indices])
+            continue
+        tag = hashlib.sha256(f"{fingerprint}:shuffled:{field}:{seed}:{k}".encode()).hexdigest()
+        pieces.append(ArrowRecords(union.select(indices.tolist()), tag))
+    return pieces
+
+
+def with_shuffled_order(timeline: Timeline, seed: int) -> Timeline:
+    """``data.order=shuffled``: every step's pairs and documents dealt at random into the same steps with the
+    same per-step counts (:func:`deal_records`); held-out slices and eval sets unchanged. A record keeps what it
+    holds (a date prefix written before, ``data.time_prefix``, stays its own step's date)."""
+    dealt = {name: deal_records([getattr(s, name) for s in timeline.steps], seed, name) for name in SHUFFLED_FIELDS}
+    steps = [
+        replace(step, **{name: dealt[name][k] for name in SHUFFLED_FIELDS}) for k, step in enumerate(timeline.steps)
+    ]
+    return replace(timeline, steps=steps)
+
+
 def apply_transforms(timeline: Timeline, cfg: DataConfig) -> Timeline:
     """The transforms ``cfg`` asks for (the world and DyKnow date their own corpora: see the module docstring)."""
     if cfg.time_prefix:
@@ -75,6 +138,8 @@ def apply_transforms(timeline: Timeline, cfg: DataConfig) -> Timeline:
         if cfg.kind not in SELF_DATED:
             timeline = with_time_prefix(timeline, cfg.time_prefix_format)
     timeline = with_heldout(timeline, cfg.objective, cfg.heldout_share, cfg.heldout_seed)  # before the history
+    if cfg.order == "shuffled":  # after the slices, before the history
+        timeline = with_shuffled_order(timeline, cfg.order_seed)
     if cfg.keep_history:
         timeline = with_history(timeline)
     return timeline
