@@ -2,6 +2,7 @@
 
     evolve-eval RUN_DIR [--steps 0,2] [--name NAME | --out DIR | --replace] [OVERRIDE ...]
     evolve-eval model.name_or_path=MODEL_DIR --out DIR [--steps K] [OVERRIDE ...]
+    evolve-eval --series M0 M1 ... | --series-file FILE --out DIR [OVERRIDE ...]
 
 RUN_DIR's config is composed again from its ``.hydra/overrides.yaml``, then the overrides given here
 (e.g. ``eval=full``, ``eval.max_items_per_set=100``) are applied; a group chosen anew (``eval=full``) drops
@@ -9,7 +10,10 @@ the run's own settings inside that group. Rows go to ``RUN_DIR/evaluations/NAME/
 (NAME defaults to the ``eval=`` option given, else ``eval``), readable by evolve-report and evolve-gate;
 ``--replace`` replaces the run's own rows of those checkpoints instead. Without a run dir, the model in
 ``model.name_or_path`` is scored as checkpoint K (default: the last step) of the timeline given by the
-``data=...`` overrides. ``python evaluate.py`` is the same command.
+``data=...`` overrides. With ``--series``, entry i (a local model dir, a hub id, or ``id@revision``) is
+scored as checkpoint i of the run dir ``--out`` (one entry per time step, or the first steps' only);
+``--series-file`` reads the entries from a YAML/JSON list (each an entry's text or
+``{model:, revision:, name:, date:}``). ``python evaluate.py`` is the same command.
 """
 
 from __future__ import annotations
@@ -32,7 +36,39 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--name", help="evaluation name: rows go to RUN_DIR/evaluations/NAME/")
     parser.add_argument("--out", metavar="DIR", help="write the rows here instead")
     parser.add_argument("--replace", action="store_true", help="replace the run's own rows of these checkpoints")
+    parser.add_argument(
+        "--series",
+        nargs="+",
+        metavar="MODEL",
+        help="checkpoints of one series, in time order: local dirs, hub ids or id@revision (needs --out)",
+    )
+    parser.add_argument("--series-file", metavar="FILE", help="the series' entries as a YAML/JSON list")
     return parser
+
+
+def is_override(arg: str) -> bool:
+    """A Hydra override (``key=value``), not a model dir or hub id (which never holds ``=``)."""
+    return "=" in arg and not Path(arg).exists()
+
+
+def series_entries(args, parser: argparse.ArgumentParser) -> Optional[list]:
+    """The entries of ``--series`` / ``--series-file`` (``None``: neither given); a usage error (exit 2) for
+    options a series does not take."""
+    if args.series is None and args.series_file is None:
+        return None
+    from evolve_train.saved_eval import parse_entry, read_series_file
+
+    clash = [
+        name for name, value in (("--steps", args.steps), ("--name", args.name), ("--replace", args.replace)) if value
+    ]
+    if args.series is not None and args.series_file is not None:
+        parser.error("give --series or --series-file, not both")
+    if clash:
+        parser.error(f"--series takes no {', '.join(clash)} (the entries are the checkpoints)")
+    if args.series_file is not None:
+        return read_series_file(args.series_file)
+    models = [a for a in args.series if not is_override(a)]
+    return [parse_entry(text, where=f"--series entry {i}") for i, text in enumerate(models)]
 
 
 def parse_steps(text: Optional[str]) -> Optional[list[int]]:
@@ -82,9 +118,11 @@ def default_name(overrides: list[str]) -> str:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_intermixed_args(argv)
+    parser = build_parser()
+    args = parser.parse_intermixed_args(argv)
     positional = [a for a in args.args if "=" not in a]
     overrides = [a for a in args.args if "=" in a]
+    overrides += [a for a in args.series or [] if is_override(a)]  # overrides after the entries
     if len(positional) > 1:
         print(f"evolve-eval: error: one run dir at most, got {positional}", file=sys.stderr)
         return 2
@@ -93,6 +131,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     run_dir = Path(positional[0]) if positional else None
     with exit_on_user_error():
+        entries = series_entries(args, parser)
+        if entries is not None:
+            if run_dir is not None:
+                parser.error(f"--series takes no run dir (got {run_dir})")
+            from evolve_train.saved_eval import evaluate_series
+
+            evaluate_series(compose_config(None, overrides), entries=entries, out=args.out, argv=argv)
+            return 0
         if run_dir is not None and any(override_key(o) == "model.name_or_path" for o in overrides):
             # a run's checkpoints are its steps/<k>; its own model.name_or_path (a pretrained run's base model)
             # is part of its config and stays

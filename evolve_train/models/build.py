@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Optional
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -51,8 +51,11 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int, arch: str = "gpt2") -
     )
 
 
-def load_tokenizer(name_or_path: str, cfg: ModelConfig) -> PreTrainedTokenizerFast:
-    tokenizer = AutoTokenizer.from_pretrained(name_or_path, trust_remote_code=cfg.trust_remote_code)
+def load_tokenizer(name_or_path: str, cfg: ModelConfig, *, revision: Optional[str] = None) -> PreTrainedTokenizerFast:
+    """The tokenizer of a local dir or hub name (``revision``: a hub branch, tag or commit)."""
+    tokenizer = AutoTokenizer.from_pretrained(
+        name_or_path, trust_remote_code=cfg.trust_remote_code, **_revision(revision)
+    )
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
@@ -85,18 +88,24 @@ def build_text_format(cfg: ModelConfig, tokenizer: PreTrainedTokenizerFast) -> T
     return make_text_format(tokenizer, is_seq2seq(cfg))
 
 
-def load_model(path: str, cfg: ModelConfig) -> PreTrainedModel:
+def load_model(path: str, cfg: ModelConfig, *, revision: Optional[str] = None) -> PreTrainedModel:
     """Load a pretrained model or a saved checkpoint (safetensors only unless allowed) in ``model.dtype``,
     with the run's model settings (:func:`apply_model_settings`). A LoRA checkpoint saved without merged
-    weights (``method.lora.save_merged=false``) is rebuilt from its chain (``models/lora_checkpoint.py``)."""
+    weights (``method.lora.save_merged=false``) is rebuilt from its chain (``models/lora_checkpoint.py``).
+    ``revision``: a hub branch, tag or commit of ``path`` (Pythia's ``step143000``)."""
     from evolve_train.models.lora_checkpoint import is_adapter_only, load_adapter_only
 
-    if is_adapter_only(path):
+    if revision is None and is_adapter_only(path):
         return apply_model_settings(load_adapter_only(path, cfg, _from_pretrained), cfg)
-    return apply_model_settings(_from_pretrained(path, cfg), cfg)
+    return apply_model_settings(_from_pretrained(path, cfg, revision=revision), cfg)
 
 
-def _from_pretrained(path: str, cfg: ModelConfig) -> PreTrainedModel:
+def _revision(revision: Optional[str]) -> dict:
+    """``from_pretrained``'s ``revision`` argument, only when one is given."""
+    return {"revision": revision} if revision else {}
+
+
+def _from_pretrained(path: str, cfg: ModelConfig, *, revision: Optional[str] = None) -> PreTrainedModel:
     check_safe_weights(path, cfg.allow_pickle)
     auto = AutoModelForSeq2SeqLM if is_seq2seq(cfg) else AutoModelForCausalLM
     return auto.from_pretrained(
@@ -105,6 +114,7 @@ def _from_pretrained(path: str, cfg: ModelConfig) -> PreTrainedModel:
         trust_remote_code=cfg.trust_remote_code,
         use_safetensors=None if cfg.allow_pickle else True,
         dtype=weight_dtype(cfg),
+        **_revision(revision),
     )
 
 
