@@ -490,8 +490,8 @@ class WorldConfig:
 
 
 DYKNOW_CUTS = ["2010", "2014", "2018", "2022"]
-"""Default cut dates of ``data=dyknow`` (docs/data.md, "DyKnow": the counts per step on the copy in
-``../shared/data/dyknow``)."""
+"""Default cut dates of ``data=dyknow`` (docs/data.md, "DyKnow": the counts per step of the fetched release,
+``evolve-data fetch-data dyknow``)."""
 
 
 @dataclass
@@ -974,7 +974,7 @@ class EvalConfig:
     """Release-gate thresholds (METRICS.md §8 defaults), read by ``evolve-gate`` (docs/hygiene.md)."""
     retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
     """``retrieval``: the open-book evaluator over the snapshots seen so far (METRICS.md §10)."""
-    # --- pretrained models (issue 25) ---
+    # --- pretrained models ---
     few_shot: int = 0
     """Solved dev items (``split: dev``, drawn once, seeded) shown before every prompt, for question-style
     sets (``data/few_shot.py``); a private item is never a demonstration (0 = zero-shot)."""

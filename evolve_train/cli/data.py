@@ -38,6 +38,7 @@ from typing import Callable, Iterator, Optional, Sequence
 from evolve_train.data.masking import MASKS, capitalized_spans, masked_pairs
 from evolve_train.data.qa_items import _jsonl_records
 from evolve_train.errors import DataError, EvolveTrainError
+from evolve_train.utils.io import atomic_file
 
 EXIT_BAD_INPUT = 2
 REFRESH_HOOK: Optional[Callable[[argparse.Namespace], int]] = None
@@ -64,14 +65,10 @@ def _documents(path: Path) -> Iterator[tuple[int, str, str]]:
 
 @contextlib.contextmanager
 def _replacing(out: Path):
-    """Write to ``<out>.tmp`` and move it onto ``out`` only when the block succeeds (no partial output)."""
-    tmp = out.with_name(out.name + ".tmp")
-    try:
-        with open(tmp, "w", encoding="utf-8", newline="") as handle:
-            yield handle
-        tmp.replace(out)
-    finally:
-        tmp.unlink(missing_ok=True)
+    """Write ``out`` through the one atomic writer (``utils/io.py``): it replaces ``out`` only when the block
+    succeeds (no partial output)."""
+    with atomic_file(out) as tmp, open(tmp, "w", encoding="utf-8", newline="") as handle:
+        yield handle
 
 
 def _digest(text: str) -> bytes:

@@ -28,6 +28,7 @@ from typing import Iterable, Mapping
 from evolve_train.data.answers import exact_match
 from evolve_train.data.qa_items import QAItem, _jsonl_records
 from evolve_train.errors import DataError
+from evolve_train.utils.io import atomic_write_text
 
 RULE = (
     "dropped: items every reference answers right (exact match against the gold file's answers) in each "
@@ -123,9 +124,7 @@ def refresh_private_set(gold: Path, references: list[Path], attempts: int, out: 
         loaded.append(contents)
     dropped = saturated_ids(golds, loaded)
     kept = [record for item_id, record in records if item_id not in dropped]
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in kept), encoding="utf-8")
-    tmp.replace(out)
+    atomic_write_text(out, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in kept))
     now = time.gmtime()
     note = {
         "date": time.strftime("%Y-%m-%d", now),

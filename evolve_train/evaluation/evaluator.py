@@ -30,7 +30,7 @@ def check_eval_config(cfg: EvalConfig) -> None:
     time slices, before any training; ConfigError names the key."""
     from evolve_train.data.timestamps import parse_timestamp
 
-    check_evaluators(evaluator_names(cfg))
+    check_evaluators(list(cfg.evaluators))
     for name, bounds in cfg.time_slices.items():
         if len(bounds) != 2:
             raise ConfigError(f"eval.time_slices.{name}: expected [start, end] (null = unbounded), got {list(bounds)}")
@@ -42,19 +42,11 @@ def check_eval_config(cfg: EvalConfig) -> None:
                     raise ConfigError(f"eval.time_slices.{name}: {err}") from None
 
 
-def evaluator_names(cfg: EvalConfig) -> list[str]:
-    """``eval.evaluators``, plus ``grad_norms`` when ``eval.grad_norms`` is set."""
-    names = list(cfg.evaluators)
-    if cfg.grad_norms and "grad_norms" not in names:
-        names.append("grad_norms")
-    return names
-
-
 def evaluate_checkpoint(ctx: EvalContext) -> list[dict]:
     """Run the evaluators in order; the rows, then one ``timing`` row (seconds per evaluator: generation
     shared with an earlier evaluator is counted there; with several processes also ``prompts_per_process``,
     the prompts and options each process answered or scored)."""
-    names = evaluator_names(ctx.cfg)
+    names = list(ctx.cfg.evaluators)
     check_evaluators(names)
     seconds = {}
     for name in names:

@@ -30,6 +30,7 @@ from typing import Callable, Optional
 
 from evolve_train.data.loaders.dyknow_facts import FACTS_FILE, PASSAGES_FILE, QA_FILE
 from evolve_train.errors import DataError
+from evolve_train.utils.io import discard, publish, tmp_path
 
 REPOSITORY = "sislab-unitn/DyKnow"
 COMMIT = "1182dd89b981d32b41eecc473c9ebebc75366e69"
@@ -210,8 +211,8 @@ def fetch(
     directory. A directory fetched before is replaced only when this fetch succeeds."""
     target = default_root(cache_dir)
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.parent / f".{target.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
+    tmp = tmp_path(target)
+    discard(tmp)
     tmp.mkdir()
     record: dict = {"repository": REPOSITORY, "commit": COMMIT, "license": "MIT", "files": {}}
     try:
@@ -241,13 +242,9 @@ def fetch(
             say(f"dyknow: {spec.name}: {how} (sha256 checked)")
             record["files"][spec.name] = {"from": origin, "sha256": sha256_of(out), "matches": how}
         (tmp / SOURCE_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-        old = target.parent / f".{target.name}.old-{os.getpid()}"
-        if target.exists():
-            os.rename(target, old)
-        os.rename(tmp, target)
-        shutil.rmtree(old, ignore_errors=True)
+        publish(tmp, target)  # the one atomic writer (utils/io.py): fsync, replace what was there
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        discard(tmp)
     say(f"dyknow: {len(record['files'])} files -> {target} (data=dyknow reads them there)")
     return target
 
