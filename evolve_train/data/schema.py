@@ -25,6 +25,8 @@ class TimeStep:
     heldout: list[dict] = field(default_factory=list)
     """The step's held-out slice (``data.heldout_share``, data/slices.py): examples of the training objective's
     corpus (pairs for ``masked_entity``, documents for ``clm``) taken out of ``pairs``/``texts``, never trained on."""
+    files: list[str] = field(default_factory=list)
+    """The training files the step's corpus was read from (for messages; empty for generated corpora)."""
 
 
 @dataclass

@@ -1,9 +1,10 @@
 """Held-out time slices (METRICS.md §9): a fixed, seeded share of each step's training corpus, never trained on.
 
 :func:`with_heldout` moves ``data.heldout_share`` of each step's training examples — the masked-entity pairs
-(``data.objective=masked_entity``) or the documents (``clm``) — from ``TimeStep.pairs`` / ``texts`` into
-``TimeStep.heldout``, before ``data.keep_history`` joins the corpora (so the slice of step j holds step j's
-examples only, and no step trains on any slice). The selection is ``round(share · n)`` distinct indices (at
+(``data.objective=masked_entity``) or the documents (``clm``; under ``auto`` the step's own objective,
+``data/objective.py``) — from ``TimeStep.pairs`` / ``texts`` into ``TimeStep.heldout``, before
+``data.keep_history`` joins the corpora (so the slice of step j holds step j's examples only, and no step
+trains on any slice). The selection is ``round(share · n)`` distinct indices (at
 least one, at most n − 1, when the step has two or more examples and the share is positive) drawn by
 ``numpy.random.default_rng([heldout_seed, step index])``: the same data and settings always hold out the
 same examples. An Arrow corpus (``data/corpus.py``) stays Arrow: a ``select`` of its rows, with its own
@@ -21,6 +22,7 @@ from typing import Sequence
 import numpy as np
 
 from evolve_train.data.corpus import ArrowRecords
+from evolve_train.data.objective import corpus_objective
 from evolve_train.data.schema import TimeStep, Timeline
 
 
@@ -51,8 +53,12 @@ def split_records(records: Sequence[dict], share: float, seed: int, step: int) -
 
 
 def heldout_step(step: TimeStep, objective: str, share: float, seed: int) -> TimeStep:
-    """The step with its slice taken out of the objective's corpus (pairs, or documents for ``clm``)."""
-    field = "texts" if objective == "clm" else "pairs"
+    """The step with its slice taken out of the objective's corpus (pairs, or documents for ``clm``; under
+    ``auto`` the step's own objective, ``data/objective.py``, and no slice where it has none)."""
+    resolved = corpus_objective(objective, step)
+    if resolved is None:
+        return step
+    field = "texts" if resolved == "clm" else "pairs"
     kept, held = split_records(getattr(step, field), share, seed, step.index)
     return replace(step, **{field: kept}, heldout=held)
 

@@ -13,6 +13,7 @@ from evolve_train.config import DataConfig
 from evolve_train.data.loaders.dyknow import dyknow_timeline
 from evolve_train.data.loaders.evolvingqa import evolvingqa_timeline
 from evolve_train.data.loaders.temporal_qa import temporal_qa_timeline
+from evolve_train.data.objective import OBJECTIVES
 from evolve_train.data.schema import SET_KINDS, EvalSet, TimeStep, Timeline
 from evolve_train.data.transforms import apply_transforms
 from evolve_train.data.world_timeline import world_timeline
@@ -43,8 +44,8 @@ def check_prompts(timeline: Timeline) -> None:
 
 def build_timeline(cfg: DataConfig) -> Timeline:
     """Build (and validate) the timeline named by ``data.kind``, with the transforms of ``data``."""
-    if cfg.objective not in ("masked_entity", "clm"):
-        raise ConfigError(f"data.objective: unknown objective '{cfg.objective}' (known: masked_entity, clm)")
+    if cfg.objective not in OBJECTIVES:
+        raise ConfigError(f"data.objective: unknown objective '{cfg.objective}' (known: {', '.join(OBJECTIVES)})")
     try:
         loader = LOADERS[cfg.kind]
     except KeyError:

@@ -29,6 +29,7 @@ from datasets import Dataset
 
 from evolve_train.data import cache
 from evolve_train.data.corpus import step_fingerprint, write_int_rows
+from evolve_train.data.objective import step_objective
 from evolve_train.training.step0_cache import tokenizer_fingerprint
 
 log = logging.getLogger(__name__)
@@ -124,6 +125,9 @@ def _save(batches, tmp: Path, step, settings: dict) -> None:
 
 def step_tokenizer(cfg, text_format, accelerator=None):
     """``time step -> its tokenized training rows`` for a run config: from the tokenized cache under
-    ``data.cache_dir`` (built on first use), in ``data.objective`` at ``trainer.seq_len``."""
+    ``data.cache_dir`` (built on first use), in the step's objective (``data.objective``, ``auto`` resolved per
+    step by ``data/objective.py: step_objective``, which refuses a step with nothing to train) at
+    ``trainer.seq_len``. The key holds the resolved objective: ``auto`` and the objective it resolves to share
+    entries."""
     tokens = TokenCache(cache.resolve_cache_dir(cfg.data.cache_dir), text_format, accelerator)
-    return lambda step: tokens.examples(step, cfg.data.objective, cfg.trainer.seq_len)
+    return lambda step: tokens.examples(step, step_objective(cfg.data.objective, step), cfg.trainer.seq_len)

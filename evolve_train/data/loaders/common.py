@@ -8,6 +8,8 @@ training run and in QA adaptation: one :class:`DataError` naming the file, the l
 from __future__ import annotations
 
 import csv
+import itertools
+import logging
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Optional, Sequence
 
@@ -22,6 +24,8 @@ from evolve_train.data.qa_items import (
 )
 from evolve_train.data.masking import MASK_TOKENS
 from evolve_train.errors import DataError
+
+log = logging.getLogger(__name__)
 
 """Mask tokens a masked-entity ``input`` may contain (the same list as ``models/text_format.py``)."""
 
@@ -106,16 +110,57 @@ def _text_cell(record: Mapping[str, Any], name: str, path: Path, number: int) ->
     return value
 
 
-def read_training_file(path: Path, cache_dir: Optional[Path] = None) -> tuple[Sequence[dict], Sequence[dict]]:
+TRAINING_SUFFIXES = (".txt", ".jsonl", ".csv")
+"""The training files a folder or a glob of ``data.train_files`` contributes (``loaders/temporal_qa.py``)."""
+TXT_DOCUMENTS = ("file", "paragraph")
+"""How a ``.txt`` file becomes documents (``data.txt_documents``)."""
+
+
+def read_training_file(
+    path: Path, cache_dir: Optional[Path] = None, txt_documents: str = "file", doc_id: Optional[str] = None
+) -> tuple[Sequence[dict], Sequence[dict]]:
     """(pairs, texts) of one training file: masked-entity pairs (``input`` with a mask token, ``output``)
-    from CSV or JSONL, or plain-text documents (JSONL/CSV with ``text``, optional ``doc_id``); the other one
-    is empty. Streamed: validated line by line into Arrow (``data/corpus.py``), never a list of the file,
-    memory-mapped from ``cache_dir`` (``<cache_dir>/corpora/``) when given."""
+    from CSV or JSONL, or plain-text documents (JSONL/CSV with ``text``, optional ``doc_id``; or a ``.txt``
+    file, see :func:`txt_documents`); the other one is empty. Streamed: validated line by line into Arrow
+    (``data/corpus.py``), never a list of the file, memory-mapped from ``cache_dir`` (``<cache_dir>/corpora/``)
+    when given. ``doc_id``: a ``.txt`` file's document name (default: the file name without ``.txt``)."""
     path = require_file(Path(path), "training file")
+    if path.suffix.lower() == ".txt":
+        mode, name = str(txt_documents), doc_id or path.stem
+        if mode not in TXT_DOCUMENTS:
+            raise DataError(f"data.txt_documents must be one of {', '.join(TXT_DOCUMENTS)}, got {mode!r}")
+        texts = records_of_file(
+            path, "texts", lambda: txt_documents_of(path, mode, name), cache_dir, variant=f"txt:{mode}:{name}"
+        )
+        if not len(texts):
+            log.warning("%s: no text (only blank lines); the file adds no document", path)
+        return [], texts
     first_keys = _first_keys(path)
     if "text" in first_keys and "input" not in first_keys:
         return [], records_of_file(path, "texts", lambda: _documents(path), cache_dir)
     return records_of_file(path, "pairs", lambda: _pairs(path), cache_dir), []
+
+
+def txt_documents_of(path: Path, mode: str = "file", name: Optional[str] = None) -> Iterator[dict]:
+    """The documents of a plain-text (UTF-8) file: ``file`` — the whole file, one document ``{text, doc_id:
+    name}``; ``paragraph`` — each block of lines between blank lines, ``{text, doc_id: name#k}`` (k from 1).
+    Texts are stripped of surrounding whitespace; a file or block of blank lines gives none."""
+    name = name or path.stem
+    if mode == "file":
+        text = "".join(line for _, line in _decoded_lines(path)).strip()
+        if text:
+            yield {"text": text, "doc_id": name}
+        return
+    block: list[str] = []
+    count = 0
+    for _, line in itertools.chain(_decoded_lines(path), [(0, "")]):
+        if line.strip():
+            block.append(line)
+            continue
+        if block:
+            count += 1
+            yield {"text": "".join(block).strip(), "doc_id": f"{name}#{count}"}
+            block = []
 
 
 def _documents(path: Path) -> Iterator[dict]:

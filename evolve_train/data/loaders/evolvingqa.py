@@ -197,7 +197,7 @@ def evolvingqa_timeline(cfg: DataConfig) -> Timeline:
     steps = []
     for name, path in files.items():
         pairs, texts = read_training_file(path, cache_dir)
-        steps.append(TimeStep(index=index_of[name], name=name, pairs=pairs, texts=texts))
+        steps.append(TimeStep(index=index_of[name], name=name, pairs=pairs, texts=texts, files=[str(path)]))
     sets = [
         EvalSet(
             "unchanged",

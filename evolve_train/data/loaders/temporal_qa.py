@@ -1,9 +1,13 @@
 """Generic timestamped QA (``data=temporal_qa``): QA item files plus training files per step.
 
-* ``data.train_files``: ``{step name: [files]}`` — masked-entity pairs (CSV/JSONL ``input``, ``output``) or
-  text documents (JSONL ``text``). Step order: ``data.steps``, else the names sorted as timestamps (so
-  they must all parse: ``2019``, ``2019-05``, ``2019-05-03``, ``May 3, 2019``). When every name is a
-  timestamp, the order must follow time.
+* ``data.train_files``: ``{step name: [entries]}``, each entry a file, a folder (its ``.txt``/``.jsonl``/``.csv``
+  files, sorted, not recursive) or a glob (``**`` recurses), relative to ``data.root``
+  (:func:`expand_entry`) — masked-entity pairs (CSV/JSONL ``input``, ``output``) or text documents (JSONL/CSV
+  ``text``; a ``.txt`` file is one document, or one per blank-line-separated block with
+  ``data.txt_documents=paragraph``). A step whose files hold no record is a DataError. The objective of each
+  step follows its data under ``data.objective=auto`` (``data/objective.py``). Step order: ``data.steps``, else
+  the names sorted as timestamps (so they must all parse: ``2019``, ``2019-05``, ``2019-05-03``,
+  ``May 3, 2019``). When every name is a timestamp, the order must follow time.
   Without ``data.train_files`` the timeline is for evaluation only (``evolve-eval`` of a model on QA files):
   its steps are ``data.steps`` (else one step, ``eval``) with empty corpora, and training refuses it.
 * ``data.eval_files``: QA items (JSONL/CSV, the contract of ``data/qa_items.py``, read through
@@ -22,6 +26,7 @@ and golds, also form ``paired_<k>`` sets (k = the newer item's step) for the pai
 
 from __future__ import annotations
 
+import glob
 import logging
 from datetime import date
 from pathlib import Path
@@ -30,7 +35,13 @@ from typing import Optional
 from evolve_train.config import DataConfig
 from evolve_train.data.cache import resolve_cache_dir
 from evolve_train.data.corpus import concat_records
-from evolve_train.data.loaders.common import effective_fields, read_training_file, require_file, resolve_path
+from evolve_train.data.loaders.common import (
+    TRAINING_SUFFIXES,
+    effective_fields,
+    read_training_file,
+    require_file,
+    resolve_path,
+)
 from evolve_train.data.loaders.evolvebench import looks_like_events, read_events
 from evolve_train.data.pairs import resolve_pairs
 from evolve_train.data.qa_items import QAItem, _jsonl_records, iter_numbered_qa_items
@@ -81,6 +92,68 @@ def step_order(cfg: DataConfig) -> list[str]:
                     field="data.steps",
                 )
     return order
+
+
+def _supported(path: Path) -> bool:
+    return path.is_file() and path.suffix.lower() in TRAINING_SUFFIXES and not path.name.startswith(".")
+
+
+def _glob_base(pattern: Path) -> Path:
+    """The folder a glob's matches are named relative to: its leading parts without a wildcard."""
+    parts = []
+    for part in pattern.parts:
+        if glob.has_magic(part):
+            break
+        parts.append(part)
+    return Path(*parts) if parts else Path(".")
+
+
+def expand_entry(entry: str, root: Optional[str], step: str) -> list[tuple[Path, str]]:
+    """``(file, document name)`` of one ``data.train_files`` entry of step ``step``, in order: a file as it is;
+    a folder: its supported files (``.txt``, ``.jsonl``, ``.csv``; not hidden), sorted by name, not recursive;
+    a glob (``*``, ``?``, ``[...]``; ``**`` recurses): the supported files it matches, sorted. The document name
+    of a ``.txt`` file is its path relative to the folder (or the glob's fixed part), without ``.txt``. A
+    folder or glob without a match is a DataError naming the step and the entry."""
+    path = resolve_path(entry, root)
+    key = f"data.train_files.{step}"
+    kinds = ", ".join(TRAINING_SUFFIXES)
+    if path.is_dir():
+        files = sorted((p for p in path.iterdir() if _supported(p)), key=lambda p: p.name)
+        if not files:
+            raise DataError(
+                f"step {step}: folder '{entry}' holds no training file ({kinds}; not recursive: use a "
+                f"'{Path(entry) / '**' / '*.txt'}' glob for subfolders)",
+                file=str(path),
+                field=key,
+            )
+        return [(file, file.stem) for file in files]
+    if path.exists() or not glob.has_magic(str(entry)):
+        if not path.exists():
+            raise DataError(f"missing file: training file of step {step} not found", file=str(path), field=key)
+        return [(path, path.stem)]
+    matches = sorted(Path(match) for match in glob.glob(str(path), recursive=True))
+    files = [match for match in matches if _supported(match)]
+    if not files:
+        found = f"; it matches {len(matches)} other paths" if matches else ""
+        raise DataError(f"step {step}: '{entry}' matches no training file ({kinds}){found}", file=str(path), field=key)
+    base = _glob_base(path)
+    return [(file, file.relative_to(base).with_suffix("").as_posix()) for file in files]
+
+
+def training_files_of(cfg: DataConfig, step: str) -> list[tuple[Path, str]]:
+    """``(file, document name)`` of every entry of ``data.train_files.<step>`` (:func:`expand_entry`), each
+    file once (the first entry naming it decides its document name)."""
+    entries = cfg.train_files.get(step) or []
+    if isinstance(entries, str):
+        entries = [entries]
+    files, seen = [], set()
+    for entry in entries:
+        for path, name in expand_entry(str(entry), cfg.root, step):
+            if path.resolve() in seen:
+                continue
+            seen.add(path.resolve())
+            files.append((path, name))
+    return files
 
 
 def _read_eval_file(path: Path, cfg: DataConfig) -> list[tuple[int, QAItem]]:
@@ -216,12 +289,21 @@ def temporal_qa_timeline(cfg: DataConfig) -> Timeline:
     cache_dir = resolve_cache_dir(cfg.cache_dir)
     steps = []
     for index, name in enumerate(names):
-        read = [read_training_file(resolve_path(file, cfg.root), cache_dir) for file in cfg.train_files.get(name, [])]
+        files = training_files_of(cfg, name) if cfg.train_files else []
+        if cfg.train_files and not files:
+            raise ConfigError(f"data.train_files.{name}: no training files listed for step {name}")
+        read = [read_training_file(path, cache_dir, cfg.txt_documents, doc_id) for path, doc_id in files]
         pairs = concat_records([file_pairs for file_pairs, _ in read])
         texts = concat_records([file_texts for _, file_texts in read])
-        if cfg.train_files and not pairs and not texts:
-            raise ConfigError(f"data.train_files.{name}: no training files listed for step {name}")
-        steps.append(TimeStep(index=index, name=name, pairs=pairs, texts=texts))
+        shown = [str(path) for path, _ in files]
+        if files and not len(pairs) and not len(texts):
+            raise DataError(
+                f"step {name}: its {len(files)} training file(s) hold no record (no masked-entity pair, no "
+                "non-blank document)",
+                file=", ".join(shown[:5]) + (f" and {len(shown) - 5} more" if len(shown) > 5 else ""),
+                field=f"data.train_files.{name}",
+            )
+        steps.append(TimeStep(index=index, name=name, pairs=pairs, texts=texts, files=shown))
     if not cfg.eval_files:
         raise ConfigError("data.eval_files: no QA item files (give a list of JSONL/CSV/event files)")
     days = [_timestamp(name) for name in names]

@@ -1,8 +1,9 @@
 """``slices``: time-sliced held-out loss P[i][j] (METRICS.md §9, after TiC-LM).
 
 Every step j's held-out slice (``data.heldout_share``, ``data/slices.py``: never trained on) is encoded as the
-step's training rows are (``TextFormat.encode_step``: the masked entity and its EOS are the loss tokens of
-a masked-entity pair, every token but a document's first of packed ``clm`` rows), at most
+step's training rows are, in the step's objective (``data/objective.py``; ``TextFormat.encode_step``: the masked
+entity and its EOS are the loss tokens of a masked-entity pair, every token but a document's first of packed
+``clm`` rows), at most
 ``eval.slice_max_examples`` examples of each (a fixed seeded sample), and scored with the training loss
 (``TextFormat.token_nll``) in one batched pass over all slices per checkpoint (rows sorted by length,
 ``eval.batch_size`` rows a batch, halved on out-of-memory). Every checkpoint scores every slice, earlier, own
@@ -24,6 +25,7 @@ import math
 import random
 from dataclasses import dataclass
 
+from evolve_train.data.objective import slice_objective
 from evolve_train.data.schema import TimeStep
 from evolve_train.evaluation.context import EvalContext, write_predictions
 from evolve_train.evaluation.registry import register_evaluator
@@ -52,13 +54,13 @@ def slice_rows(ctx: EvalContext) -> SliceRows:
     key = (ctx.timeline, ctx.text_format, ctx.training, ctx.cfg.slice_max_examples)
     if _CACHE and _CACHE[0][0] is key[0] and _CACHE[0][1] is key[1] and _CACHE[0][2:4] == key[2:4]:
         return _CACHE[0][4]
-    objective = ctx.training.objective
     seq_len = ctx.training.seq_len or _context_length(ctx.model)
     rows, steps = [], []
     for step in ctx.timeline.steps:
         examples = capped(list(step.heldout), ctx.cfg.slice_max_examples, step.index)
         if not examples:
             continue
+        objective = slice_objective(ctx.training.objective, step)  # data.objective=auto: the step's own
         corpus = TimeStep(
             index=step.index,
             name=f"slice {step.name}",

@@ -1,0 +1,380 @@
+"""Training files as users have them (files, folders, globs; ``.txt`` documents), the objective of each step
+(``data.objective=auto``; an explicit objective that does not fit a step's data) and steps without data: what
+cannot train stops with an error naming the step, never a spin. Every test that builds a run has a deadline of
+its own (the failure mode was a step that looped forever without batches)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+import signal
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from dyknow_fixture import write_fixture
+from evolve_train.config import DataConfig, WorldConfig
+from evolve_train.data.objective import check_objectives, corpus_objective, slice_objective, step_objective
+from evolve_train.data.schema import TimeStep, Timeline
+from evolve_train.data.timeline import build_timeline
+from evolve_train.data.world import generate_world, step_corpus
+from evolve_train.errors import ConfigError, DataError
+from evolve_train.run import train
+from helpers import tiny_cfg
+from test_loaders_temporal_qa import FIELDS, world_release
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = ROOT / "data" / "evolvingqa_sample"
+PAIRS = [
+    {"input": "The CEO of Acme is <mask>.", "output": "Ann Lee"},
+    {"input": "Bolt is in <mask>.", "output": "Oslo"},
+]
+TEXTS = [{"text": "Acme named Cy Diaz its CEO."}, {"text": "Bolt moved to Paris."}]
+
+
+@contextmanager
+def deadline(seconds: int):
+    """Fail (instead of hanging) if the block runs longer than ``seconds``."""
+
+    def expired(signum, frame):
+        raise TimeoutError(f"still running after {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def write_jsonl(path: Path, rows) -> Path:
+    return write(path, "".join(json.dumps(row) + "\n" for row in rows))
+
+
+def write_csv(path: Path, rows: list[dict]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=["input", "output"])
+        writer.writeheader()
+        writer.writerows({"input": r["input"], "output": r["output"]} for r in rows)
+    return path
+
+
+def qa_file(root: Path) -> Path:
+    return write_jsonl(
+        root / "qa.jsonl",
+        [
+            {"id": "q0", "question": "Who is the CEO of Acme?", "answers": "Ann Lee", "timestamp": "2019"},
+            {"id": "q1", "question": "Where is Bolt?", "answers": "Oslo", "timestamp": "2019"},
+        ],
+    )
+
+
+def timeline_of(root: Path, train_files: dict, **settings) -> Timeline:
+    settings.setdefault("heldout_share", 0.0)
+    return build_timeline(
+        DataConfig(kind="temporal_qa", root=str(root), train_files=train_files, eval_files=["qa.jsonl"], **settings)
+    )
+
+
+def step(index=0, pairs=(), texts=(), files=()) -> TimeStep:
+    return TimeStep(index=index, name=str(2019 + index), pairs=list(pairs), texts=list(texts), files=list(files))
+
+
+# ---------------------------------------------------------------- files, folders, globs, .txt
+
+
+def test_folders_globs_and_txt_files_become_each_steps_corpus(tmp_path):
+    qa_file(tmp_path)
+    write(tmp_path / "2019" / "b.txt", "Bolt is in Oslo.\n\nBolt makes bikes.\n")
+    write(tmp_path / "2019" / "a.txt", "\ufeffAcme is led by Ann Lee.\n")
+    write(tmp_path / "2019" / "notes.md", "not a training file")
+    write(tmp_path / "2019" / ".hidden.txt", "left out")
+    write(tmp_path / "2019" / "deeper" / "c.txt", "not read: a folder is not recursive")
+    write_jsonl(tmp_path / "2019" / "more.jsonl", [{"text": "Acme is in Rome.", "doc_id": "acme-rome"}])
+    write(tmp_path / "2020" / "x" / "d.txt", "Acme named Cy Diaz its CEO.")
+    write(tmp_path / "2020" / "e.txt", "Bolt moved to Paris.")
+    write_csv(tmp_path / "pairs_2021.csv", PAIRS)
+    timeline = timeline_of(
+        tmp_path,
+        {"2019": ["2019"], "2020": ["2020/**/*.txt"], "2021": ["pairs_2021.csv", "pairs_*.csv", "pairs_2021.csv"]},
+    )
+    first, second, third = timeline.steps
+    assert [(d["doc_id"], d["text"]) for d in first.texts] == [
+        ("a", "Acme is led by Ann Lee."),  # sorted by name; the BOM and the surrounding whitespace dropped
+        ("b", "Bolt is in Oslo.\n\nBolt makes bikes."),  # one document per file by default
+        ("acme-rome", "Acme is in Rome."),
+    ]
+    assert [Path(f).name for f in first.files] == ["a.txt", "b.txt", "more.jsonl"]
+    assert [d["doc_id"] for d in second.texts] == ["e", "x/d"]  # named relative to the glob's fixed part
+    assert list(third.pairs) == PAIRS and len(third.files) == 1  # a file named twice is read once
+    assert not first.pairs and not second.pairs and not third.texts
+
+
+def test_paragraph_documents(tmp_path):
+    qa_file(tmp_path)
+    write(tmp_path / "2019" / "a.txt", "First block,\nstill first.\n\n\n  \nSecond block.\r\n\r\nThird.")
+    timeline = timeline_of(tmp_path, {"2019": ["2019"]}, txt_documents="paragraph")
+    assert [(d["doc_id"], d["text"]) for d in timeline.steps[0].texts] == [
+        ("a#1", "First block,\nstill first."),
+        ("a#2", "Second block."),
+        ("a#3", "Third."),
+    ]
+    whole = timeline_of(tmp_path, {"2019": ["2019"]})
+    assert len(whole.steps[0].texts) == 1  # the default: the file is one document
+    with pytest.raises(ConfigError, match="data.txt_documents must be one of file, paragraph"):
+        DataConfig(txt_documents="sentence")
+
+
+def test_the_txt_split_is_part_of_the_corpus_cache_key(tmp_path):
+    qa_file(tmp_path)
+    write(tmp_path / "2019" / "a.txt", "One.\n\nTwo.")
+    cache = tmp_path / "cache"
+    whole = timeline_of(tmp_path, {"2019": ["2019"]}, cache_dir=str(cache))
+    blocks = timeline_of(tmp_path, {"2019": ["2019"]}, cache_dir=str(cache), txt_documents="paragraph")
+    again = timeline_of(tmp_path, {"2019": ["2019"]}, cache_dir=str(cache), txt_documents="paragraph")
+    assert (len(whole.steps[0].texts), len(blocks.steps[0].texts), len(again.steps[0].texts)) == (1, 2, 2)
+    assert whole.steps[0].texts.fingerprint != blocks.steps[0].texts.fingerprint
+    assert len(list((cache / "corpora").glob("[!.]*[!k]"))) == 2  # two entries (and their locks)
+
+
+@pytest.mark.parametrize(
+    "entry, needle",
+    [
+        ("empty_folder", "step 2019: folder 'empty_folder' holds no training file (.txt, .jsonl, .csv"),
+        ("nothing/*.txt", "step 2019: 'nothing/*.txt' matches no training file"),
+        (
+            "empty_folder/*.md",
+            "step 2019: 'empty_folder/*.md' matches no training file (.txt, .jsonl, .csv); it matches 1 other paths",
+        ),
+        ("absent.jsonl", "missing file: training file of step 2019 not found"),
+    ],
+)
+def test_an_entry_that_matches_nothing_names_the_step_and_the_pattern(tmp_path, entry, needle):
+    qa_file(tmp_path)
+    write(tmp_path / "empty_folder" / "readme.md", "no training file here")
+    with pytest.raises(DataError) as caught:
+        timeline_of(tmp_path, {"2019": [entry]})
+    message = str(caught.value)
+    assert needle in message and "field 'data.train_files.2019'" in message
+    assert str(tmp_path / entry) in message
+
+
+def test_a_step_whose_files_hold_no_record_is_refused_naming_them(tmp_path):
+    qa_file(tmp_path)
+    write(tmp_path / "2019" / "a.txt", "Acme is led by Ann Lee.")
+    write(tmp_path / "2020" / "blank.txt", "\n  \n")
+    write(tmp_path / "2020" / "empty.txt", "")
+    with pytest.raises(DataError) as caught:
+        timeline_of(tmp_path, {"2019": ["2019"], "2020": ["2020"]})
+    message = str(caught.value)
+    assert "step 2020: its 2 training file(s) hold no record" in message
+    assert "blank.txt" in message and "empty.txt" in message and "data.train_files.2020" in message
+
+
+# ---------------------------------------------------------------- the objective of each step
+
+
+def test_auto_resolves_per_step_from_the_data():
+    pairs, texts, mixed, empty = step(0, PAIRS), step(1, texts=TEXTS), step(2, PAIRS, TEXTS), step(3)
+    assert step_objective("auto", pairs) == "masked_entity" and step_objective("auto", texts) == "clm"
+    assert corpus_objective("auto", mixed) is None and corpus_objective("auto", empty) is None
+    assert corpus_objective("clm", pairs) == "clm"  # explicit: as given (step_objective checks it fits)
+    with pytest.raises(ConfigError, match=r"time step 2 \(2021\) holds both masked-entity pairs \(2\) and documents"):
+        step_objective("auto", mixed)
+    with pytest.raises(ConfigError, match="set data.objective=masked_entity .* or data.objective=clm"):
+        step_objective("auto", mixed)
+    with pytest.raises(ConfigError, match=r"time step 3 \(2022\) has no training data"):
+        step_objective("auto", empty)
+    assert step_objective("masked_entity", mixed) == "masked_entity"  # the embedded world's case
+    assert step_objective("clm", mixed) == "clm"
+
+
+def test_an_explicit_objective_that_does_not_fit_names_the_step_its_files_and_the_fix():
+    texts = step(1, texts=TEXTS, files=["/data/docs_2020.jsonl"])
+    with pytest.raises(ConfigError) as caught:
+        step_objective("masked_entity", texts)
+    message = str(caught.value)
+    assert "data.objective=masked_entity, but time step 1 (2020) (files: /data/docs_2020.jsonl)" in message
+    assert "no masked-entity pairs, only 2 documents: set data.objective=auto" in message
+    with pytest.raises(ConfigError, match=r"data.objective=clm, but time step 0 \(2019\) has no documents"):
+        step_objective("clm", step(0, PAIRS))
+    timeline = Timeline(steps=[step(0, PAIRS), texts], eval_sets=[])
+    with pytest.raises(ConfigError, match="data.objective=masked_entity, but time step 1"):
+        check_objectives(DataConfig(kind="synthetic_world", objective="masked_entity"), timeline)
+    assert check_objectives(DataConfig(kind="synthetic_world"), timeline) == ["masked_entity", "clm"]
+
+
+def test_check_objectives_refuses_documents_for_seq2seq_and_replay_across_objectives():
+    cfg = tiny_cfg("/nonexistent", "data.objective=auto")
+    from omegaconf import OmegaConf
+
+    run = OmegaConf.to_object(cfg)
+    timeline = Timeline(steps=[step(0, PAIRS), step(1, texts=TEXTS)], eval_sets=[])
+    assert check_objectives(run, timeline) == ["masked_entity", "clm"]
+    with pytest.raises(ConfigError, match=r"a seq2seq model \(model.arch=t5\) trains on masked-entity pairs"):
+        check_objectives(run, timeline, seq2seq=True)
+    run.method.strategies = ["full", "replay"]
+    with pytest.raises(ConfigError, match="method.strategies has replay, which mixes earlier steps' rows"):
+        check_objectives(run, timeline)
+    same = Timeline(steps=[step(0, texts=TEXTS), step(1, texts=TEXTS)], eval_sets=[])
+    assert check_objectives(run, same) == ["clm", "clm"]
+
+
+def test_held_out_slices_follow_each_steps_objective(tmp_path):
+    qa_file(tmp_path)
+    write_csv(tmp_path / "pairs.csv", PAIRS * 5)
+    write_jsonl(tmp_path / "docs.jsonl", TEXTS * 5)
+    timeline = timeline_of(tmp_path, {"2019": ["pairs.csv"], "2020": ["docs.jsonl"]}, heldout_share=0.2)
+    first, second = timeline.steps
+    assert (len(first.pairs), len(first.heldout), len(second.texts), len(second.heldout)) == (8, 2, 8, 2)
+    assert all("input" in record for record in first.heldout) and all("text" in r for r in second.heldout)
+    assert [slice_objective("auto", s) for s in timeline.steps] == ["masked_entity", "clm"]
+    assert slice_objective("masked_entity", second) == "masked_entity"  # explicit: as before
+
+
+def test_the_demo_world_keeps_its_objective():
+    from omegaconf import OmegaConf
+
+    assert DataConfig().objective == "auto"  # the schema's default
+    run = OmegaConf.to_object(tiny_cfg("/nonexistent"))
+    assert run.data.kind == "synthetic_world" and run.data.objective == "masked_entity"  # configs/data: as before
+    temporal = OmegaConf.to_object(tiny_cfg("/nonexistent", "data=temporal_qa"))
+    assert temporal.data.objective == "auto"
+    world = build_timeline(run.data)
+    assert all(len(s.pairs) and len(s.texts) for s in world.steps)  # two corpora: auto would refuse, so explicit
+    assert check_objectives(run, world) == ["masked_entity"] * len(world.steps)
+
+
+# ---------------------------------------------------------------- runs: train every step, or stop at once
+
+
+def issue_layout(root: Path) -> list[str]:
+    """Masked pairs (CSV) for one year and documents (JSONL) for the next, as docs/data.md's example."""
+    root.mkdir(parents=True, exist_ok=True)
+    world_release(root)  # qa.jsonl over the two years (and JSONL pairs we do not use)
+    world = generate_world(WorldConfig(n_entities=8, new_entities_per_step=3, n_people=8, n_cities=8, n_steps=2))
+    write_csv(root / "train_2018.csv", step_corpus(world, 0)[0])
+    write_jsonl(root / "docs_2019.jsonl", step_corpus(world, 1)[1])
+    return [
+        "data=temporal_qa",
+        f"data.root={root}",
+        "+data.train_files.2018=[train_2018.csv]",
+        "+data.train_files.2019=[docs_2019.jsonl]",
+        "data.eval_files=[qa.jsonl]",
+        *[f"data.fields.{key}={source}" for key, source in FIELDS.items()],
+        "trainer.epochs_step0=1",
+        "trainer.epochs=1",
+        "eval.max_new_tokens=4",
+        "eval.evaluators=[splits,slices]",
+    ]
+
+
+def test_pairs_then_documents_train_both_steps_under_the_default_objective(tmp_path):
+    run_dir = tmp_path / "run"
+    with deadline(300):
+        train(tiny_cfg(run_dir, *issue_layout(tmp_path / "data")))
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert (run_dir / "steps" / "0").is_dir() and (run_dir / "steps" / "1").is_dir()
+    splits = {(r["checkpoint"], r["set_name"]) for r in rows if r.get("group") == "splits"}
+    assert (1, "updated_1") in splits
+    slices = {(r["checkpoint"], r["set_name"]) for r in rows if r.get("group") == "slices"}
+    assert {(1, "slice_0"), (1, "slice_1")} <= slices  # each slice encoded in its step's objective
+
+
+def test_pairs_then_documents_under_masked_entity_stop_with_the_config_error(tmp_path):
+    run_dir = tmp_path / "run"
+    with deadline(180), pytest.raises(ConfigError) as caught:
+        train(tiny_cfg(run_dir, *issue_layout(tmp_path / "data"), "data.objective=masked_entity"))
+    message = str(caught.value)
+    assert "data.objective=masked_entity, but time step 1 (2019)" in message and "docs_2019.jsonl" in message
+    assert "set data.objective=auto" in message
+
+
+def test_no_loader_lets_a_step_without_data_reach_training(tmp_path):
+    """A step with nothing to train, per loader: each stops before its first optimizer step of that step."""
+    failures = {}
+    # temporal_qa: a year of blank .txt files
+    data = tmp_path / "temporal_qa"
+    qa_file(data)
+    write(data / "2019" / "a.txt", "Acme is led by Ann Lee.")
+    write(data / "2020" / "blank.txt", "\n\n")
+    # evolvingqa: a diff set of the release with a header and no rows; another whose diff set is documents
+    empty_release, texts_release = tmp_path / "evolvingqa_empty", tmp_path / "evolvingqa_texts"
+    for release in (empty_release, texts_release):
+        shutil.copytree(SAMPLE, release)
+    write((empty_release / "twiki_diffsets" / "wikipedia_0102.csv"), "input,output\n")
+    (texts_release / "twiki_diffsets" / "wikipedia_0102.csv").unlink()
+    write((texts_release / "twiki_diffsets" / "wikipedia_0102.csv"), "text\nAcme moved to Rome.\n")
+    dyknow = write_fixture(tmp_path / "dyknow")
+    events = write_jsonl(
+        tmp_path / "events" / "events.jsonl",
+        [
+            {
+                "id": "ev1",
+                "dimension": "knowledge_evolution",
+                "knowledge_event": "Acme changes CEO",
+                "questions": [{"text": "Who leads Acme?", "timestamp": "2019", "correct": "Ann Lee"}],
+            }
+        ],
+    )
+    cases = {
+        "temporal_qa": (
+            DataError,
+            "step 2020: its 1 training file(s) hold no record",
+            [
+                "data=temporal_qa",
+                f"data.root={data}",
+                "+data.train_files.2019=[2019]",
+                "+data.train_files.2020=[2020]",
+                "data.eval_files=[qa.jsonl]",
+            ],
+        ),
+        "evolvingqa (no rows)": (
+            DataError,
+            "empty file: no rows after the header",
+            ["data=evolvingqa", f"data.root={empty_release}"],
+        ),
+        "evolvingqa (documents, masked_entity)": (
+            ConfigError,
+            "data.objective=masked_entity, but time step 1 (0102)",
+            ["data=evolvingqa", f"data.root={texts_release}"],
+        ),
+        "dyknow (a cut where nothing changed)": (
+            ConfigError,
+            "has no training data",
+            ["data=dyknow", f"data.root={dyknow}", "data.dyknow.cuts=[2005,2005-06]"],
+        ),
+        "evolvebench (events, no training files)": (
+            ConfigError,
+            "data.train_files: no training files",
+            ["data=temporal_qa", f"data.root={events.parent}", "data.eval_files=[events.jsonl]"],
+        ),
+        "synthetic_world (a step without changes)": (
+            ConfigError,
+            "has no training data",
+            ["data.world.seed=2", "data.world.change_share=0", "data.world.new_entities_per_step=0"],
+        ),
+    }
+    for name, (error, needle, overrides) in cases.items():
+        run_dir = tmp_path / "runs" / name.split()[0]
+        with deadline(180):
+            try:
+                train(tiny_cfg(run_dir, *overrides, "trainer.epochs_step0=1", "trainer.epochs=1"))
+            except error as err:
+                if needle not in str(err):
+                    failures[name] = f"wrong message: {err}"
+            except Exception as err:  # noqa: BLE001 (collected, reported together)
+                failures[name] = f"{type(err).__name__}: {err}"
+            else:
+                failures[name] = "trained"
+    assert not failures, failures
