@@ -214,15 +214,17 @@ def test_an_explicit_objective_that_does_not_fit_names_the_step_its_files_and_th
     assert check_objectives(DataConfig(kind="synthetic_world"), timeline) == ["masked_entity", "clm"]
 
 
-def test_check_objectives_refuses_documents_for_seq2seq_and_replay_across_objectives():
+def test_check_objectives_refuses_documents_for_t5_and_replay_across_objectives():
     cfg = tiny_cfg("/nonexistent", "data.objective=auto")
     from omegaconf import OmegaConf
 
     run = OmegaConf.to_object(cfg)
     timeline = Timeline(steps=[step(0, PAIRS), step(1, texts=TEXTS)], eval_sets=[])
     assert check_objectives(run, timeline) == ["masked_entity", "clm"]
+    run.model.arch = "t5"
     with pytest.raises(ConfigError, match=r"a seq2seq model \(model.arch=t5\) trains on masked-entity pairs"):
-        check_objectives(run, timeline, seq2seq=True)
+        check_objectives(run, timeline)
+    run.model.arch = "gpt2"
     run.method.strategies = ["full", "replay"]
     with pytest.raises(ConfigError, match="method.strategies has replay, which mixes earlier steps' rows"):
         check_objectives(run, timeline)

@@ -114,11 +114,11 @@ def slice_objective(objective, step) -> str:
     return CLM if first is not None and "text" in first and "input" not in first else MASKED_ENTITY
 
 
-def check_objectives(cfg, timeline, *, seq2seq: Optional[bool] = None) -> list[str]:
+def check_objectives(cfg, timeline) -> list[str]:
     """Each step's objective (:func:`step_objective`), checked before training; ``cfg``: the run config (or
-    its ``data`` section). Refuses (``ConfigError``): a step that resolves to none; a documents-only step for a
-    seq2seq model (``seq2seq``, default: ``model.arch=t5``), which trains on masked-entity pairs; steps of
-    different objectives under a method that mixes earlier steps' rows (``replay``, ``oracle``)."""
+    its ``data`` section). Refuses (``ConfigError``): a step that resolves to none; a documents-only step for an
+    encoder-decoder model (``model.arch=t5``), which trains on masked-entity pairs; steps of different
+    objectives under a method that mixes earlier steps' rows (``replay``, ``oracle``)."""
     data = getattr(cfg, "data", cfg)
     if str(data.kind) == "temporal_qa" and not data.train_files:
         raise ConfigError(
@@ -126,10 +126,7 @@ def check_objectives(cfg, timeline, *, seq2seq: Optional[bool] = None) -> list[s
             "'+data.train_files.2019=[train_2019.jsonl]'); evaluating a model needs none: evolve-eval"
         )
     objectives = [step_objective(data.objective, step) for step in timeline.steps]
-    if seq2seq is None:
-        model = getattr(cfg, "model", None)
-        seq2seq = model is not None and str(getattr(model, "arch", "")) == "t5"
-    if seq2seq:
+    if str(getattr(getattr(cfg, "model", None), "arch", "")) == "t5":  # models/build.py: the T5 text format
         for step, objective in zip(timeline.steps, objectives):
             if not len(step.pairs):
                 raise ConfigError(
