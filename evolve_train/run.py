@@ -28,6 +28,7 @@ from accelerate.utils import set_seed
 from omegaconf import DictConfig, OmegaConf
 
 from evolve_train.config import Config
+from evolve_train.data.objective import check_objectives
 from evolve_train.errors import ConfigError
 from evolve_train.evaluation.checkpoints import INITIAL, CheckpointEvaluation
 from evolve_train.evaluation.evaluator import check_eval_config
@@ -170,6 +171,7 @@ class ContinualRun:
         identity.record(self.state, cfg)  # state.json carries the config from the first save on
         self.timeline, self.qa_adaptation = load_inputs(cfg)
         require_training_data(cfg, self.timeline)
+        check_objectives(cfg, self.timeline)  # an objective that does not fit a step's data: before training
         if cfg.trainer.num_threads > 0:
             torch.set_num_threads(cfg.trainer.num_threads)
         self.accelerator = build_accelerator(cfg.trainer, gradient_accumulation_steps=cfg.trainer.grad_accum)
