@@ -403,3 +403,20 @@ def test_every_group_train_py_help_lists_is_selectable():
             _compose([f"{group.name}={option}"])
         except Exception:  # noqa: BLE001  (not in the defaults list: added with +)
             _compose([f"+{group.name}={option}"])
+
+
+def test_the_readme_is_short_with_working_contents():
+    """A newcomer reads README.md in minutes: at most 250 lines, a table of contents whose every link finds
+    its heading, and the "What is tested where" table."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(readme.splitlines()) <= 250
+    headings = {
+        re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-")
+        for h in re.findall(r"^#+ (.+)$", readme, flags=re.MULTILINE)
+    }
+    links = re.findall(r"\]\(#([^)]+)\)", readme)
+    assert len(links) >= 10 and not [link for link in links if link not in headings], headings
+    assert "## What is tested where" in readme
+    for target in re.findall(r"\]\(((?:docs/)?[\w./-]+\.(?:md|png))\)", readme):
+        if target not in ("docs/your_data.md", "CONTRIBUTING.md"):  # (written separately)
+            assert (ROOT / target).is_file(), target
