@@ -11,7 +11,10 @@ pretrained model asked open-book at every step's store, minutes per arm). Copied
 The key adds to the step-0 key the ``eval`` settings (:func:`eval_part`), a fingerprint of the timeline (every step's corpus and
 held-out slice, every eval set, the prompt template, the few-shot demonstrations) and of the evaluation code
 (the source of ``evolve_train/evaluation`` and ``evolve_train/models``), so an edited evaluator is a miss. Off
-where the step-0 cache is off, and in multi-process runs (each rank scores its share there).
+where the step-0 cache is off. With several processes (``accelerate launch``, a point of a multi-process sweep)
+the main process decides hit or miss, reads the entry and copies the predictions; the others receive the rows
+from it (one broadcast), so every rank takes the same branch; the main process stores. The number of processes
+and the distributed type are in the key (the step-0 part), as for step 0.
 """
 
 from __future__ import annotations
@@ -77,7 +80,7 @@ class InitialEvalCache:
     def for_run(cls, cfg, tokenizer, timeline, num_processes: int) -> Optional["InitialEvalCache"]:
         """The entry of this run's ``initial`` evaluation, or ``None`` where sharing is off."""
         root = cache_root(cfg)
-        if root is None or num_processes != 1:
+        if root is None:
             return None
         parts = {
             "step0": step0_key(cfg, tokenizer, num_processes, timeline.steps[0]),
@@ -88,9 +91,19 @@ class InitialEvalCache:
         blob = json.dumps(parts, sort_keys=True, default=str)
         return cls(root, hashlib.sha256(blob.encode("utf-8")).hexdigest()[:20])
 
-    def load(self, run_dir: Path) -> Optional[dict]:
+    def load(self, run_dir: Path, accelerator=None) -> Optional[dict]:
         """``{"rows", "seconds", "evaluated", "evaluated_by"}`` with the predictions copied into ``run_dir``, or
-        ``None`` on a miss."""
+        ``None`` on a miss. With several processes (``accelerator``) every process must call it: the main process
+        reads and copies, the others receive what it read."""
+        if accelerator is None or accelerator.num_processes == 1:
+            return self._read(run_dir)
+        from accelerate.utils import broadcast_object_list
+
+        shared = [self._read(run_dir) if accelerator.is_main_process else None]
+        broadcast_object_list(shared)  # every rank takes the main process's branch, with its rows
+        return shared[0]
+
+    def _read(self, run_dir: Path) -> Optional[dict]:
         if not (self.path / ROWS).is_file():
             return None
         stored = json.loads((self.path / ROWS).read_text(encoding="utf-8"))
