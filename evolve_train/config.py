@@ -118,6 +118,7 @@ class PassageSource(Choice):
 class RetrievalScope(Choice):
     all = "all"
     latest = "latest"
+    newest_version = "newest_version"
 
 
 # --- continual-pretraining recipes (training/schedule.py, methods/lwf.py, methods/averaging.py) -----------
@@ -859,7 +860,8 @@ class RetrievalConfig:
     the step's name) and ``id``."""
     scope: RetrievalScope = RetrievalScope.all
     """At checkpoint i: ``all`` = the passages of steps 0..i, each with its step's date; ``latest`` = step i's
-    only (StreamingQA's two settings)."""
+    only (StreamingQA's two settings); ``newest_version`` = each document's newest version up to step i (by
+    ``doc_id``, else title: a time-aware index that never holds two versions of one document)."""
     template: str = "{passages}\n{question}"
     """The open-book prompt: ``{passages}`` (the retrieved passages, best first) and ``{question}`` (the
     closed-book prompt of the item, ``data.prompt_template`` applied)."""

@@ -2,8 +2,11 @@
 
 Each time step contributes passages (:func:`step_passages`): its training documents, the same text split into
 sentences, or the records of an external passage file (``eval.retrieval.passages``), each passage carrying its
-step and its step's date. The store of checkpoint i (:meth:`RetrievalIndex.store`) holds the passages of steps
-0..i (``scope=all``) or of step i only (``scope=latest``), never a later step's, and is a BM25 index over them
+step, its step's date and the document it is a version of (:func:`document_key`). The store of checkpoint i
+(:meth:`RetrievalIndex.store`) holds the passages of steps 0..i (``scope=all``), of step i only
+(``scope=latest``), or of each document's newest version up to step i (``scope=newest_version``: the passages of
+the latest step <= i holding that document, so no two versions of one document are in a store; a time-aware
+index), never a later step's, and is a BM25 index over them
 (``bm25s``: sparse-matrix scoring, maintained, fast; docs/evaluation.md says why not ``rank-bm25``). The
 statistics BM25 uses (IDF, mean length) are those of the store's own passages: no later step leaks in through
 them either. A store is built once, the first time a checkpoint asks for it, and reused by every set and
@@ -40,18 +43,46 @@ class Passage:
     date: str
     """The step's date (its name, e.g. ``2019``), or the passage file's own ``date``."""
     text: str
+    doc: str = ""
+    """The document this passage is a version of, across steps (:func:`document_key`)."""
 
 
-def documents_of(step: TimeStep) -> list[tuple[str, str]]:
-    """``(id, text)`` of a step's training documents; a step with masked-entity pairs only gives each pair's
-    input with its mask filled by the output."""
+def title_of(text: str) -> str:
+    """A document's title when it names none: its first non-blank line, stripped."""
+    return next((line.strip() for line in text.splitlines() if line.strip()), "")
+
+
+def document_key(record: dict, text: str) -> str:
+    """Which document a record is a version of: its ``doc_id``, else its ``title``, else its text's first line
+    (:func:`title_of`). Versions of one document in two steps share the key."""
+    for name in ("doc_id", "title"):
+        value = record.get(name)
+        if value not in (None, ""):
+            return str(value)
+    return title_of(text)
+
+
+def versioned_documents(step: TimeStep) -> list[tuple[str, str, str]]:
+    """``(id, document key, text)`` of a step's training documents; a step with masked-entity pairs only gives
+    each pair's input with its mask filled by the output, keyed by the fact it states (its ``entity`` and
+    ``relation`` where it names them, as the embedded world's pairs do, else its masked input: the same in every
+    step where only the value changed)."""
     if len(step.texts):
-        return [(str(doc.get("doc_id") or n), doc["text"]) for n, doc in enumerate(step.texts)]
+        return [
+            (str(doc.get("doc_id") or n), document_key(doc, doc["text"]), doc["text"])
+            for n, doc in enumerate(step.texts)
+        ]
     out = []
     for n, pair in enumerate(step.pairs):
         parts = split_masked(pair["input"])
-        out.append((str(n), pair["input"] if parts is None else parts[0] + pair["output"] + parts[1]))
+        key = f"{pair['entity']}/{pair['relation']}" if pair.get("entity") and pair.get("relation") else pair["input"]
+        out.append((str(n), key, pair["input"] if parts is None else parts[0] + pair["output"] + parts[1]))
     return out
+
+
+def documents_of(step: TimeStep) -> list[tuple[str, str]]:
+    """``(id, text)`` of a step's training documents (:func:`versioned_documents` without the key)."""
+    return [(doc_id, text) for doc_id, _, text in versioned_documents(step)]
 
 
 def sentences(text: str) -> list[str]:
@@ -66,10 +97,12 @@ def step_passages(timeline: Timeline, cfg: RetrievalConfig) -> list[list[Passage
     out = []
     for step in timeline.steps:
         passages = []
-        for doc_id, text in documents_of(step):
+        for doc_id, key, text in versioned_documents(step):
             pieces = sentences(text) if cfg.passages == PassageSource.sentences else [text]
             passages += [
-                Passage(f"{step.index}/{doc_id}" + (f"#{n}" if len(pieces) > 1 else ""), step.index, step.name, piece)
+                Passage(
+                    f"{step.index}/{doc_id}" + (f"#{n}" if len(pieces) > 1 else ""), step.index, step.name, piece, key
+                )
                 for n, piece in enumerate(pieces)
             ]
         out.append(passages)
@@ -91,7 +124,8 @@ def _step_of(value, steps: Sequence[TimeStep], path: Path, line: int) -> int:
 
 
 def load_passage_files(files: Sequence[str], steps: Sequence[TimeStep]) -> list[list[Passage]]:
-    """``eval.retrieval.passage_files``: one JSONL file per step, or one file whose records name their ``step``.
+    """``eval.retrieval.passage_files``: one JSONL file per step, or one file whose records name their ``step``
+    (a record's document: its ``doc_id`` or ``title``, else its text's first line, :func:`document_key`).
     DataError names the file, line and field of a bad record; ConfigError a missing file or a wrong count."""
     paths = [Path(f).expanduser() for f in files]
     for path in paths:
@@ -128,6 +162,7 @@ def load_passage_files(files: Sequence[str], steps: Sequence[TimeStep]) -> list[
                     step,
                     str(date) if date is not None else steps[step].name,
                     record["text"],
+                    document_key(record, record["text"]),
                 )
             )
     return out
@@ -176,6 +211,15 @@ class PassageStore:
         return results
 
 
+def newest_versions(passages: Sequence[Passage]) -> list[Passage]:
+    """The passages of each document's newest version: those of the latest step holding the document (a
+    version split into sentences keeps all its pieces), in the given order."""
+    newest: dict[str, int] = {}
+    for passage in passages:
+        newest[passage.doc] = max(newest.get(passage.doc, passage.step), passage.step)
+    return [p for p in passages if p.step == newest[p.doc]]
+
+
 class RetrievalIndex:
     """Every step's passages (read once) and the store of each checkpoint (built once, on first use)."""
 
@@ -188,7 +232,8 @@ class RetrievalIndex:
         """Seconds spent reading passages and building stores so far."""
 
     def steps_in(self, checkpoint: int) -> list[int]:
-        """The steps whose passages the store of ``checkpoint`` holds."""
+        """The steps whose passages the store of ``checkpoint`` may hold (``newest_version``: of each document,
+        only the newest of these steps' versions)."""
         return [checkpoint] if self.scope == RetrievalScope.latest else list(range(checkpoint + 1))
 
     def store(self, checkpoint: int) -> PassageStore:
@@ -196,9 +241,10 @@ class RetrievalIndex:
             if not 0 <= checkpoint < len(self.by_step):
                 raise ValueError(f"no store for checkpoint {checkpoint} (steps 0..{len(self.by_step) - 1})")
             start = time.perf_counter()
-            self._stores[checkpoint] = PassageStore(
-                [p for step in self.steps_in(checkpoint) for p in self.by_step[step]]
-            )
+            passages = [p for step in self.steps_in(checkpoint) for p in self.by_step[step]]
+            if self.scope == RetrievalScope.newest_version:
+                passages = newest_versions(passages)
+            self._stores[checkpoint] = PassageStore(passages)
             seconds = time.perf_counter() - start
             self.build_seconds += seconds
             log.info(

@@ -1,7 +1,8 @@
 """``retrieval``: open-book evaluation over the snapshots seen so far (METRICS.md §10).
 
 At checkpoint i each question retrieves the top ``eval.retrieval.k`` passages (BM25) from the store of steps
-<= i (``retrieval_index.py``: ``scope=all`` every step 0..i, ``latest`` step i only); ``eval.retrieval.template``
+<= i (``retrieval_index.py``: ``scope=all`` every step 0..i, ``latest`` step i only, ``newest_version`` each
+document's newest version up to step i); ``eval.retrieval.template``
 puts them, best first and each rendered by ``passage_template`` with its step's date, before the item's
 closed-book prompt. The answer is generated and scored by the code that scores closed-book answers
 (``splits.score_prompts``, ``paired.paired_metrics``), only the prompt differs.
@@ -13,7 +14,12 @@ Rows (group ``retrieval``; ``store`` = the checkpoint whose store answered, ``sc
   passages, §10), each with a 95 % bootstrap interval over questions (``*_ci``), ``gap`` = ``em_open`` − ``em``
   with its paired-bootstrap interval (``gap_ci``, §8), ``em_open_hit`` (``em_open`` on those questions),
   ``cut`` (share of prompts whose passages were cut to fit the model's positions) and ``passages`` (mean
-  retrieved); one over Unchanged + New + Updated
+  retrieved); stale evidence (HoH's question), on the questions with a known outdated answer (:func:`stale_answers`:
+  the golds of the Outdated item asking the same question or sharing its ``pair_id``, less the question's own):
+  ``n_stale_known`` of them, ``stale_at_k`` (share whose retrieved passages hold an outdated value, with its
+  interval ``stale_at_k_ci``), ``em_open_stale`` / ``em_open_no_stale`` (open-book EM on those with / without a
+  stale passage, ``n_stale`` / ``n_no_stale``) and ``outdated_open_stale`` (share of those with a stale passage
+  answered with the outdated value); null where the set has no such question; one over Unchanged + New + Updated
   (``set_name: all``) that also carries ``retrieval_seconds`` (BM25 queries) and ``index_seconds`` (stores built
   at this evaluation; 0 when reused);
 * with ``eval.retrieval.paired``: per temporal set and over all of them (``set_name: paired_all``) the §4
@@ -26,7 +32,8 @@ Passages are cut to fit: the prompt plus ``eval.max_new_tokens`` must fit the mo
 (``n_positions`` / ``max_position_embeddings``). Passages are kept in rank order while they fit whole; the first
 that does not is cut at a token boundary (when at least :data:`MIN_PIECE` tokens are left) and the rest dropped.
 Per-question records go to ``predictions/step_<k>/open_book[_store<i>]/<set>.jsonl`` with the retrieved
-passages' ids, steps, dates and scores.
+passages' ids, steps, dates and scores, and ``stale`` (1/0: a retrieved passage holds an outdated answer; null
+without a known one).
 """
 
 from __future__ import annotations
@@ -34,13 +41,14 @@ from __future__ import annotations
 import time
 from typing import Optional
 
-from evolve_train.data.timeline import EvalSet
+from evolve_train.data.answers import normalize
+from evolve_train.data.timeline import EvalSet, Timeline
 from evolve_train.data.world_probes import PROBE_KINDS
 from evolve_train.evaluation.context import EvalContext, write_predictions
 from evolve_train.evaluation.evaluators.common import ALL, generate, qa_item, row, temporal_sets
 from evolve_train.evaluation.evaluators.paired import latest_answers, paired_metrics, slices
 from evolve_train.evaluation.evaluators.splits import em_f1, score_prompts
-from evolve_train.evaluation.metrics.answer import contains_answer
+from evolve_train.evaluation.metrics.answer import contains_answer, exact_match
 from evolve_train.evaluation.metrics.stats import bootstrap_mean_ci, paired_bootstrap_diff
 from evolve_train.evaluation.registry import register_evaluator
 from evolve_train.evaluation.retrieval_index import Passage, RetrievalIndex, index_for, preflight
@@ -139,6 +147,7 @@ class OpenBook:
         self.retrieval_seconds = 0.0
         self.found: dict[str, list[tuple[Passage, float]]] = {}
         self.built: dict[str, tuple[str, bool]] = {}
+        self.outdated = OutdatedAnswers(ctx.timeline)
 
     def ask(self, items: list[dict]) -> list[str]:
         """The open-book prompts of ``items`` (retrieving for the questions not asked before)."""
@@ -160,6 +169,42 @@ class OpenBook:
         return self.built[self.ctx.timeline.prompt(item)][1]
 
 
+class OutdatedAnswers:
+    """The outdated golds of the timeline's questions: each Outdated item's answers, by its question and by its
+    ``pair_id`` (an Updated item and its Outdated twin ask the same question, and share the pair id where the
+    data gives one)."""
+
+    def __init__(self, timeline: Timeline):
+        self.by_question: dict[str, list[str]] = {}
+        self.by_pair: dict[str, list[str]] = {}
+        for eval_set in timeline.eval_sets:
+            if eval_set.kind != "outdated":
+                continue
+            for item in eval_set.items:
+                self.by_question.setdefault(item["question"], []).extend(item["answers"])
+                if item.get("pair_id"):
+                    self.by_pair.setdefault(str(item["pair_id"]), []).extend(item["answers"])
+
+    def of(self, item: dict) -> list[str]:
+        """:func:`stale_answers` of ``item``."""
+        return stale_answers(item, self)
+
+
+def stale_answers(item: dict, outdated: OutdatedAnswers) -> list[str]:
+    """The outdated values of ``item``'s question: the golds of the Outdated items with its question or its
+    ``pair_id``, without those that normalize (§1) to one of the item's own golds (an Outdated item has none of
+    its own), in order, each once; ``[]`` when none is known."""
+    found = outdated.by_question.get(item["question"], []) + outdated.by_pair.get(str(item.get("pair_id")), [])
+    seen = {normalize(answer) for answer in item["answers"]}
+    out: list[str] = []
+    for answer in found:
+        key = normalize(answer)
+        if key and key not in seen:
+            seen.add(key)
+            out.append(answer)
+    return out
+
+
 def _mean(values: list) -> Optional[float]:
     return sum(values) / len(values) if values else None
 
@@ -169,11 +214,16 @@ def split_records(ctx: EvalContext, book: OpenBook, eval_set: EvalSet) -> tuple[
     items = eval_set.items
     closed = score_prompts(ctx, items, [ctx.timeline.prompt(item) for item in items])
     records = score_prompts(ctx, items, book.ask(items))
+    outdated = book.outdated
     for record, item, shut in zip(records, items, closed):
         found = book.retrieved(item)
+        stale = outdated.of(item)
         record.update(
             closed_correct=shut["correct"],
             hit=contains_answer([p.text for p, _ in found], item["answers"]),
+            stale=contains_answer([p.text for p, _ in found], stale) if stale else None,
+            stale_answers=stale,
+            outdated_answer=exact_match(record["prediction"], stale) if stale else None,
             cut=book.cut(item),
             retrieved=[{"id": p.id, "step": p.step, "date": p.date, "score": round(s, 4)} for p, s in found],
         )
@@ -203,6 +253,25 @@ def open_metrics(records: list[dict], closed: list[dict]) -> dict:
         "n_hit": len(hits),
         "cut": _mean([int(r["cut"]) for r in records]),
         "passages": _mean([len(r["retrieved"]) for r in records]),
+        **stale_metrics(records),
+    }
+
+
+def stale_metrics(records: list[dict]) -> dict:
+    """Stale evidence of scored open-book records (see the module docstring): over the records with a known
+    outdated answer (``stale`` not null)."""
+    known = [r for r in records if r.get("stale") is not None]
+    stale = [r for r in known if r["stale"]]
+    fresh = [r for r in known if not r["stale"]]
+    return {
+        "n_stale_known": len(known),
+        "stale_at_k": _mean([r["stale"] for r in known]),
+        "stale_at_k_ci": bootstrap_mean_ci([r["stale"] for r in known]),
+        "em_open_stale": _mean([r["correct"] for r in stale]),
+        "n_stale": len(stale),
+        "em_open_no_stale": _mean([r["correct"] for r in fresh]),
+        "n_no_stale": len(fresh),
+        "outdated_open_stale": _mean([r["outdated_answer"] for r in stale]),
     }
 
 
