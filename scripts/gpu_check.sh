@@ -9,6 +9,10 @@
 #   tokens  masked-entity training on a ~1B-shaped GPT-2 (24 layers, width 2048): fixed rows per batch
 #           (trainer.batch_size) against a token budget per batch (trainer.tokens_per_batch)
 #   demo    the embedded demo end to end in bf16
+#   sweep   with >= 2 GPUs (nvidia-smi -L) only, and then in the default parts (+120 s): a method=full,lora sweep
+#           whose points are 2-process NCCL runs (hydra/launcher=submitit_local_multi, both points on GPUs 0,1),
+#           the step-0 cache shared; $OUT/sweep_check.txt says what each point ran. With fewer GPUs the single-
+#           GPU parts run unchanged and the sweep is reported as skipped.
 # Each run's tokens/s, MFU and peak memory go to $OUT/figures_<part>.json (scripts/run_figures.py reads
 # train_log.jsonl's tokens_per_s / mfu / peak_mem_gb when the loop logs them, else estimates).
 # Usage on a GPU machine with the package installed:  bash scripts/gpu_check.sh
@@ -17,8 +21,11 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu_out}
-PARTS=${PARTS:-"bench fsdp tokens"}
 DRY=${DRY:-0}
+NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+DEFAULT_PARTS="bench fsdp tokens"
+[ "${NGPU:-0}" -ge 2 ] && DEFAULT_PARTS="$DEFAULT_PARTS sweep"
+PARTS=${PARTS:-$DEFAULT_PARTS}
 PEAK_TFLOPS=${PEAK_TFLOPS:-989}   # H100/H200 bf16 datasheet
 mkdir -p "$OUT"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 WANDB_MODE=disabled HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
@@ -32,7 +39,8 @@ if [ "$DRY" = 1 ]; then
   SHORT=(trainer.epochs_step0=1 trainer.epochs=1 trainer.batch_size=16 trainer.warmup_steps=2 trainer.log_every=2)
   LAUNCH=(python3)
   TOKENS_PER_BATCH=512
-  T=${T:-300}; T_BENCH=$T; T_DEMO=$T
+  T=${T:-300}; T_BENCH=$T; T_DEMO=$T; T_SWEEP=$T
+  SWEEP_GPUS=0   # the dry run's sweep: 2 gloo processes per point on CPU
 else
   MID=(model.n_layer=24 model.n_embd=1024 model.n_head=16 model.n_positions=512 model.vocab_size=8192)
   BIG=(model.n_layer=24 model.n_embd=2048 model.n_head=16 model.n_positions=512 model.vocab_size=8192)
@@ -40,7 +48,8 @@ else
   SHORT=(trainer=gpu trainer.epochs_step0=3 trainer.epochs=2 trainer.batch_size=64 trainer.warmup_steps=20)
   LAUNCH=(accelerate launch --config_file accelerate_configs/fsdp.yaml --num_processes 1)
   TOKENS_PER_BATCH=16384
-  T=${T:-90}; T_BENCH=${T_BENCH:-150}; T_DEMO=${T_DEMO:-120}
+  T=${T:-90}; T_BENCH=${T_BENCH:-150}; T_DEMO=${T_DEMO:-120}; T_SWEEP=${T_SWEEP:-120}
+  SWEEP_GPUS=2
 fi
 COMMON=(logger.backends=[disk] method.step0_cache=null "${WORLD[@]}" "${SHORT[@]}")
 
@@ -89,6 +98,33 @@ part_demo() {
   [ "$DRY" = 1 ] && args=("${WORLD[@]}" "${SHORT[@]}" "${MID[@]}" logger.backends=[disk])
   timed demo_bf16 "$T_DEMO" python3 train.py "hydra.run.dir=$OUT/demo_bf16" "${args[@]}"
   cp "$OUT/demo_bf16/summary.json" "$OUT/demo_bf16_summary.json" 2>/dev/null || true
+}
+
+part_sweep() {  # 2 sweep points, each one job of 2 processes (one per GPU): the multi-process launcher on NCCL
+  if [ "$DRY" != 1 ] && [ "${NGPU:-0}" -lt 2 ]; then
+    echo "sweep skipped: ${NGPU:-0} GPU(s), the multi-process sweep needs 2" | tee -a "$OUT/status.txt"
+    return
+  fi
+  timed sweep_multi "$T_SWEEP" python3 train.py -m hydra/launcher=submitit_local_multi \
+    hydra.launcher.tasks_per_node=2 "hydra.launcher.gpus_per_node=$SWEEP_GPUS" hydra.launcher.timeout_min=10 \
+    "hydra.sweep.dir=$OUT/sweep_multi" method=full,lora "${MID[@]}" logger.backends=[disk] "${WORLD[@]}" \
+    "${SHORT[@]}"
+  python3 - "$OUT/sweep_multi" > "$OUT/sweep_check.txt" 2>&1 <<'PY' || echo "sweep check failed" >> "$OUT/status.txt"
+import json, sys
+from pathlib import Path
+sweep = Path(sys.argv[1])
+for summary in sorted(p for p in sweep.rglob("summary.json") if ".step0_cache" not in p.parts):
+    rows = [json.loads(line) for line in (summary.parent / "metrics.jsonl").read_text().splitlines()]
+    log = (summary.parent / "train.log").read_text()
+    cached = "loaded from the step-0 cache" in log
+    print(summary.parent.relative_to(sweep), "processes", sorted({r.get("num_processes") for r in rows}),
+          "rows", len(rows), "step 0 from the cache" if cached else "step 0 trained")
+print("step-0 cache entries:", sorted(p.name for p in (sweep / ".step0_cache").iterdir() if not p.name.startswith(".")))
+PY
+  cat "$OUT/sweep_check.txt" >> "$OUT/status.txt"
+  local points
+  mapfile -t points < <(find "$OUT/sweep_multi" -name summary.json -not -path '*/.step0_cache/*' -printf '%h\n' | sort)
+  [ "${#points[@]}" -gt 0 ] && figures sweep "${points[@]}"
 }
 
 : > "$OUT/status.txt"
