@@ -2,9 +2,11 @@
 # lm-evaluation-harness on a step checkpoint of a run, against evolve-train's own evaluation of the same
 # checkpoint in the same precision (docs/evaluation.md "Scoring with lm-evaluation-harness").
 #   bash scripts/lm_eval_check.sh RUN_DIR STEP OUT [TASKS]     (needs pip install -e '.[lmeval]')
+#   MODEL_ARGS=add_bos_token=False bash scripts/lm_eval_check.sh ...   (more --model_args for lm-eval's hf model)
 # 1. evolve-eval RUN_DIR --steps STEP in fp32 (trainer.mixed_precision=no: lm-eval's hf model runs fp32)
 # 2. evolve-data export-lm-eval with the run's own overrides (.hydra/overrides.yaml)
-# 3. lm_eval --model hf on RUN_DIR/steps/STEP, offline, --log_samples
+# 3. lm_eval --model hf on RUN_DIR/steps/STEP, offline, --log_samples; lm-eval's tokenizer settings left at their
+#    defaults, which encode the prompt as our evaluator does (a BOS first when the tokenizer prepends one)
 # 4. both EMs per task, and the items whose predictions differ
 set -euo pipefail
 RUN=$(realpath "$1"); STEP=$2; OUT=$(realpath -m "$3"); TASKS=${4:-evolve_unchanged,evolve_updated_1,evolve_new_1,evolve_outdated_1}
@@ -15,7 +17,7 @@ mkdir -p "$OUT"
 mapfile -t OVERRIDES < <("$PY" -c "import sys, yaml; [print(o) for o in yaml.safe_load(open(sys.argv[1])) if not o.startswith(('hydra.', 'method', '+'))]" "$RUN/.hydra/overrides.yaml")
 "$PY" -m evolve_train.cli.data export-lm-eval --out "$OUT/tasks" "${OVERRIDES[@]}" > "$OUT/export.log" 2>&1
 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_CACHE="$OUT/hf_datasets" \
-TOKENIZERS_PARALLELISM=false "$PY" -m lm_eval --model hf --model_args "pretrained=$RUN/steps/$STEP,dtype=float32" \
+TOKENIZERS_PARALLELISM=false "$PY" -m lm_eval --model hf --model_args "pretrained=$RUN/steps/$STEP,dtype=float32${MODEL_ARGS:+,$MODEL_ARGS}" \
   --tasks "$TASKS" --include_path "$OUT/tasks" --device cpu --batch_size 32 --log_samples --output_path "$OUT/lm_eval" \
   > "$OUT/lm_eval.log" 2>&1
 "$PY" - "$OUT" "$STEP" <<'PY'
