@@ -1,0 +1,135 @@
+"""The tracked files speak to a user: no word about how the project was built (who worked on it, on which
+machine, under which ticket) and no path that exists on one machine only.
+
+Each rule is a regular expression; an allow-list removes the uses where the word has its ordinary meaning
+(pytest's session scope, a plot's "not drawn", an lm-eval or SLURM task) before the rule is applied."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SELF = Path(__file__).resolve().relative_to(ROOT).as_posix()
+
+RULES: dict[str, re.Pattern] = {
+    name: re.compile(pattern, re.IGNORECASE)
+    for name, pattern in {
+        # who or what ran the work, instead of what the product does
+        "session": r"\bsessions?\b",
+        "lent": r"\blent\b",
+        "the lead": r"\bthe lead\b|\blead's\b",
+        "drawn task": r"\b(?:task|device|machine|gpu)s?\b[^.\n]{0,30}\bdrawn\b",
+        "this task": r"\bthis task\b",
+        "device time": r"\bdevice time\b",
+        "shared lock": r"\bshared (?:cpu )?lock\b|evolve_heavy",
+        # tickets of the project's own tracker ("issue 24", "issues 16 and 17", "(#28)")
+        "issue number": r"\bissues?\s*#?\d+|\(#\d+\)|\bissue #\d+",
+        # paths of one machine, or outside the clone
+        "absolute path": r"(?<![\w.~-])/(?:work|root|home)(?:/|\b)",
+        "outside the clone": r"\.\./shared\b|\bshared/data\b",
+    }.items()
+}
+
+ALLOWED = [
+    re.compile(pattern, re.IGNORECASE)
+    for pattern in (
+        r"scope\s*=\s*[\"']session[\"']",  # pytest fixtures
+        r"session[- ]scoped?",  # pytest's session scope
+        r"\btest session\b",  # one pytest process
+        r"pytest_session\w*|\bsession(?:start|finish)\b",  # pytest hooks
+        r"requests\.session|\bSession\(\)",  # HTTP client APIs
+        r"wandb[^\n]{0,40}\bsession\b|\bsession\b[^\n]{0,40}wandb",  # W&B's own API words
+        r"one long session",  # the held-out general text (a practice session)
+        r"\bnot drawn\b(?![^.\n]{0,20}\btask)",  # of a plot: a line or band not drawn
+        r"github\.com/[^\s)]*/issues/\d+",  # an upstream project's issue, by URL
+    )
+]
+
+
+def violations(text: str) -> list[tuple[str, str]]:
+    """``(rule, matched text)`` for every rule that matches ``text`` outside the allowed uses."""
+    found = []
+    for line in text.splitlines():
+        for allowed in ALLOWED:
+            line = allowed.sub(" ", line)
+        for name, rule in RULES.items():
+            found.extend((name, match.group(0)) for match in rule.finditer(line))
+    return found
+
+
+def tracked_text_files() -> list[Path]:
+    try:
+        listed = subprocess.run(
+            ["git", "ls-files", "-z"], cwd=ROOT, check=True, capture_output=True, text=True
+        ).stdout.split("\0")
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("not a git checkout: the tracked files are unknown")
+    files = []
+    for name in listed:
+        path = ROOT / name
+        if not name or name == SELF or not path.is_file():
+            continue
+        if b"\0" in path.read_bytes()[:4096]:  # binary (images)
+            continue
+        files.append(path)
+    return files
+
+
+@pytest.mark.parametrize(
+    "phrase",
+    [
+        "this task was not drawn",
+        "no session since the loop changes was lent a device",
+        "neither 2026-11-30 session was lent a device",
+        "~+14 s on the lead's 3m08s demo",
+        "Changes of this session, each found with cProfile",
+        "python train.py data.root=/work/shared/data/dyknow",
+        "data.root=../shared/data/dyknow unless given",
+        "measured under the shared lock",
+        "--lock /tmp/evolve_heavy.lock",
+        "the default recipe (issue 24)",
+        "before issue #29.",
+        "whole-batch multi-process evaluation (issues 16 and 17)",
+        "the recipes issue's (#28)",
+        "HOME=/root",
+        "cd /home/alice/evolve-train",
+        "we did not have the device time to sweep them",
+        "the lead reviewed it",
+    ],
+)
+def test_each_internal_phrase_is_caught(phrase):
+    assert violations(phrase), phrase
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        '@pytest.fixture(scope="session")',
+        "a session-scoped fixture builds it once",
+        "a second run in one Python process (a notebook, a test session, a sweep's in-process jobs)",
+        "HIDDEN = ROW_META  # not drawn: a row's identity",
+        "all-None metrics are not drawn",
+        "examples drawn from earlier steps",
+        "lm-eval tasks evolve_unchanged; one SLURM task per GPU",
+        "few minutes of practice every day helps more than one long session.",
+        "see https://github.com/EleutherAI/lm-evaluation-harness/issues/1234",
+        "~/.cache/evolve-train/data/dyknow and runs/demo/steps/2",
+        "python -m evolve_train.data.world --out /tmp/world",
+    ],
+)
+def test_ordinary_uses_pass(line):
+    assert violations(line) == [], line
+
+
+def test_tracked_files_have_no_internal_vocabulary():
+    problems = []
+    for path in tracked_text_files():
+        text = path.read_text(encoding="utf-8", errors="replace")
+        for number, line in enumerate(text.splitlines(), 1):
+            for name, matched in violations(line):
+                problems.append(f"{path.relative_to(ROOT)}:{number}: {name}: {matched!r}")
+    assert not problems, "internal vocabulary in tracked files:\n" + "\n".join(problems)
