@@ -1,10 +1,10 @@
-"""The accelerator of a run and what sharded backends need (configs/accelerate/, docs/distributed.md).
+"""The accelerator of a run and what sharded backends need (accelerate_configs/, docs/distributed.md).
 
 * :func:`resolve_precision`: what ``trainer.mixed_precision=auto`` means on a device (bf16 where it computes
   bf16 natively, ``no`` elsewhere), and why.
 * :func:`build_accelerator`: accelerate's ``Accelerator`` in the resolved precision, with the process group's
   timeout (``trainer.dist_timeout_s``); under an FSDP2 launch on CPU (``accelerate launch --config_file
-  configs/accelerate/fsdp.yaml`` with ``ACCELERATE_USE_CPU=1``), where accelerate itself falls back to DDP,
+  accelerate_configs/fsdp.yaml`` with ``ACCELERATE_USE_CPU=1``), where accelerate itself falls back to DDP,
   it switches the accelerator to its own FSDP2 engine (:func:`enable_fsdp2_on_cpu`), so the GPU code path
   is what runs and is tested on CPU with gloo.
 * :func:`train_sharded`: one time step's training of a model that accelerate shards (FSDP2) in place;
@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 
 
 def fsdp2_requested() -> bool:
-    """The launch asks for FSDP2: ``accelerate launch`` sets these from configs/accelerate/fsdp.yaml."""
+    """The launch asks for FSDP2: ``accelerate launch`` sets these from accelerate_configs/fsdp.yaml."""
     return (
         os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true" and os.environ.get("FSDP_VERSION", "1") == "2"
     )
