@@ -21,10 +21,11 @@ kept, and a step's states are deleted once the step is checkpointed and evaluate
 matches; a state dir with missing or short files, or a different plan, is ignored with a warning naming it.
 
 Ctrl-C (SIGINT) and SIGTERM (what SLURM and most schedulers send before they kill a preempted or timed-out
-job) inside the loop of a single-process run are deferred to the end of the optimizer step in progress: a
-state is saved there (whatever ``save_every_n_steps``) and :class:`TrainingInterrupted` is raised; the run
-exits with 128 + the signal's number (130 for Ctrl-C, 143 for SIGTERM) and the same command resumes. A
-second signal stops at once. FSDP / DeepSpeed runs save their sharded states through
+job) inside the loop are deferred to the end of the optimizer step in progress: a state is saved there
+(whatever ``save_every_n_steps``) and :class:`TrainingInterrupted` is raised; the run exits with 128 + the
+signal's number (130 for Ctrl-C, 143 for SIGTERM) and the same command resumes. A second signal stops at once.
+With several processes the ranks agree at every optimizer step (one gather of an integer): a signal that
+reached any rank makes every rank save (the main process writes) and stop at the same step. FSDP / DeepSpeed runs save their sharded states through
 ``accelerator.save_state`` into the same directory layout (``accelerate/``), not tested on CPU.
 
 This module holds the state dirs and :class:`StepStates`; the pieces they are made of live apart: the
@@ -171,19 +172,30 @@ class StepStates:
         """The deferred signal's number, once one arrived."""
         return self.signals.received
 
-    def __enter__(self) -> "StepStates":
+    def agreed_interrupt(self) -> Optional[int]:
+        """The deferred signal as every process sees it: this process's alone, or with several processes the
+        largest number any of them received (a collective: every process calls it at the same point)."""
+        mine = self.signals.received or 0
         if self.accelerator.num_processes == 1:
-            self.signals.install()
+            return mine or None
+        everyone = self.accelerator.gather(torch.tensor([mine], device=self.accelerator.device))
+        return int(everyone.max().item()) or None
+
+    def __enter__(self) -> "StepStates":
+        self.signals.install()
         return self
 
     def __exit__(self, exc_type, exc, traceback) -> None:
         self.signals.restore()
-        if self.interrupt_requested and exc_type is None:  # the signal came after the step's last update
+        if exc_type is not None:  # an error: no collective (the other processes may not be here)
+            return
+        interrupted = self.agreed_interrupt()
+        if interrupted:  # the signal came after the step's last update
             raise TrainingInterrupted(
-                f"interrupted ({SIGNAL_NAMES[self.interrupt_requested]}) at the end of time "
+                f"interrupted ({SIGNAL_NAMES[interrupted]}) at the end of time "
                 f"step {self.step}, before its checkpoint; it resumes from "
                 f"{self.last_good()}. Run the same command again to resume.",
-                self.interrupt_requested,
+                interrupted,
             )
 
     def _on_signal(self, signum: int) -> None:
@@ -233,7 +245,7 @@ class StepStates:
     ) -> None:
         """Save a state when due or when Ctrl-C was pressed (then raise :class:`TrainingInterrupted`).
         ``check`` (the non-finite guard) runs first: a state is never saved after a non-finite update."""
-        interrupted = self.interrupt_requested
+        interrupted = self.agreed_interrupt()
         if self.due(optimizer_steps, total) or interrupted:
             if check is not None:
                 check()
