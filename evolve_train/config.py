@@ -603,6 +603,14 @@ class DataConfig:
     (``order_seed``): time order removed, all else equal (``data/transforms.py``; eval sets unchanged)."""
     order_seed: int = 0
     """Seed of ``order=shuffled``'s deal."""
+    mix_files: list[str] = later_steps(default_factory=list)
+    """General documents mixed into every step after step 0 (replay of pretraining-like data): entries as in
+    ``train_files`` (files, folders, globs; JSONL/CSV with ``text``, or ``.txt``), relative to ``root``; never a
+    time step, never evaluated as one. Needs ``mix_ratio`` > 0 (``methods/general_mix.py``)."""
+    mix_ratio: float = later_steps(0.0)
+    """Share of each later step's training tokens that are ``mix_files`` tokens: ``round(mix_ratio / (1 -
+    mix_ratio) * step tokens)`` mix tokens are appended to the step's rows (seeded by ``seed`` and the step),
+    in [0, 1)."""
 
     def __post_init__(self):
         check_ranges("data", {"heldout_share": (self.heldout_share, (lambda v: 0.0 <= v < 1.0, "in [0, 1)"))})
@@ -611,6 +619,12 @@ class DataConfig:
         self.txt_documents = as_choice("data.txt_documents", TxtDocuments, self.txt_documents)
         self.default_split = as_choice("data.default_split", Split, self.default_split)
         self.order = as_choice("data.order", DataOrder, self.order)
+        check_ranges("data", {"mix_ratio": (self.mix_ratio, (lambda v: 0.0 <= v < 1.0, "in [0, 1)"))})
+        if bool(self.mix_files) != (self.mix_ratio > 0):
+            raise ConfigError(
+                "data.mix_files and data.mix_ratio go together: give the general documents and their token share "
+                f"(got {len(self.mix_files)} mix file(s) and mix_ratio={self.mix_ratio})"
+            )
 
 
 @dataclass

@@ -84,7 +84,7 @@ SHUFFLED_FIELDS = ("pairs", "texts")
 
 def dealt_indices(sizes: Sequence[int], seed: int, field: str) -> list[np.ndarray]:
     """Indices into the union of ``sizes`` records (the steps' records concatenated, oldest first), dealt into
-    pieces of ``sizes``: one permutation of ``range(sum(sizes))`` drawn by ``numpy.random.default_rng([seed,
+    pieces of ``sizes``: one permutation of ``range(sum(sizes))`` made by ``numpy.random.default_rng([seed,
     k])`` (k: the field's index in :data:`SHUFFLED_FIELDS`), cut at the cumulative sizes."""
     order = np.random.default_rng([seed, SHUFFLED_FIELDS.index(field)]).permutation(int(sum(sizes)))
     bounds = np.cumsum([0, *sizes])
@@ -104,7 +104,7 @@ def _union(parts: list[Sequence[dict]]):
 
 def deal_records(parts: list[Sequence[dict]], seed: int, field: str) -> list[Sequence[dict]]:
     """``parts`` (one step's records each) shuffled across the steps: piece k has ``len(parts[k])`` records,
-    drawn without replacement from the union (:func:`dealt_indices`). An Arrow corpus stays Arrow (a ``select``
+    taken without replacement from the union (:func:`dealt_indices`). An Arrow corpus stays Arrow (a ``select``
     with its own fingerprint, so the tokenized cache never confuses a dealt step with the original)."""
     sizes = [len(part) for part in parts]
     if sum(sizes) == 0:

@@ -5,7 +5,8 @@ registers them, in the order they are called:
 - ``shared_initial_evaluation`` (``hooks/initial_evaluation.py``): and evaluate the initial model once;
 - ``optimizer_carry`` (``hooks/optimizer_carry.py``): ``trainer.optimizer_state=keep``, AdamW's state across steps;
 - ``weight_average`` (``hooks/weight_average.py``): ``method.average``, each checkpoint an average of the steps;
-- ``within_step_probe`` (``hooks/within_step.py``): ``eval.within_step_every``, a probe inside each step.
+- ``within_step_probe`` (``hooks/within_step.py``): ``eval.within_step_every``, a probe inside each step;
+- ``mixing`` (``hooks/mixing.py``): ``data.mix_files`` and ``generative_replay``, rows from outside the timeline.
 """
 
 from evolve_train.hooks import (  # noqa: F401  (registers the hooks, in this order)
@@ -14,6 +15,7 @@ from evolve_train.hooks import (  # noqa: F401  (registers the hooks, in this or
     optimizer_carry,
     weight_average,
     within_step,
+    mixing,
 )
 from evolve_train.training.hooks import build_hooks
 

@@ -290,6 +290,8 @@ def plot_training_loss(runs: list[Run], path: Path) -> Series:
     for run in runs:
         offset, done, xs, ys = 0, {}, [], []
         for row in run.train_rows:
+            if "loss" not in row:  # a step's group: mix row (methods/mixing.py) carries counts, no loss
+                continue
             ts = row["time_step"]
             offset = sum(v for k, v in done.items() if k < ts)
             done[ts] = max(done.get(ts, 0), row["optimizer_step"])
