@@ -64,6 +64,11 @@ class DataOrder(Choice):
     shuffled = "shuffled"
 
 
+class GenerativePrompt(Choice):
+    bos = "bos"
+    corpus = "corpus"
+
+
 class Objective(Choice):
     masked_entity = "masked_entity"
     clm = "clm"
@@ -409,6 +414,38 @@ class LwfConfig:
 
 
 @dataclass
+class GenerativeConfig:
+    """``generative_replay``: the model before step k writes documents that are mixed into step k."""
+
+    samples: int = 64
+    """Documents sampled before each step k >= 1 (all of them are mixed into step k)."""
+    temperature: float = 1.0
+    """Sampling temperature (pure ancestral sampling: no top-k, no top-p), > 0."""
+    max_new_tokens: int = 128
+    """Tokens sampled per document at most (a document ends at EOS)."""
+    prompt: GenerativePrompt = GenerativePrompt.bos
+    """What a sample starts from: ``bos`` (the tokenizer's BOS, or EOS where it has none: an unconditional
+    sample) or ``corpus`` (the first ``prompt_tokens`` tokens of a seeded random step-0 document or pair)."""
+    prompt_tokens: int = 8
+    """``prompt=corpus``: tokens of the step-0 text a sample continues (the prompt is part of the document)."""
+    batch_size: int = 32
+    """Sequences sampled at a time (a part of the seeded draw: another size, other samples)."""
+
+    def __post_init__(self):
+        self.prompt = as_choice("method.generative.prompt", GenerativePrompt, self.prompt)
+        check_ranges(
+            "method.generative",
+            {
+                "samples": (self.samples, AT_LEAST_ONE),
+                "temperature": (self.temperature, POSITIVE),
+                "max_new_tokens": (self.max_new_tokens, AT_LEAST_ONE),
+                "prompt_tokens": (self.prompt_tokens, AT_LEAST_ONE),
+                "batch_size": (self.batch_size, AT_LEAST_ONE),
+            },
+        )
+
+
+@dataclass
 class MethodConfig:
     name: str = label("full")
     """Name of the method, used in run names and reports."""
@@ -424,6 +461,9 @@ class MethodConfig:
     """Elastic weight consolidation: the pull weighted by the previous step's diagonal Fisher (strategy ``ewc``)."""
     freeze: FreezeConfig = field(default_factory=FreezeConfig)
     """Frozen parameter groups (strategy ``freeze``)."""
+    generative: GenerativeConfig = later_steps(default_factory=GenerativeConfig)
+    """Generative replay: the previous step's model samples documents mixed into the step (strategy
+    ``generative_replay``; ``methods/generative.py``)."""
     # --- LwF, averaging (docs/methods.md, "Recipes") ---
     lwf: LwfConfig = field(default_factory=LwfConfig)
     """Learning without forgetting: distillation toward the previous step's model (strategy ``lwf``)."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from evolve_train.config import MethodConfig, TrainerConfig
 from evolve_train.errors import ConfigError
-from evolve_train.methods import freeze, full, lora, lwf, oracle, regularizers, replay  # noqa: F401  (registers the strategies)
+from evolve_train.methods import freeze, full, generative, lora, lwf, oracle, regularizers, replay  # noqa: F401  (registers the strategies)
 from evolve_train.methods.base import STRATEGIES, Strategy
 from evolve_train.training.plan import StepPlan
 
