@@ -77,7 +77,7 @@ def test_a_task_of_a_two_node_slurm_job_gets_its_rank_and_the_jobs_master(clean_
     assert 20000 <= int(port) <= 60000
     slurm_task(clean_env, procid=0, localid=0, node=0)
     submitit_env.export_submitit_env()
-    assert clean_env["MASTER_PORT"] == port and clean_env["RANK"] == "0"  # every task draws the same port
+    assert clean_env["MASTER_PORT"] == port and clean_env["RANK"] == "0"  # every task gets the same port
     import torch
 
     if not torch.cuda.is_available():

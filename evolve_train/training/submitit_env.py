@@ -6,7 +6,7 @@ called by ``train.py`` before the run builds its accelerator, exports what ``acc
 would have set, from submitit's view of the job (SLURM's ``SLURM_PROCID``, ``SLURM_NTASKS``, ``SLURM_LOCALID``,
 ``SLURM_JOB_NODELIST``, ... or the local executor's ``SUBMITIT_LOCAL_*``): ``RANK``, ``WORLD_SIZE``,
 ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR`` (the job's first host) and ``MASTER_PORT`` (``MASTER_PORT``
-if set, else one drawn from the job id, the same in every task). ``CUDA_VISIBLE_DEVICES`` is left as SLURM set
+if set, else one derived from the job id, the same in every task). ``CUDA_VISIBLE_DEVICES`` is left as SLURM set
 it: accelerate gives each process the device ``LOCAL_RANK`` modulo the devices it sees, which is right both when
 every task sees the node's GPUs and when SLURM gave each task its own. On a machine without CUDA the processes
 form a gloo group on CPU (``ACCELERATE_USE_CPU``, as ``ACCELERATE_USE_CPU=1 accelerate launch --multi_gpu`` does).
