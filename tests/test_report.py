@@ -124,7 +124,7 @@ def test_cli_on_two_tiny_runs_writes_plots_and_reports(tiny_runs, tmp_path, caps
     assert pngs == sorted(
         ["forgetting_curves.png", "matrix_full_seed0.png", "matrix_full_seed1.png", "training_loss.png"]
         + ["paired_metrics.png"] * ("paired" in groups)
-        + ["heldout_metrics.png"] * ("heldout" in groups)
+        + ["heldout_metrics.png", "perplexity_vs_updated.png"] * ("heldout" in groups)
         + ["slices_full_seed0.png", "slices_full_seed1.png"] * ("slices" in groups)
         + ["retention_vs_flops.png"]
     )

@@ -307,6 +307,66 @@ def plot_training_loss(runs: list[Run], path: Path) -> Series:
     return series
 
 
+def updated_em(run: Run, checkpoint: int) -> float | None:
+    """EM over every Updated set of ``checkpoint`` pooled by question (sets weighted by their ``n``)."""
+    rows = [
+        r
+        for r in run.split_rows
+        if int(r["checkpoint"]) == checkpoint and r.get("set") == "updated" and r.get("em") is not None and r.get("n")
+    ]
+    count = sum(int(r["n"]) for r in rows)
+    return sum(float(r["em"]) * int(r["n"]) for r in rows) / count if count else None
+
+
+def tradeoff_points(runs: list[Run]) -> dict[str, list[tuple[str, float, float]]]:
+    """``{held-out text: [(run, Updated EM, perplexity)]}`` at each run's final checkpoint (runs with both), and
+    ``{held-out text + " (initial)": [(run, nan, perplexity)]}`` of the model before training where evaluated."""
+    out: dict[str, list[tuple[str, float, float]]] = {}
+    for run in runs:
+        final = run.final_checkpoint
+        em = updated_em(run, final)
+        for row in run.group_rows("heldout"):
+            name, ppl = str(row.get("set_name")), row.get("perplexity")
+            if ppl is None:
+                continue
+            if int(row["checkpoint"]) == final and em is not None:
+                out.setdefault(name, []).append((run.label, float(em), float(ppl)))
+            elif int(row["checkpoint"]) < 0:
+                out.setdefault(f"{name} (initial)", []).append((run.label, math.nan, float(ppl)))
+    return out
+
+
+def plot_perplexity_vs_updated(runs: list[Run], path: Path) -> Series:
+    """The trade-off in one picture: held-out perplexity (general text, lower: less forgetting of language)
+    against Updated EM (higher: more updates learned) at the final checkpoint, one point per run (arm), one panel
+    per held-out text; the initial model's perplexity, where evaluated, as a dashed line."""
+    points = tradeoff_points(runs)
+    names = sorted(name for name in points if not name.endswith(" (initial)"))
+    if not names:
+        return {}
+    fig, axes = plt.subplots(1, len(names), figsize=(5.5 * len(names), 4), squeeze=False, layout="constrained")
+    panels = {}
+    for ax, name in zip(axes[0], names):
+        for label, em, ppl in points[name]:
+            ax.plot([em], [ppl], marker="o", ls="", label=label)
+            ax.annotate(label, (em, ppl), fontsize=7, xytext=(4, 4), textcoords="offset points")
+        initial = sorted({ppl for _, _, ppl in points.get(f"{name} (initial)", [])})
+        for ppl in initial[:1]:
+            ax.axhline(ppl, color="grey", lw=0.8, ls="--", label="_initial model")
+            ax.annotate(
+                "initial model", (0.0, ppl), fontsize=7, color="grey", xytext=(2, 3), textcoords="offset points"
+            )
+        ax.set_xlim(-0.05, 1.05)
+        ax.set_xlabel("Updated EM at the final checkpoint (higher: updates learned)")
+        ax.set_ylabel(f"held-out perplexity: {name} (lower: language kept)")
+        ax.grid(alpha=0.3)
+        panels[name] = ax
+    fig.suptitle("Held-out perplexity against Updated EM, one point per run", fontsize=10)
+    series = _read_back(panels)
+    _save(fig, path)
+    return series
+
+
 __all__ = [
     "SPLIT_ORDER",
     "em_matrix",
@@ -314,6 +374,9 @@ __all__ = [
     "plot_forgetting_curves",
     "plot_group_metrics",
     "plot_matrix_heatmap",
+    "plot_perplexity_vs_updated",
     "plot_seed_bands",
     "plot_training_loss",
+    "tradeoff_points",
+    "updated_em",
 ]

@@ -210,6 +210,10 @@ def make_plots(runs: list[Run], out_dir: Path, groups: Optional[list[RunGroup]] 
             series[group] = plots.plot_group_metrics(runs, group, out_dir / name)
             if series[group]:
                 figures.append((f"{group} metrics per time step", name))
+    tradeoff = plots.plot_perplexity_vs_updated(runs, out_dir / "perplexity_vs_updated.png")
+    if tradeoff:
+        series["perplexity_vs_updated"] = tradeoff
+        figures.append(("Held-out perplexity against Updated EM (the trade-off per run)", "perplexity_vs_updated.png"))
     loss = plots.plot_training_loss(runs, out_dir / "training_loss.png")
     if loss:
         series["loss"] = loss
