@@ -9,6 +9,13 @@ rows of ~22 tokens with the loss on the last 4, batch 32, as the dated world's),
 held-out perplexity forward, windows of 128), and the fraction of this machine's measured matmul peak in that
 dtype (a 2048² matmul; training counts 6·N FLOPs per token, evaluation 2·N, N = all parameters, the tied
 output head being a real matmul). The first optimizer step of each timed run is a warm-up and not counted.
+
+bf16 is measured where the machine computes it natively (``trainer.mixed_precision=auto`` resolves to it:
+``training/distributed.py: resolve_precision``) and at the ``tiny`` size; on a 135M model an emulated bf16
+would run many times slower than fp32, so it is skipped there, saying why. In the precision ``auto`` picks, a
+plain PyTorch loop trains a fresh copy of the same model on the same batches (AdamW, gradient clipping,
+autocast where bf16, and the loop's own loss, ``training/loss.py``, so the ratio measures the loop and not the
+loss): ``framework_vs_plain`` is the framework's training tokens/s over the plain loop's (goal >= 0.95).
 """
 
 from __future__ import annotations
@@ -119,6 +126,48 @@ def train_tokens_per_s(size: dict, precision: str, steps: int, batch_size: int =
     return {"tokens_per_s": tokens / seconds, "steps": len(timed), "tokens": tokens}
 
 
+def chosen_precision() -> tuple[str, str]:
+    """What ``trainer.mixed_precision=auto`` picks on this machine's device, and why."""
+    from evolve_train.config import TrainerConfig
+    from evolve_train.training.distributed import resolve_precision
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return resolve_precision(TrainerConfig(mixed_precision="auto"), device)
+
+
+def plain_tokens_per_s(size: dict, precision: str, steps: int, batch_size: int = 32) -> float:
+    """Training tokens/s of a plain PyTorch loop over the rows and batches :func:`train_tokens_per_s` trains on
+    (the same row order, collate and loss), the first optimizer step (warm-up) left out."""
+    from datasets import Dataset
+
+    from evolve_train.training.examples import LengthGroupedBatches, collate
+    from evolve_train.training.loss import batch_loss
+    from evolve_train.training.rows import TokenRows
+
+    rows = TokenRows(Dataset.from_list(masked_rows(batch_size * (steps + 1), size["vocab_size"])))
+    batches = [collate([rows[i] for i in b], 2) for b in LengthGroupedBatches(rows.lengths, batch_size, 0).epoch(0)]
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # where accelerate puts the model
+    model = _model(size).to(device)
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)
+    tokens, seconds = 0, 0.0
+    for index, batch in enumerate(batches):
+        start = time.perf_counter()
+        batch = {key: value.to(device, non_blocking=True) for key, value in batch.items()}
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
+            loss = batch_loss(model, model, batch)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        if index > 0:  # the first step warms up (allocations, AdamW state)
+            seconds += time.perf_counter() - start
+            tokens += int(batch["attention_mask"].sum())
+    return tokens / seconds
+
+
 @torch.no_grad()
 def eval_tokens_per_s(size: dict, precision: str, windows: int, window: int = 128, batch_size: int = 16) -> float:
     """Tokens/s of the held-out perplexity forward (``evaluation/evaluators/heldout.py``) in the precision."""
@@ -153,17 +202,31 @@ def pretrained_part(size_name: str = "135m", quick: bool = False) -> dict:
     size = SIZES[size_name]
     n_params = sum(p.numel() for p in _model(size).parameters())
     steps, windows = (3, 32) if quick or size_name == "tiny" else (6, 64)
-    out = {"size": size_name, "params": n_params, "threads": torch.get_num_threads()}
+    chosen, reason = chosen_precision()
+    out = {"size": size_name, "params": n_params, "threads": torch.get_num_threads(), "auto": [chosen, reason]}
     for precision, dtype in (("no", torch.float32), ("bf16", torch.bfloat16)):
+        if precision == "bf16" and chosen != "bf16" and size_name != "tiny":
+            out["bf16"] = {
+                "skipped": f"not native here ({reason}): emulated, many times slower than fp32, not timed at this size"
+            }
+            continue
         try:
             peak = matmul_peak(dtype)
             train = train_tokens_per_s(size, precision, steps)
+            plain = plain_tokens_per_s(size, precision, steps) if precision == chosen else None
             evaluation = eval_tokens_per_s(size, precision, windows)
         except RuntimeError as error:  # e.g. torch's CPU bf16 kernels without AVX-512 ("pack_vnni2 is only ...")
             if precision == "no":
                 raise
             out["bf16"] = {"unsupported": str(error).splitlines()[0]}
             continue
+        if plain is not None:
+            out["framework_vs_plain"] = {
+                "precision": precision,
+                "framework_tokens_per_s": train["tokens_per_s"],
+                "plain_tokens_per_s": plain,
+                "ratio": train["tokens_per_s"] / plain,
+            }
         out["fp32" if precision == "no" else "bf16"] = {
             "matmul_peak_gflops": peak / 1e9,
             "train_tokens_per_s": train["tokens_per_s"],
@@ -176,7 +239,7 @@ def pretrained_part(size_name: str = "135m", quick: bool = False) -> dict:
         "foreach": optimizer_step_seconds(size, fused=False),
         "fused": optimizer_step_seconds(size, fused=True),
     }
-    if "unsupported" not in out["bf16"]:
+    if "train_tokens_per_s" in out["bf16"]:
         out["bf16_vs_fp32"] = {
             "train": out["bf16"]["train_tokens_per_s"] / out["fp32"]["train_tokens_per_s"],
             "eval": out["bf16"]["eval_tokens_per_s"] / out["fp32"]["eval_tokens_per_s"],
@@ -197,6 +260,9 @@ def print_pretrained(result: dict) -> None:
         if "unsupported" in row:
             print(f"  {name:6s} not supported by this CPU's kernels: {row['unsupported']}")
             continue
+        if "skipped" in row:
+            print(f"  {name:6s} skipped: {row['skipped']}")
+            continue
         print(
             f"  {name:6s} {row['matmul_peak_gflops']:8.0f} GF/s {row['train_tokens_per_s']:12.1f} "
             f"{row['train_peak_fraction']:8.1%} {row['eval_tokens_per_s']:11.1f} {row['eval_peak_fraction']:8.1%}"
@@ -207,6 +273,13 @@ def print_pretrained(result: dict) -> None:
         f"{adamw['fused']:.3f} s fused"
     )
     ratio = result.get("bf16_vs_fp32")
-    if ratio is None:
-        return
-    print(f"  bf16 / fp32: training {ratio['train']:.2f}x, evaluation {ratio['eval']:.2f}x")
+    if ratio is not None:
+        print(f"  bf16 / fp32: training {ratio['train']:.2f}x, evaluation {ratio['eval']:.2f}x")
+    versus = result.get("framework_vs_plain")
+    if versus is not None:
+        chosen, reason = result["auto"]
+        print(
+            f"  framework / plain PyTorch loop in {'fp32' if versus['precision'] == 'no' else 'bf16'} (auto -> "
+            f"{chosen}: {reason}): {versus['framework_tokens_per_s']:.1f} / {versus['plain_tokens_per_s']:.1f} "
+            f"tokens/s = {versus['ratio']:.3f} (goal >= 0.95)"
+        )

@@ -80,3 +80,10 @@ def test_bench_pretrained_part_prints_both_precisions():
         assert row["train_tokens_per_s"] > 0 and row["eval_tokens_per_s"] > 0 and row["matmul_peak_gflops"] > 0
         assert 0 < row["train_peak_fraction"] and row["train_steps"] == 3  # 4 optimizer steps, the first a warm-up
     assert "fp32" in figures and ("bf16 / fp32" in result.stdout) == ("unsupported" not in figures["bf16"])
+    chosen, reason = figures["auto"]  # what trainer.mixed_precision=auto picks here, and why
+    versus = figures["framework_vs_plain"]  # the framework loop over a plain torch loop, in that precision
+    assert chosen in ("no", "bf16") and reason and versus["precision"] == chosen
+    assert versus["plain_tokens_per_s"] > 0 and versus["ratio"] == pytest.approx(
+        versus["framework_tokens_per_s"] / versus["plain_tokens_per_s"]
+    )
+    assert f"auto -> {chosen}" in result.stdout and "(goal >= 0.95)" in result.stdout
