@@ -45,7 +45,8 @@ PY=$VENV/bin/python
 "$PY" -m pip install -q --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
 torch_found() {  # "<version><TAB><where, CUDA build>" of the torch the environment imports, if any
   "$PY" -c "import os, torch; cuda = getattr(getattr(torch, 'version', None), 'cuda', None); \
-print(f'{torch.__version__}\t{os.path.dirname(torch.__file__)}, ' + (f'CUDA {cuda}' if cuda else 'no CUDA'))" 2>/dev/null
+where = os.path.dirname(torch.__file__); \
+print(f'{torch.__version__}\t{where}, ' + ('CUDA ' + cuda if cuda else 'no CUDA'))" 2>/dev/null
 }
 if found=$(torch_found); then
   echo "setup: keeping the importable torch ${found%%$'\t'*} (${found#*$'\t'}): it is not replaced"
