@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
@@ -40,3 +41,20 @@ def wall_clock(key: str) -> bool:
     """Keys of metric / training-log rows that measure time (seconds, tokens per second, memory, MFU): they
     differ between two runs of the same command, everything else must not."""
     return "seconds" in key or key.endswith("_per_s") or key in ("peak_mem_gb", "mfu")
+
+
+@contextlib.contextmanager
+def deadline(seconds: int):
+    """Fail (instead of hanging) if the block runs longer than ``seconds``: for code whose failure mode is a spin."""
+    import signal
+
+    def expired(signum, frame):
+        raise TimeoutError(f"still running after {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)

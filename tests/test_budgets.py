@@ -3,8 +3,6 @@ without a terminal, and no step that loops without batches."""
 
 import json
 import logging
-import signal
-from contextlib import contextmanager
 
 import pytest
 from accelerate import Accelerator
@@ -14,24 +12,8 @@ from evolve_train.run import train
 from evolve_train.training.examples import collate
 from evolve_train.training.loop import train_time_step
 from evolve_train.training.plan import StepPlan
-from helpers import tiny_cfg
+from helpers import deadline, tiny_cfg
 from method_fixtures import PAD, method, one_thread, tiny_gpt2, token_rows, trainer_cfg
-
-
-@contextmanager
-def deadline(seconds: int):
-    """Fail (instead of hanging) if the block runs longer than ``seconds``: the failure mode here is a spin."""
-
-    def expired(signum, frame):
-        raise TimeoutError(f"still running after {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, expired)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def plan(examples, strategies=None, **settings):

@@ -8,8 +8,6 @@ from __future__ import annotations
 import csv
 import json
 import shutil
-import signal
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -22,7 +20,7 @@ from evolve_train.data.timeline import build_timeline
 from evolve_train.data.world import generate_world, step_corpus
 from evolve_train.errors import ConfigError, DataError
 from evolve_train.run import train
-from helpers import tiny_cfg
+from helpers import deadline, tiny_cfg
 from test_loaders_temporal_qa import FIELDS, world_release
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,22 +30,6 @@ PAIRS = [
     {"input": "Bolt is in <mask>.", "output": "Oslo"},
 ]
 TEXTS = [{"text": "Acme named Cy Diaz its CEO."}, {"text": "Bolt moved to Paris."}]
-
-
-@contextmanager
-def deadline(seconds: int):
-    """Fail (instead of hanging) if the block runs longer than ``seconds``."""
-
-    def expired(signum, frame):
-        raise TimeoutError(f"still running after {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, expired)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def write(path: Path, text: str) -> Path:

@@ -26,10 +26,9 @@ import logging
 from pathlib import Path
 from typing import Callable, Optional
 
-from evolve_train.utils.io import AlreadyPublished, atomic_dir
-
 from evolve_train.config import DataConfig, TrainerConfig
 from evolve_train.config_keys import STEP0_LEAVES_OUT, key_part, keys_where
+from evolve_train.utils.io import AlreadyPublished, atomic_dir
 
 log = logging.getLogger(__name__)
 
