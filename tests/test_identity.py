@@ -138,6 +138,22 @@ def test_settings_of_another_code_version_are_reported_not_refused(tmp_path, cap
     assert "trainer.retired_setting" in caplog.text and "trainer.grad_clip" in caplog.text
 
 
+def test_auto_resolving_to_another_precision_on_resume_is_said(tmp_path, caplog):
+    """``trainer.mixed_precision=auto`` is the same config on every machine; a resume where it resolves to
+    another precision than the run started in warns, naming both (an unchanged one says nothing)."""
+    state = recorded_state("trainer.mixed_precision=auto")
+    assert state.identity["precision"] in ("bf16", "no")
+    with caplog.at_level(logging.WARNING):
+        identity.check_resume(tmp_path, cfg_of("trainer.mixed_precision=auto"), state)
+    assert "resolved" not in caplog.text
+    other = "no" if state.identity["precision"] == "bf16" else "bf16"
+    state.identity["precision"] = other  # as a machine of the other kind recorded it
+    with caplog.at_level(logging.WARNING):
+        identity.check_resume(tmp_path, cfg_of("trainer.mixed_precision=auto"), state)
+    assert f"resolved to {other} when this run started" in caplog.text
+    assert f"trainer.mixed_precision={other} to train on as before" in caplog.text
+
+
 def test_secret_values_are_compared_but_never_written():
     from dataclasses import dataclass
 

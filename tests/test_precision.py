@@ -238,3 +238,18 @@ def test_the_shipped_pretrained_recipes_choose_their_precision_by_the_machine(tm
 
     cfg = tiny_cfg(tmp_path, f"experiment={experiment}")
     assert OmegaConf.to_object(cfg).trainer.mixed_precision is Precision.auto
+
+
+def test_every_row_records_the_precision_auto_resolved_to(monkeypatch, tmp_path):
+    """On a CPU faked as AVX2-only, ``auto`` trains and evaluates in fp32 and every metric row says ``no``;
+    an explicit setting is recorded as itself."""
+    from accelerate.state import AcceleratorState
+
+    from evolve_train.run import train
+
+    monkeypatch.setenv("ACCELERATE_USE_CPU", "1")
+    fake_cpu(monkeypatch, {"avx2"}, "AVX2")
+    AcceleratorState._reset_state(reset_partial_state=True)
+    train(tiny_cfg(tmp_path / "auto", "trainer.mixed_precision=auto", "data.world.n_steps=2"))
+    rows = [json.loads(line) for line in (tmp_path / "auto" / "metrics.jsonl").read_text().splitlines()]
+    assert rows and {row["mixed_precision"] for row in rows} == {"no"}

@@ -65,7 +65,9 @@ class CheckpointEvaluation:
         self.accelerator.wait_for_everyone()  # metrics.jsonl as the main process left it, for every reader
         stored = self.hooks.first("stored_evaluation", self, checkpoint)
         if stored:
-            rows = record_private(self.run_dir, self.timeline, self.cfg.eval, checkpoint, stored["rows"])
+            rows = record_private(
+                self.run_dir if self.main else None, self.timeline, self.cfg.eval, checkpoint, stored["rows"]
+            )
             return self.decorate(rows, checkpoint, result, stored["seconds"], stored["evaluated"])
         rows, seconds, evaluated = self._run_evaluators(checkpoint, model)
         self.hooks.call("on_scored", self, checkpoint, rows, seconds, evaluated)
@@ -113,6 +115,7 @@ class CheckpointEvaluation:
         if checkpoint == INITIAL:
             result = StepResult(optimizer_steps=0, tokens=0, final_loss=float("nan"), seconds=0.0)
         meta = {"method": self.cfg.method.name, "seed": self.cfg.seed, **(evaluated or {})}
+        meta["mixed_precision"] = str(self.accelerator.mixed_precision)  # what `auto` resolved to here
         processes = self.accelerator.num_processes
         if result is not None:
             meta.update(

@@ -8,7 +8,7 @@ dir's record.
 - :func:`result_config`: the resolved config as flat ``{dotted.key: value}`` (one entry per schema field of
   ``evolve_train/config.py``; dict and list values are compared whole) minus :data:`MAY_DIFFER_ON_RESUME`,
   the settings that change neither what is trained nor any metric. A run records it with its fingerprint in
-  ``state.json`` (``"identity": {"fingerprint", "config"}``) when it starts.
+  ``state.json`` (``"identity": {"fingerprint", "config", "precision"}``) when it starts.
 - :func:`check_resume`: before anything is written, a :class:`ConfigError` listing every key whose recorded
   value differs from this run's (old -> new). A run dir from before fingerprints (no ``identity``) resumes
   with a warning and records the current config. A run dir that holds nothing trained or evaluated (no
@@ -60,9 +60,32 @@ def fingerprint(config: dict[str, Any]) -> str:
 
 
 def identity(cfg) -> dict:
-    """What ``state.json`` records as ``identity``: the result-affecting config and its fingerprint."""
+    """What ``state.json`` records as ``identity``: the result-affecting config and its fingerprint, and the
+    precision ``trainer.mixed_precision`` resolved to on this machine (``auto``: bf16 or fp32 by the machine)."""
+    from evolve_train.training.distributed import resolved_precision
+
     config = result_config(cfg)
-    return {"fingerprint": fingerprint(config), "config": config}
+    return {"fingerprint": fingerprint(config), "config": config, "precision": resolved_precision(cfg.trainer)}
+
+
+def _warn_precision(run_dir: Path, recorded: dict, cfg) -> None:
+    """``auto`` resolves by the machine: a resume where it resolves otherwise trains on in another precision
+    (the rows' ``mixed_precision`` says which checkpoint had which); said, not refused."""
+    from evolve_train.training.distributed import resolved_precision
+
+    before, now = recorded.get("precision"), resolved_precision(cfg.trainer)
+    if before is not None and before != now:
+        log.warning(
+            "%s: trainer.mixed_precision=%s resolved to %s when this run started and to %s here: the steps "
+            "trained from now on use %s (every metric row records its mixed_precision); set "
+            "trainer.mixed_precision=%s to train on as before",
+            run_dir,
+            cfg.trainer.mixed_precision,
+            before,
+            now,
+            now,
+            before,
+        )
 
 
 def _show(value: Any) -> str:
@@ -101,6 +124,7 @@ def check_resume(run_dir: Path, cfg, state) -> None:
                 run_dir,
             )
         return
+    _warn_precision(Path(run_dir), recorded, cfg)
     changed, removed, added = config_diff(recorded.get("config", {}), result_config(cfg))
     if removed or added:  # a code version added or removed settings: not a change of this run's values
         log.warning(

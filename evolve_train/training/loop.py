@@ -187,7 +187,7 @@ class StepTrainer:
         self.tokens = self.progress.tokens  # this process's real tokens (host ints: no device sync)
         self.all_tokens = self.tokens * self.accelerator.num_processes  # every process's, exact from here on
         device, cfg = self.accelerator.device, self.cfg
-        peak = device_peak_flops(device, cfg.mixed_precision, cfg.peak_flops)
+        peak = device_peak_flops(device, self.accelerator.mixed_precision, cfg.peak_flops)  # `auto` resolved
         self.throughput = Throughput(
             device, self.all_tokens, self.flops_per_token, peak, self.accelerator.num_processes
         )
