@@ -646,7 +646,7 @@ class DataConfig:
     mix_files: list[str] = later_steps(default_factory=list)
     """General documents mixed into every step after step 0 (replay of pretraining-like data): entries as in
     ``train_files`` (files, folders, globs; JSONL/CSV with ``text``, or ``.txt``), relative to ``root``; never a
-    time step, never evaluated as one. Needs ``mix_ratio`` > 0 (``methods/general_mix.py``)."""
+    time step, never evaluated as one. Needs ``mix_ratio`` > 0 (``methods/mixing.py``)."""
     mix_ratio: float = later_steps(0.0)
     """Share of each later step's training tokens that are ``mix_files`` tokens: ``round(mix_ratio / (1 -
     mix_ratio) * step tokens)`` mix tokens are appended to the step's rows (seeded by ``seed`` and the step),

@@ -137,3 +137,8 @@ def test_a_run_mixes_the_share_into_every_later_step(tmp_path):
         assert row["source"] == "files" and row["mix_train_flops"] > 0
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert not any("mix" in str(r.get("set_name", "")) for r in metrics)  # never evaluated as a step
+    for row in mixed:  # the checkpoint's metric rows carry the step's mix counts
+        at = [r for r in metrics if r.get("checkpoint") == row["time_step"] and "train_tokens" in r]
+        assert at and all(r["mix_source"] == "files" and r["mix_tokens"] == row["mix_tokens"] for r in at)
+        assert all(r["mix_share"] == row["mix_share"] and r["mix_train_flops"] == row["mix_train_flops"] for r in at)
+    assert not any("mix_tokens" in r for r in metrics if r.get("checkpoint") == 0)

@@ -60,6 +60,15 @@ def test_samples_are_saved_per_step_and_mixed_in(reference):
         assert meta["from_checkpoint"] == row["time_step"] - 1 and meta["new_tokens"] == row["generated_tokens"]
         assert row["generation_flops"] == pytest.approx(2 * meta["positions"] * reference.model.num_parameters())
         assert all(s["new_tokens"] <= 12 for s in samples)
+        at = [
+            r
+            for r in read(run_dir / "metrics.jsonl")
+            if r.get("checkpoint") == row["time_step"] and "train_tokens" in r
+        ]
+        assert at and {(r["mix_source"], r["mix_tokens"], r["generation_flops"]) for r in at} == {
+            ("generated", row["mix_tokens"], row["generation_flops"])
+        }
+        assert all(r["generation_seconds"] == row["generation_seconds"] for r in at)
 
 
 def test_the_samples_are_the_previous_checkpoint_s_seeded_draw(reference):

@@ -129,6 +129,7 @@ class CheckpointEvaluation:
                 loss_tokens=result.loss_tokens,
                 train_flops=result.flops,
             )
+            meta.update(result.extra)  # what hooks add (the mix's counts)
             if self.cfg.trainer.nonfinite == "skip":  # batches dropped for a non-finite loss/gradient
                 meta["skipped_batches"] = result.skipped_batches
             if budget := training_budget(self.cfg.trainer):  # steps/tokens instead of epochs

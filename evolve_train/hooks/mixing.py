@@ -4,13 +4,13 @@ to the run's method (``data.mix_ratio`` > 0 turns it on: no strategy name to lis
 need the run (the mix, ``generative_replay``: its model, text format and run dir), and after each step's
 training writes what the step mixed as one ``group: mix`` row of ``train_log.jsonl`` (:class:`MixCounts`:
 step and mix rows and tokens, the mix share, the trained tokens and FLOPs that were mix ones, and the
-generation's cost)."""
+generation's cost), the mix tokens, share, FLOPs and generation cost on the checkpoint's metric rows too)."""
 
 from __future__ import annotations
 
 from evolve_train.data.mix import mix_corpus
 from evolve_train.errors import ConfigError
-from evolve_train.methods.mixing import GeneralMix, MixingStrategy
+from evolve_train.methods.mixing import GeneralMix, MixingStrategy, metric_fields
 from evolve_train.training.hooks import Hook, register_hook
 
 
@@ -57,4 +57,6 @@ class MixingHook(Hook):
         for strategy in self.strategies:
             counts = strategy.counts
             if counts is not None and counts.time_step == plan.step:
-                run.logger.log_train(counts.row(result))
+                row = counts.row(result)
+                run.logger.log_train(row)
+                result.extra.update(metric_fields(row))  # on the checkpoint's metric rows too

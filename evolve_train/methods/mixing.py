@@ -63,6 +63,22 @@ class MixCounts:
         return {**out, **self.extra}
 
 
+METRIC_FIELDS = (
+    "mix_tokens",
+    "mix_share",
+    "mix_train_flops",
+    "generated_tokens",
+    "generation_seconds",
+    "generation_flops",
+)
+"""Of the ``group: mix`` row, what every metric row of the step's checkpoint carries too."""
+
+
+def metric_fields(row: dict) -> dict:
+    """The :data:`METRIC_FIELDS` of a ``group: mix`` row, ``mix_source`` its source."""
+    return {"mix_source": row["source"], **{key: row[key] for key in METRIC_FIELDS if key in row}}
+
+
 def row_tokens(examples) -> int:
     """Tokens of tokenized rows: the summed lengths of their ``input_ids``."""
     if len(examples) == 0:

@@ -11,7 +11,7 @@ plan carries; what happens *around* the step (caches, carried state, probes, ave
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Protocol
 
 import torch
@@ -109,6 +109,8 @@ class StepResult:
     """Of ``tokens``, the positions with a label (METRICS.md §11)."""
     flops: float = 0.0
     """Training FLOPs estimate of the step (``telemetry.training_flops``)."""
+    extra: dict = field(default_factory=dict)
+    """Fields a hook adds to the checkpoint's metric rows (the general mix's and generative replay's counts)."""
 
 
 BUDGET_KEYS = ("max_steps_step0", "max_steps", "tokens_per_step0", "tokens_per_step")
