@@ -3,6 +3,7 @@ without a terminal, and no step that loops without batches."""
 
 import json
 import logging
+import math
 
 import pytest
 from accelerate import Accelerator
@@ -68,12 +69,14 @@ def test_without_a_terminal_a_progress_line_follows_every_interval(caplog):
     examples = token_rows(64, 2, 20, seed=3)
     with one_thread(), deadline(120), caplog.at_level(logging.INFO, logger="evolve_train.progress"):
         result = train_time_step(
-            plan(examples, progress_every_s=1e-9, n_time_steps=3), tiny_gpt2(), Accelerator(cpu=True)
+            plan(examples, progress_every_s=1e-9, n_time_steps=3, log_every=100), tiny_gpt2(), Accelerator(cpu=True)
         )
         lines = [r.getMessage() for r in caplog.records if r.name == "evolve_train.progress"]
         assert len(lines) == result.optimizer_steps == 8  # the interval passed before every update
         assert lines[-1].startswith("time step 1 (2/3): optimizer step 8/8, loss ")
         assert "tokens/s" in lines[-1] and "ETA 0:00:00" in lines[-1]
+        losses = [float(line.split("loss ")[1].split(",")[0]) for line in lines]
+        assert all(math.isfinite(x) for x in losses)  # the line reads the loss itself, logged or not (log_every)
         caplog.clear()
         train_time_step(plan(examples, progress_every_s=0), tiny_gpt2(), Accelerator(cpu=True))
         assert not [r for r in caplog.records if r.name == "evolve_train.progress"]

@@ -103,6 +103,19 @@ def test_compute_summary_sums_the_timing_rows():
     assert out["steps"]["1"]["cumulative_train_flops"] == 900.0 and out["steps"]["1"]["cumulative_train_tokens"] == 150
     assert out["totals"]["eval_tokens"] == 19 and out["totals"]["optimizer_steps"] == 6
     assert "-1" not in out["steps"] and out["eval"]["-1"]["eval_seconds"] == 1.0
+    assert "mix_tokens" not in out["steps"]["1"] and "mix_tokens" not in out["totals"]  # no mix: no key
+
+
+def test_compute_summary_carries_the_mix_and_generation_cost_of_the_steps_that_had_one():
+    base = {"group": "timing", "train_tokens": 10, "loss_tokens": 4, "optimizer_steps": 1, "train_seconds": 1.0}
+    rows = [
+        {**base, "checkpoint": 0, "train_flops": 60.0},
+        {**base, "checkpoint": 1, "train_flops": 80.0, "mix_tokens": 3, "generation_flops": 5.0},
+        {**base, "checkpoint": 2, "train_flops": 80.0, "mix_tokens": 4, "generation_flops": 7.0},
+    ]
+    out = compute_summary(rows)
+    assert "mix_tokens" not in out["steps"]["0"] and out["steps"]["2"]["mix_tokens"] == 4
+    assert out["totals"]["mix_tokens"] == 7 and out["totals"]["generation_flops"] == 12.0
 
 
 def test_a_run_records_compute_within_step_rows_and_reports_them(tmp_path):

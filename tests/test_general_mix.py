@@ -142,3 +142,9 @@ def test_a_run_mixes_the_share_into_every_later_step(tmp_path):
         assert at and all(r["mix_source"] == "files" and r["mix_tokens"] == row["mix_tokens"] for r in at)
         assert all(r["mix_share"] == row["mix_share"] and r["mix_train_flops"] == row["mix_train_flops"] for r in at)
     assert not any("mix_tokens" in r for r in metrics if r.get("checkpoint") == 0)
+    from evolve_train.reporting.runs import load_runs
+    from evolve_train.reporting.timesliced import compute_table
+
+    header, table = compute_table(load_runs([run_dir]))  # the report's compute table shows the mix per step
+    column = header.index("mix tokens")
+    assert [line[column] for line in table] == ["-"] + [str(row["mix_tokens"]) for row in mixed]

@@ -193,7 +193,14 @@ def aggregates_table(runs: list[Run]) -> Optional[Table]:
 
 def compute_table(runs: list[Run]) -> Optional[Table]:
     """Per run and trained step: tokens, loss tokens, optimizer steps, seconds, FLOPs, cumulative FLOPs, and
-    the checkpoint's evaluation tokens and seconds."""
+    the checkpoint's evaluation tokens and seconds; where a run mixed data in, the mix tokens and the
+    generation's FLOPs and seconds (generative replay) too."""
+    mixed = any(
+        key in entry
+        for run in runs
+        for entry in ((run.summary.get("compute") or {}).get("steps") or {}).values()
+        for key in ("mix_tokens", "generation_flops")
+    )
     rows = []
     for run in runs:
         compute = run.summary.get("compute") or {}
@@ -212,6 +219,12 @@ def compute_table(runs: list[Run]) -> Optional[Table]:
                     str(evaluated.get("eval_tokens")),
                     _fmt(evaluated.get("eval_seconds"), 1),
                 ]
+                + (
+                    [str(entry.get("mix_tokens", "-")), _sci(entry.get("generation_flops"))]
+                    + [_fmt(entry.get("generation_seconds"), 1)]
+                    if mixed
+                    else []
+                )
             )
     header = [
         "run",
@@ -224,7 +237,7 @@ def compute_table(runs: list[Run]) -> Optional[Table]:
         "cumulative FLOPs",
         "eval tokens",
         "eval s",
-    ]
+    ] + (["mix tokens", "generation FLOPs", "generation s"] if mixed else [])
     return (header, rows) if rows else None
 
 

@@ -314,7 +314,8 @@ class StepTrainer:
         self.bar.update(1)
         if progress.optimizer_steps % self.cfg.log_every == 0 or progress.optimizer_steps == self.total:
             self._log(loss)
-        self.lines.update(progress.optimizer_steps, progress.last_loss, self.all_tokens - self.begin_tokens)
+        last = lambda: loss.detach().float().item()  # noqa: E731  (read when a progress line is due)
+        self.lines.update(progress.optimizer_steps, last, self.all_tokens - self.begin_tokens)
         self.hooks.call("on_optimizer_step", self)  # before a due state is saved, so the state carries its rows
         if self.states is not None:  # a due mid-step state (or Ctrl-C: save, then TrainingInterrupted)
             self.states.after_optimizer_step(

@@ -32,8 +32,9 @@ class ProgressLines:
         self.start = self.last = time.monotonic()
         self.done_at_start = done
 
-    def update(self, optimizer_steps: int, loss: float, tokens: int) -> None:
-        """``tokens``: real tokens of every process trained by this attempt so far."""
+    def update(self, optimizer_steps: int, loss, tokens: int) -> None:
+        """``tokens``: real tokens of every process trained by this attempt so far; ``loss``: the last loss, or a
+        callable giving it (read only when a line is due: one device sync per line, not per step)."""
         if not self.enabled:
             return
         now = time.monotonic()
@@ -42,6 +43,7 @@ class ProgressLines:
         self.last, elapsed = now, now - self.start
         done = optimizer_steps - self.done_at_start
         eta = elapsed / done * (self.total - optimizer_steps) if done > 0 else float("nan")
+        loss = loss() if callable(loss) else loss
         log.info(
             "time step %d (%d/%d): optimizer step %d/%d, loss %.4f, %.0f tokens/s, elapsed %s, ETA %s",
             self.step,

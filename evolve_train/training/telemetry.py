@@ -140,13 +140,16 @@ class CountPositions:
 
 TRAIN_KEYS = ("train_tokens", "loss_tokens", "optimizer_steps", "train_seconds", "train_flops")
 EVAL_KEYS = ("eval_tokens", "eval_seconds", "eval_flops")
+MIX_KEYS = ("mix_tokens", "mix_train_flops", "generation_seconds", "generation_flops")
+"""What a step's general mix or generative replay cost (``methods/mixing.py``), where a step had one."""
 
 
 def compute_summary(rows: list[dict]) -> dict:
     """``summary.json``'s ``compute`` (METRICS.md §11) from the metric rows' run metadata (the ``timing`` row of
     each checkpoint): ``steps`` ``{"<i>": {train_tokens, loss_tokens, optimizer_steps, train_seconds,
-    train_flops, cumulative_<each>}}`` over the trained checkpoints in order; ``eval`` ``{"<i>": {eval_tokens,
-    eval_seconds, eval_flops}}`` (checkpoint -1 included); ``totals`` of both (None where a value is missing)."""
+    train_flops, cumulative_<each>}}`` over the trained checkpoints in order, with :data:`MIX_KEYS` where the
+    step mixed data in (summed in ``totals`` too); ``eval`` ``{"<i>": {eval_tokens, eval_seconds, eval_flops}}``
+    (checkpoint -1 included); ``totals`` of both (None where a value is missing)."""
     per_checkpoint = {}
     for row in rows:
         if row.get("group") == "timing":
@@ -161,8 +164,12 @@ def compute_summary(rows: list[dict]) -> dict:
         for key in TRAIN_KEYS:
             running[key] = None if running[key] is None or entry[key] is None else running[key] + entry[key]
             entry[f"cumulative_{key}"] = running[key]
+        entry.update({key: row[key] for key in MIX_KEYS if row.get(key) is not None})
         steps[str(i)] = entry
     totals = {key: running[key] for key in TRAIN_KEYS}
+    for key in MIX_KEYS:
+        if any(key in entry for entry in steps.values()):
+            totals[key] = sum(entry.get(key, 0) for entry in steps.values())
     for key in EVAL_KEYS:
         values = [e[key] for e in evals.values()]
         totals[key] = None if any(v is None for v in values) else sum(values)
