@@ -69,6 +69,11 @@ class GenerativePrompt(Choice):
     corpus = "corpus"
 
 
+class GenerativeSampler(Choice):
+    previous = "previous"
+    initial = "initial"
+
+
 class Objective(Choice):
     masked_entity = "masked_entity"
     clm = "clm"
@@ -430,9 +435,14 @@ class GenerativeConfig:
     """``prompt=corpus``: tokens of the step-0 text a sample continues (the prompt is part of the document)."""
     batch_size: int = 32
     """Sequences sampled at a time (a part of the seeded draw: another size, other samples)."""
+    sampler: GenerativeSampler = GenerativeSampler.previous
+    """Which model writes step k's samples: ``previous`` (step k-1's checkpoint, the model step k starts from:
+    LAMOL) or ``initial`` (the model before step 0, e.g. the pretrained base: its own general text, as
+    Self-Synthesized Rehearsal samples the base model)."""
 
     def __post_init__(self):
         self.prompt = as_choice("method.generative.prompt", GenerativePrompt, self.prompt)
+        self.sampler = as_choice("method.generative.sampler", GenerativeSampler, self.sampler)
         check_ranges(
             "method.generative",
             {

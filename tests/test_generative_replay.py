@@ -85,6 +85,35 @@ def test_the_samples_are_the_previous_checkpoint_s_seeded_draw(reference):
     assert other != samples  # another seed, another draw
 
 
+def test_sampler_initial_samples_the_model_before_step_0_and_leaves_the_training_rng_alone(tmp_path):
+    """``method.generative.sampler=initial``: every later step's samples are the initial model's seeded draw
+    (rebuilt for it), and the run trains exactly as one that read those samples back (the RNG is restored)."""
+    from evolve_train.run import ContinualRun
+
+    overrides = ("eval.evaluators=[splits]", *GEN, "method.generative.sampler=initial")
+    run = ContinualRun(tiny_cfg(tmp_path / "initial", *overrides))
+    run.run()
+    initial, text_format, gen = run.initial_weights(), run.text_format, run.cfg.method.generative
+    for step in (1, 2):
+        meta = json.loads((run.run_dir / "generated" / f"step_{step}.json").read_text())
+        assert meta["from_checkpoint"] == -1
+        seed = generation_seed(run.cfg.seed, step)
+        samples, _ = generate_samples(initial, text_format, gen, run.timeline.steps[0], seed)
+        assert samples == read(samples_path(run.run_dir, step))
+        trained, _ = generate_samples(checkpoint(run, step - 1)[0], text_format, gen, run.timeline.steps[0], seed)
+        assert trained != samples  # not the previous checkpoint's draw
+    again = tmp_path / "again"  # the samples already on disk: nothing rebuilt or seeded, the same training
+    (again / "generated").mkdir(parents=True)
+    for path in (run.run_dir / "generated").iterdir():
+        (again / "generated" / path.name).write_bytes(path.read_bytes())
+    ContinualRun(tiny_cfg(again, *overrides)).run()
+
+    def losses(path):
+        return [(r["time_step"], r["optimizer_step"], r["loss"]) for r in read(path / "train_log.jsonl") if "loss" in r]
+
+    assert losses(run.run_dir) == losses(again)
+
+
 def test_a_step_trained_again_reuses_its_samples(reference, monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("sampled again")

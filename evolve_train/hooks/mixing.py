@@ -46,10 +46,9 @@ class MixingHook(Hook):
         self.strategies: list[MixingStrategy] = []
 
     def on_run_start(self, run) -> None:
-        strategies = run.method.strategies
-        if self.corpus is not None and not any(isinstance(s, GeneralMix) for s in strategies):
-            strategies.append(GeneralMix(run.cfg.method, self.corpus, self.ratio))  # last: after any replay
-        self.strategies = [s for s in strategies if isinstance(s, MixingStrategy)]
+        if self.corpus is not None:
+            run.method.add(GeneralMix(run.cfg.method, self.corpus, self.ratio))  # last: after any replay
+        self.strategies = [s for s in run.method.strategies if isinstance(s, MixingStrategy)]
         for strategy in self.strategies:
             strategy.bind(run)
 

@@ -1,6 +1,6 @@
 """Generative replay (LAMOL; Self-Synthesized Rehearsal): before each step k >= 1 the model that step k starts
-from (step k-1's) writes documents, which are mixed into step k's rows like general documents
-(``methods/mixing.py``).
+from (step k-1's; ``method.generative.sampler=initial``: the model before step 0, rebuilt for the sampling)
+writes documents, which are mixed into step k's rows like general documents (``methods/mixing.py``).
 
 * **Prompts** (``method.generative.prompt``): ``bos`` — every sample starts from the tokenizer's BOS (a
   Llama-family model), or its EOS where it adds none (GPT-2's document separator, the demo's local BPE): an
@@ -39,6 +39,7 @@ from evolve_train.methods.mixing import MixCounts, MixingStrategy, append_rows, 
 from evolve_train.methods.replay import sample_indices
 from evolve_train.models.generation import padded_batch
 from evolve_train.models.text_format import split_masked
+from evolve_train.training.rng import rng_state, set_rng_state
 from evolve_train.training.telemetry import eval_flops
 from evolve_train.utils.io import atomic_write_text, read_jsonl, write_jsonl
 
@@ -211,10 +212,17 @@ class GenerativeReplay(MixingStrategy):
         reused = path.is_file()
         if not reused and run.main:
             gen = run.cfg.method.generative
+            initial = str(gen.sampler) == "initial"
+            writer = run.model
+            if initial:  # the initial model built again (its seeding leaves the training's RNG as it was), dropped
+                saved = rng_state()
+                writer = run.initial_weights()
+                set_rng_state(saved)
             samples, meta = generate_samples(
-                run.model, run.text_format, gen, run.timeline.steps[0], generation_seed(run.cfg.seed, step)
+                writer, run.text_format, gen, run.timeline.steps[0], generation_seed(run.cfg.seed, step)
             )
-            meta = {"time_step": step, "from_checkpoint": step - 1, **meta}
+            del writer
+            meta = {"time_step": step, "from_checkpoint": -1 if initial else step - 1, **meta}
             path.parent.mkdir(parents=True, exist_ok=True)
             atomic_write_text(meta_file, json.dumps(meta, indent=2) + "\n")
             write_jsonl(path, samples)  # last: a samples file is a complete one

@@ -40,6 +40,13 @@ class Method:
             )
         self._plain = None
 
+    def add(self, strategy: Strategy) -> None:
+        """A strategy the run config turns on outside ``method.strategies`` (the general mix: ``data.mix_files``),
+        applied after the named ones; never at a plain step 0 (:meth:`at_step`)."""
+        if any(type(s) is type(strategy) for s in self.strategies):
+            raise ConfigError(f"method: strategy '{strategy.name}' is already part of the method")
+        self.strategies.append(strategy)
+
     def check_config(self, cfg) -> None:
         """Every strategy's check of the whole run config (``Strategy.check_config``)."""
         for strategy in self.strategies:
