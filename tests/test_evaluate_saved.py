@@ -64,6 +64,18 @@ def test_adds_rows_for_the_asked_checkpoints_leaves_the_training_rows_and_is_ide
     assert tree_hashes(trained) == snapshot  # a second run changes nothing
 
 
+def test_a_run_dir_whose_name_holds_overrides_is_the_run_dir(trained, tmp_path):
+    """A sweep's run dir names its overrides (``.../method.lora.r=4_<hash>/seed0``): given as the run dir it is
+    read as one, not as a Hydra override."""
+    import shutil
+
+    tagged = tmp_path / "multirun" / "full" / "eval.evaluators=splits_0ab37dbb" / "seed0"
+    shutil.copytree(trained, tagged)
+    assert evolve_eval([str(tagged), "--steps", "2", "--name", "again", "eval.evaluators=[splits]"]) == 0
+    added = rows(tagged / "evaluations" / "again" / "metrics.jsonl")
+    assert {r["checkpoint"] for r in added} == {2}
+
+
 def test_replace_rewrites_only_the_asked_checkpoints_rows(trained, tmp_path):
     import shutil
 

@@ -253,3 +253,53 @@ def test_every_row_records_the_precision_auto_resolved_to(monkeypatch, tmp_path)
     train(tiny_cfg(tmp_path / "auto", "trainer.mixed_precision=auto", "data.world.n_steps=2"))
     rows = [json.loads(line) for line in (tmp_path / "auto" / "metrics.jsonl").read_text().splitlines()]
     assert rows and {row["mixed_precision"] for row in rows} == {"no"}
+
+
+def test_every_step_trains_under_autocast_after_an_evaluated_step(tmp_path, monkeypatch):
+    """``trainer.mixed_precision=bf16`` holds for every time step: the loop's forward of steps 1 and 2 runs under
+    autocast (a Linear's output is bf16) although step 0's model was prepared, evaluated (which strips
+    accelerate's autocast wrapper) and prepared again. Before the fix, later steps silently trained in fp32."""
+    from evolve_train.run import train
+    from evolve_train.training import loop
+
+    seen: dict[int, set] = {}
+    original = loop.StepTrainer._prepare
+
+    def prepare_and_watch(self, model):
+        original(self, model)
+        step = self.plan.step
+        linear = next(
+            m for m in self.unwrapped.modules() if isinstance(m, (torch.nn.Linear,)) or "Conv1D" in type(m).__name__
+        )
+        linear.register_forward_hook(lambda m, i, out: seen.setdefault(step, set()).add(out.dtype))
+
+    monkeypatch.setattr(loop.StepTrainer, "_prepare", prepare_and_watch)
+    train(
+        tiny_cfg(
+            tmp_path / "run", "trainer.mixed_precision=bf16", "eval.evaluators=[splits]", "method.step0_cache=null"
+        )
+    )
+    assert set(seen) == {0, 1, 2}
+    assert all(dtypes == {torch.bfloat16} for dtypes in seen.values()), seen
+
+
+def test_in_bf16_a_step0_cache_hit_trains_the_later_steps_as_the_run_that_trained_step0(tmp_path):
+    """The same later steps from the same step-0 weights: the run that trained step 0 in process and the run that
+    loaded it from the step-0 cache log the same losses and save the same weights (one computation, twice)."""
+    from safetensors.torch import load_file
+
+    from evolve_train.run import train
+
+    settings = ("trainer.mixed_precision=bf16", "eval.evaluators=[splits]", f"method.step0_cache={tmp_path / 'cache'}")
+    train(tiny_cfg(tmp_path / "trained", *settings))
+    train(tiny_cfg(tmp_path / "hit", *settings))
+
+    def later(run: str) -> list:
+        rows = [json.loads(line) for line in (tmp_path / run / "train_log.jsonl").read_text().splitlines()]
+        return [(r["time_step"], r["optimizer_step"], r["loss"]) for r in rows if "loss" in r and r["time_step"] > 0]
+
+    hit_rows = [json.loads(line) for line in (tmp_path / "hit" / "train_log.jsonl").read_text().splitlines()]
+    assert any(r.get("from_step0_cache") for r in hit_rows)  # the second run did load step 0
+    assert later("trained") and later("trained") == later("hit")
+    a, b = (load_file(tmp_path / run / "steps/2/model.safetensors") for run in ("trained", "hit"))
+    assert all(torch.equal(a[k], b[k]) for k in a)

@@ -47,7 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def is_override(arg: str) -> bool:
-    """A Hydra override (``key=value``), not a model dir or hub id (which never holds ``=``)."""
+    """A Hydra override (``key=value``), not an existing path (a run dir or model dir may hold ``=``) or a hub id
+    (which never holds ``=``)."""
     return "=" in arg and not Path(arg).exists()
 
 
@@ -120,8 +121,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     args = parser.parse_intermixed_args(argv)
-    positional = [a for a in args.args if "=" not in a]
-    overrides = [a for a in args.args if "=" in a]
+    # a run dir of a sweep names its overrides (runs/x/multirun/lora/method.lora.r=4_<hash>/seed0): an existing
+    # path is the run dir, whatever it holds
+    positional = [a for a in args.args if not is_override(a)]
+    overrides = [a for a in args.args if is_override(a)]
     overrides += [a for a in args.series or [] if is_override(a)]  # overrides after the entries
     if len(positional) > 1:
         print(f"evolve-eval: error: one run dir at most, got {positional}", file=sys.stderr)

@@ -159,7 +159,7 @@ class EvalContext:
             desc=f"eval ckpt {self.checkpoint}",
             leave=False,
             dynamic_ncols=True,
-            disable=not self.writes,
+            disable=None if self.writes else True,  # None: shown only where stderr is a terminal
         ) as bar:
             return self.text_format.generate(
                 self.model,

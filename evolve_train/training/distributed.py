@@ -222,6 +222,21 @@ def is_sharded(accelerator) -> bool:
     return accelerator.distributed_type in (DistributedType.FSDP, DistributedType.DEEPSPEED)
 
 
+def plain_forward(model: torch.nn.Module) -> torch.nn.Module:
+    """``model`` as ``accelerator.prepare`` first saw it: its class's own ``forward`` (every autocast / outputs-to-
+    fp32 wrapper a former ``prepare`` set on the instance removed) and no ``_is_accelerate_prepared`` mark.
+    ``prepare`` returns a marked model untouched, and evaluation's ``unwrap_model(keep_fp32_wrapper=False)``
+    strips the wrapper but keeps the mark: without this, a step after an evaluated, trained step would train
+    without autocast (fp32 under ``mixed_precision=bf16``), where the same step after a model loaded from the
+    step-0 cache trains in bf16. Called before each step's ``prepare``, so every step trains under one layer."""
+    model.__dict__.pop("_is_accelerate_prepared", None)
+    model.__dict__.pop("_original_forward", None)
+    forward = model.__dict__.get("forward")
+    if forward is not None and getattr(getattr(forward, "__func__", forward), "__wrapped__", None) is not None:
+        del model.__dict__["forward"]  # accelerate's wrapper on the instance: the class's forward shows again
+    return model
+
+
 def configure_deepspeed(accelerator, batch_size: int) -> None:
     """DeepSpeed needs its micro-batch size before ``prepare``; accelerate infers it from dataloaders, and
     the loop has none (it batches itself): use ``trainer.batch_size``, unless the config file sets one."""

@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 from evolve_train.config import TrainerConfig
 from evolve_train.errors import ConfigError
 from evolve_train.training import faults
-from evolve_train.training.distributed import clip_gradients, configure_deepspeed, update_steppers
+from evolve_train.training.distributed import clip_gradients, configure_deepspeed, plain_forward, update_steppers
 from evolve_train.training.examples import LengthGroupedBatches, row_lengths
 from evolve_train.training.loss import batch_loss, global_mean_scale, loss_token_count
 from evolve_train.training.hooks import Hooks
@@ -155,6 +155,7 @@ class StepTrainer:
         optimizer = torch.optim.AdamW(self.trainable, lr=plan.lr, weight_decay=cfg.weight_decay, fused=fused)
         factor = lr_factor(cfg, plan.schedule_step, self.total, plan.n_time_steps)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+        model = plain_forward(model)  # one autocast layer from this prepare, whatever the model went through before
         if cfg.compile:  # trains the same parameters in place through a compiled graph
             model = torch.compile(model)
         configure_deepspeed(accelerator, cfg.batch_size)  # no-op unless launched with a DeepSpeed config
