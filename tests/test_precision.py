@@ -263,24 +263,26 @@ def test_every_step_trains_under_autocast_after_an_evaluated_step(tmp_path, monk
     from evolve_train.training import loop
 
     seen: dict[int, set] = {}
-    original = loop.StepTrainer._prepare
+    original_run = loop.StepTrainer.run
 
-    def prepare_and_watch(self, model):
-        original(self, model)
+    def run_and_watch(self):  # the step's training forwards only (not the evaluation's)
         step = self.plan.step
-        linear = next(
-            m for m in self.unwrapped.modules() if isinstance(m, (torch.nn.Linear,)) or "Conv1D" in type(m).__name__
+        layer = next(
+            m for m in self.unwrapped.modules() if isinstance(m, torch.nn.Linear) or "Conv1D" in type(m).__name__
         )
-        linear.register_forward_hook(lambda m, i, out: seen.setdefault(step, set()).add(out.dtype))
+        handle = layer.register_forward_hook(lambda m, i, out: seen.setdefault(step, set()).add(out.dtype))
+        try:
+            original_run(self)
+        finally:
+            handle.remove()
 
-    monkeypatch.setattr(loop.StepTrainer, "_prepare", prepare_and_watch)
+    monkeypatch.setattr(loop.StepTrainer, "run", run_and_watch)
     train(
         tiny_cfg(
             tmp_path / "run", "trainer.mixed_precision=bf16", "eval.evaluators=[splits]", "method.step0_cache=null"
         )
     )
-    assert set(seen) == {0, 1, 2}
-    assert all(dtypes == {torch.bfloat16} for dtypes in seen.values()), seen
+    assert seen == {0: {torch.bfloat16}, 1: {torch.bfloat16}, 2: {torch.bfloat16}}
 
 
 def test_in_bf16_a_step0_cache_hit_trains_the_later_steps_as_the_run_that_trained_step0(tmp_path):
