@@ -261,6 +261,19 @@ def test_incomplete_run_dirs_exit_2_naming_the_file(synth, tmp_path, capsys):
     assert not (tmp_path / "o").exists()  # nothing written on error
 
 
+def test_a_sweep_dir_leaves_out_the_evaluations_inside_its_runs(synth):
+    """``evolve-eval --name X`` writes rows (here retrieval only, no splits) into ``<run>/evaluations/X/``: the
+    sweep dir expands to its runs, not to those evaluations (which a report of the sweep would refuse)."""
+    from evolve_train.reporting.runs import expand_run_dirs
+
+    extra = synth[0] / "evaluations" / "stale_all"
+    extra.mkdir(parents=True)
+    (extra / "metrics.jsonl").write_text(json.dumps({"group": "retrieval", "checkpoint": 2}) + "\n")
+    sweep = synth[0].parents[1]
+    assert expand_run_dirs([sweep]) == sorted(p.resolve() for p in synth)
+    assert expand_run_dirs([extra]) == [extra.resolve()]  # named itself, it is taken as given
+
+
 def test_runs_on_different_questions_are_not_comparable(synth, tmp_path, capsys):
     path = synth[1] / "predictions" / "step_2" / "updated_1.jsonl"
     rows = read_jsonl(path)

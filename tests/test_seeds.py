@@ -160,6 +160,17 @@ def test_single_seed_configurations_report_as_before(tmp_path):
     assert not (tmp_path / "r" / "forgetting_bands.png").exists()
 
 
+def test_arms_of_one_method_and_seed_are_labelled_by_their_overrides(tmp_path):
+    """Two configurations of one method and seed (here two learning rates) are told apart in every plot and table
+    by the override that differs, not by their run dirs' names."""
+    runs = [
+        hydra_run(tmp_path / "x" / "seed0", "full", 0, 0.7),
+        hydra_run(tmp_path / "y" / "seed0", "full", 0, 0.5, lr=0.01),
+    ]
+    result = build_report(runs, tmp_path / "r", B=100)
+    assert sorted(r.label for r in result["runs"]) == ["trainer.lr=0.001/seed0", "trainer.lr=0.01/seed0"]
+
+
 def test_wandb_group_per_sweep_and_names_with_the_overrides(tmp_path):
     from omegaconf import OmegaConf
 

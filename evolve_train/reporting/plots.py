@@ -344,12 +344,12 @@ def plot_perplexity_vs_updated(runs: list[Run], path: Path) -> Series:
     names = sorted(name for name in points if not name.endswith(" (initial)"))
     if not names:
         return {}
-    fig, axes = plt.subplots(1, len(names), figsize=(5.5 * len(names), 4), squeeze=False, layout="constrained")
+    fig, axes = plt.subplots(1, len(names), figsize=(5.5 * len(names), 4.5), squeeze=False, layout="constrained")
     panels = {}
+    markers = "osD^v<>ph*"
     for ax, name in zip(axes[0], names):
-        for label, em, ppl in points[name]:
-            ax.plot([em], [ppl], marker="o", ls="", label=label)
-            ax.annotate(label, (em, ppl), fontsize=7, xytext=(4, 4), textcoords="offset points")
+        for n, (label, em, ppl) in enumerate(points[name]):
+            ax.plot([em], [ppl], marker=markers[n % len(markers)], ls="", ms=7, alpha=0.85, label=label)
         initial = sorted({ppl for _, _, ppl in points.get(f"{name} (initial)", [])})
         for ppl in initial[:1]:
             ax.axhline(ppl, color="grey", lw=0.8, ls="--", label="_initial model")
@@ -361,6 +361,8 @@ def plot_perplexity_vs_updated(runs: list[Run], path: Path) -> Series:
         ax.set_ylabel(f"held-out perplexity: {name} (lower: language kept)")
         ax.grid(alpha=0.3)
         panels[name] = ax
+    # one legend under the panels (labels name the arms; beside each point they would crowd it)
+    fig.legend(*axes[0][0].get_legend_handles_labels(), loc="outside lower center", fontsize=7, ncols=1, frameon=False)
     fig.suptitle("Held-out perplexity against Updated EM, one point per run", fontsize=10)
     series = _read_back(panels)
     _save(fig, path)

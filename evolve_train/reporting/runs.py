@@ -3,7 +3,8 @@
 A run dir is complete when it holds ``metrics.jsonl`` and ``summary.json`` (written after the last step);
 it is loaded by :func:`evolve_train.evaluation.rows.load_run`. A dir without either (a sweep dir such as
 ``runs/<experiment>/multirun``) expands to every run dir below it that holds ``metrics.jsonl``, whatever its
-path (run dirs are found by content, not by name).
+path (run dirs are found by content, not by name), except those inside another run dir (``evaluations/<name>/``
+of ``evolve-eval``: pass such a dir itself to report it).
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ def expand_run_dirs(paths: Iterable[Path | str]) -> list[Path]:
         below = sorted(
             p.parent for p in path.rglob(METRICS_FILE) if not SKIP_DIRS & set(p.relative_to(path).parts[:-1])
         )
+        runs = set(below)  # a dir inside a run dir (its evaluations/<name>/ of evolve-eval) is part of that run
+        below = [p for p in below if not runs & set(p.parents)]
         if not below:
             raise ReportError(f"{path}: incomplete run dir: no {METRICS_FILE} (nor any run dir below it)")
         found.extend(below)

@@ -219,8 +219,11 @@ def name_groups(groups: list[RunGroup]) -> None:
 
 
 def relabel(groups: list[RunGroup]) -> None:
-    """Run labels ``<group>/seed<seed>`` when some group holds several seeds (else labels stay as they are)."""
-    if not has_seed_groups(groups):
+    """Run labels ``<group>/seed<seed>`` when some group holds several seeds, or when several configurations share
+    a method and seed (arms of one method told apart by their overrides, e.g. ``data.mix_ratio=0.25,method=full``,
+    rather than by their run dirs); else labels stay as they are."""
+    plain = [(run.method, run.seed) for group in groups for run in group.runs]
+    if not has_seed_groups(groups) and len(set(plain)) == len(plain):
         return
     for group in groups:
         if group.config is not None:
