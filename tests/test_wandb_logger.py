@@ -140,6 +140,12 @@ def test_offline_runs_share_group_and_name_method(two_runs):
         assert "tokenizer" in config["model"]
         assert "api_key" not in config["extra"] and "hf_token" not in config["extra"]
         assert "SECRET" not in json.dumps(config)
+        record = config["provenance"]  # the same provenance as summary.json's (utils/provenance.py)
+        summary = json.loads((run_dir / "summary.json").read_text())["provenance"]
+        assert {k: record[k] for k in ("commit", "versions", "cpu", "gpu_count")} == {
+            k: summary[k] for k in ("commit", "versions", "cpu", "gpu_count")
+        }
+        assert record["versions"]["torch"] and record["num_processes"] == 1
         assert parsed["exit_code"] == 0
     assert len(ids) == 2
 

@@ -17,17 +17,19 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from evolve_train.evaluation.metrics.directions import LOG_SCALE, canonical, is_metric, leaf, mark  # noqa: E402
 from evolve_train.evaluation.rows import ALL, ROW_META, SPLIT_ORDER, Run, column_key  # noqa: E402
 
 HIDDEN = ROW_META | {"n"}  # not drawn: a row's identity, its run, and its item count
 Series = dict[str, dict[str, tuple[list[float], list[float]]]]
 KIND_COLUMNS = ("new", "updated", "outdated")
 BAND = "seed-band"  # gid of the drawn 95% bands across seeds
+INITIAL = "_initial model"  # label of the dashed line of the model before training (hidden from legends)
 
 
 def checkpoint_label(checkpoint: int) -> str:
-    """``init`` for the model before any training (checkpoint -1, ``eval.eval_initial``)."""
-    return "init" if checkpoint < 0 else str(checkpoint)
+    """``initial`` for the model before any training (checkpoint -1, ``eval.eval_initial``)."""
+    return "initial" if checkpoint < 0 else str(checkpoint)
 
 
 def _value(value) -> float:
@@ -207,7 +209,8 @@ def plot_matrix_heatmap(run: Run, path: Path, metric: str = "em") -> np.ndarray:
 
 
 def flat_metrics(row: dict) -> dict[str, float]:
-    """A row's numeric metrics, nested dicts flattened to ``a/b`` (nested counts ``.../n`` dropped)."""
+    """A row's numeric metrics under their current names (``directions.canonical``), nested dicts flattened to
+    ``a/b``; counts, timings, intervals and settings (``directions.is_metric``) left out."""
     out: dict[str, float] = {}
 
     def walk(prefix: str, value) -> None:
@@ -215,8 +218,8 @@ def flat_metrics(row: dict) -> dict[str, float]:
             for key, inner in value.items():
                 walk(f"{prefix}/{key}" if prefix else str(key), inner)
         elif value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)):
-            if not (prefix.endswith("/n") or prefix.endswith("_n")):
-                out[prefix] = _value(value)
+            if is_metric(prefix):
+                out[canonical(prefix)] = _value(value)
 
     walk("", {k: v for k, v in row.items() if k not in HIDDEN})
     return out
@@ -264,10 +267,13 @@ def plot_group_metrics(runs: list[Run], group: str, path: Path) -> Series:
                     label = run.label if len(set_names) == 1 else f"{run.label} {set_name}"
                     ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=label)
                     values += [p[1] for p in points if not math.isnan(p[1])]
-        if values and not name.startswith("n_") and all(0 <= v <= 1 for v in values):
+        _initial_line(ax, runs, group, name)
+        if leaf(name) in LOG_SCALE and values and min(values) > 0:
+            ax.set_yscale("log")
+        elif values and all(0 <= v <= 1 for v in values):
             ax.set_ylim(-0.05, 1.05)
         ax.set_xticks(ckpts, [checkpoint_label(k) for k in ckpts])
-        ax.set_title(name, fontsize=10)
+        ax.set_title(f"{name}{mark(name)}", fontsize=10)
         ax.set_xlabel("checkpoint (time step)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
@@ -281,8 +287,19 @@ def plot_group_metrics(runs: list[Run], group: str, path: Path) -> Series:
     return series
 
 
+def _initial_line(ax, runs: list[Run], group: str, name: str) -> None:
+    """A dashed line at the initial model's value (checkpoint -1) of a metric with a single such value."""
+    values = {
+        flat_metrics(r).get(name) for run in runs for r in _group_rows(run, group) if int(r["checkpoint"]) < 0
+    } - {None}
+    values = {v for v in values if not math.isnan(v)}
+    if len(values) == 1:
+        ax.axhline(values.pop(), color="grey", lw=0.8, ls="--", label=INITIAL)
+
+
 def plot_training_loss(runs: list[Run], path: Path) -> Series:
-    """Training loss against optimizer steps counted across time steps (from ``train_log.jsonl``)."""
+    """Training loss against optimizer steps counted across time steps (from ``train_log.jsonl``); a dotted
+    vertical line where each time step after the first begins (of the first run; labelled ``_time step k``)."""
     runs = [r for r in runs if r.train_rows]
     if not runs:
         return {}
@@ -298,7 +315,13 @@ def plot_training_loss(runs: list[Run], path: Path) -> Series:
             xs.append(offset + row["optimizer_step"])
             ys.append(_value(row.get("loss")))
         ax.plot(xs, ys, label=run.label)
-    ax.set_xlabel("optimizer step (all time steps)")
+        if run is runs[0]:
+            starts = sorted(done)
+            for ts in starts[1:]:
+                x = sum(v for k, v in done.items() if k < ts)
+                ax.axvline(x, color="grey", lw=0.7, ls=":", label=f"_time step {ts}")
+                ax.annotate(f"time step {ts}", (x, 1.0), xycoords=("data", "axes fraction"), fontsize=7, color="grey")
+    ax.set_xlabel("optimizer step (counted over all time steps)")
     ax.set_ylabel("training loss")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)

@@ -7,6 +7,11 @@ step, a per-step EM table per run, the final-checkpoint EM of every run side by 
 runs the paired-bootstrap EM difference with its 95% CI per eval set and pooled (``all``) at the final
 checkpoints (``evaluation/compare.py``, the comparison ``evolve-gate`` uses).
 
+The header says when and with which code the report was made; the first tables give each run's dir (relative
+to the report), provenance and command (``reporting/header.py``) and the config keys that differ between the
+runs; every metric of every other evaluator follows per set with its n and interval (``reporting/metric_tables.py``;
+↑/↓ from ``evaluation/metrics/directions.py``).
+
 When some configuration was run with several seeds (``reporting/seeds.py`` groups the runs by their saved
 config), the report adds: the configurations, their mean ± 95% t-interval across seeds at the final checkpoint
 and per step, forgetting curves with a band per configuration, and the differences between configurations
@@ -25,6 +30,8 @@ from typing import Iterable, Optional
 from evolve_train.evaluation.compare import PairedDiff, check_same_columns, compare_pairs
 from evolve_train.evaluation.rows import Run, column_key
 from evolve_train.reporting import plots, retrieval, timesliced
+from evolve_train.reporting.header import config_section, generated_line, provenance_section, relative
+from evolve_train.reporting.metric_tables import metric_sections
 from evolve_train.reporting.runs import load_runs
 from evolve_train.reporting.seed_sections import (
     configurations_section,
@@ -90,25 +97,6 @@ def continual_table(runs: list[Run]) -> Optional[tuple[list[str], list[list[str]
                 [run.label, kind, final] + [_fmt(metrics.get(k)) for k in ("avg_acc", "bwt", "fwt")] + [_fmt(fuar)]
             )
     return (["run", "matrix", "checkpoint", "avg_acc", "bwt", "fwt", "fuar"], rows) if rows else None
-
-
-def groups_table(runs: list[Run]) -> Optional[tuple[list[str], list[list[str]]]]:
-    """Headline numbers of the other evaluators at each run's final checkpoint (summary.json ``groups``)."""
-    rows = []
-    for run in runs:
-        for group, per_checkpoint in (run.summary.get("groups") or {}).items():
-            if not isinstance(per_checkpoint, dict) or not per_checkpoint:
-                continue
-            last = max(per_checkpoint, key=int)
-            body = per_checkpoint[last] or {}
-            cells = [
-                f"{k}={_fmt(v) if isinstance(v, float) else v}"
-                for k, v in body.items()
-                if isinstance(v, (int, float)) and not isinstance(v, bool)
-            ]
-            if cells:
-                rows.append([run.label, group, str(last), "  ".join(cells)])
-    return (["run", "group", "checkpoint", "metrics"], rows) if rows else None
 
 
 TEMPORAL = (("paired", "update_adoption"), ("paired", "confusion_index"), ("ablation", "timestamp_reliance"))
@@ -258,7 +246,8 @@ class Findings:
 
     @property
     def headline(self) -> str:
-        return f"{len(self.runs)} run(s)" + (f" in {len(self.groups)} configuration(s)." if self.seeded else ".")
+        runs = f"{len(self.runs)} run(s)" + (f" in {len(self.groups)} configuration(s)." if self.seeded else ".")
+        return f"{runs} {generated_line()}"
 
 
 def diff_section(findings: Findings, note: Optional[str]):
@@ -279,21 +268,14 @@ def diff_section(findings: Findings, note: Optional[str]):
     return title, intro, diff_table(findings.diffs)
 
 
-def build_sections(findings: Findings, note: Optional[str]):
+def build_sections(findings: Findings, note: Optional[str], out_dir: Path = Path(".")):
     """(top, head, tail): (title, intro text, table) sections shared by the Markdown and HTML writers. With seed
     groups, ``top`` holds the runs and the across-seed tables (the band figure follows them); then ``head``,
     the other figures and ``tail`` (per-step tables). Without, ``top`` is empty and the runs open ``head``."""
     runs = findings.runs
-    top = [
-        (
-            "Runs",
-            "Run dirs in this report.",
-            (
-                ["run", "experiment", "method", "seed", "dir"],
-                [[r.label, r.experiment, r.method, str(r.seed), str(r.path)] for r in runs],
-            ),
-        )
-    ]
+    top = [provenance_section(runs, out_dir)]
+    if (differences := config_section(runs)) is not None:
+        top.append(differences)
     if findings.seeded:
         top += [
             configurations_section(findings.groups),
@@ -314,7 +296,6 @@ def build_sections(findings: Findings, note: Optional[str]):
             "bootstrap intervals (pairs / questions resampled; reliance = true − shuffled, paired).",
             temporal_table(runs),
         ),
-        ("Other evaluators", "Each group's row over all its sets at the final checkpoint.", groups_table(runs)),
         ("Retrieval (open-book)", retrieval.open_book_intro(runs), retrieval.open_book_table(runs)),
         (
             "Time-sliced aggregates",
@@ -334,10 +315,11 @@ def build_sections(findings: Findings, note: Optional[str]):
     ):
         if table:
             head.append((title, intro, table))
+    head += metric_sections(runs)
     if findings.diffs is not None:
         head.append(diff_section(findings, note))
     tail = [step_mean_section(g) for g in findings.groups if findings.seeded and g.config is not None]
-    tail += [(f"Per-step EM: {run.label}", f"`{run.path}`", step_table(run)) for run in runs]
+    tail += [(f"Per-step EM: {run.label}", f"`{relative(run.path, out_dir)}`", step_table(run)) for run in runs]
     return top, head, tail
 
 
@@ -418,7 +400,7 @@ def build_report(
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     drawn = make_plots(findings.runs, out_dir, findings.groups if findings.seeded else None)
-    sections = build_sections(findings, check_same_columns(findings.runs))
+    sections = build_sections(findings, check_same_columns(findings.runs), out_dir)
     write_markdown(out_dir / "report.md", findings.headline, drawn["figures"], sections)
     write_html(out_dir / "report.html", out_dir, findings.headline, drawn["figures"], sections)
     return {

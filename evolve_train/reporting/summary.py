@@ -9,6 +9,7 @@ from evolve_train.evaluation.evaluators.slices_summary import format_timesliced,
 from evolve_train.evaluation.rows import METRICS_FILE, SPLITS, column_key, column_name, read_metrics
 from evolve_train.training.plan import training_budget
 from evolve_train.training.telemetry import compute_summary
+from evolve_train.utils.provenance import provenance
 
 
 def split_rows(rows: list[dict]) -> list[dict]:
@@ -38,6 +39,7 @@ def build_summary(run_dir: Path, timeline, cfg) -> dict:
         "timesliced": timesliced_summary(rows, Path(run_dir), cfg.eval.oracle_run),  # METRICS.md §9
         "compute": compute_summary(rows),  # METRICS.md §11
         **({"budget": budget} if (budget := training_budget(cfg.trainer)) else {}),
+        "provenance": provenance(),  # commit, versions, hardware, processes, command (utils/provenance.py)
     }
 
 

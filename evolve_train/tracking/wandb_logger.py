@@ -34,6 +34,7 @@ from typing import Any, Optional
 from evolve_train.evaluation.rows import ROW_META, column_key
 from evolve_train.tracking.base import MetricLogger, register_logger
 from evolve_train.utils.io import read_jsonl
+from evolve_train.utils.provenance import provenance
 from evolve_train.utils.secrets import is_secret_key
 
 log = logging.getLogger(__name__)
@@ -215,7 +216,7 @@ class WandbLogger(MetricLogger):
             job_type=method,
             name=name,
             tags=list(getattr(wcfg, "tags", []) or []),
-            config=config_dict(cfg),
+            config={**config_dict(cfg), "provenance": provenance()},
             dir=str(self.run_dir),
             id=run_id,
             resume="allow",

@@ -22,6 +22,7 @@ from typing import Optional
 
 from evolve_train.training import faults
 from evolve_train.utils.io import atomic_dir, atomic_write_text
+from evolve_train.utils.provenance import provenance
 from evolve_train.utils.io import remove_stale_tmp as _remove_tmp
 
 log = logging.getLogger(__name__)
@@ -181,6 +182,8 @@ class RunState:
     identity: Optional[dict] = None
     """The run's result-affecting config and its fingerprint (training/identity.py); ``None`` in a run dir
     from before fingerprints."""
+    provenance: Optional[dict] = None
+    """Commit, versions, hardware and command of the process that last saved this state (utils/provenance.py)."""
 
     @classmethod
     def load(cls, run_dir: Path) -> "RunState":
@@ -190,6 +193,7 @@ class RunState:
         return cls(**json.loads(path.read_text(encoding="utf-8")))
 
     def save(self, run_dir: Path) -> None:
+        self.provenance = provenance()
         atomic_write_text(run_dir / "state.json", json.dumps(asdict(self), indent=2) + "\n")
 
     @property

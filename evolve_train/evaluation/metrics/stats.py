@@ -9,6 +9,7 @@ from typing import Any, Hashable, Mapping, Optional, Sequence, Union
 import numpy as np
 
 from evolve_train.evaluation.metrics.answer import normalize
+from evolve_train.evaluation.metrics.directions import gate_operator
 
 Outcomes = Union[Mapping[Hashable, int], Sequence[int]]
 DEFAULT_GATE = {"flip_rate_max": 0.10, "contamination_gap_max": 0.03, "ci_low_min": 0.0, "slice_floors": {}}
@@ -151,8 +152,8 @@ def release_gate(values: Mapping[str, Any], thresholds: Optional[Mapping[str, An
     limits = {**DEFAULT_GATE, **(thresholds or {})}
     checks = []
     for name, key, op in (
-        ("flip_rate", "flip_rate_max", "<="),
-        ("contamination_gap", "contamination_gap_max", "<="),
+        ("flip_rate", "flip_rate_max", gate_operator("flip_rate")),
+        ("contamination_gap", "contamination_gap_max", gate_operator("contamination_gap")),
         ("bootstrap_ci_low", "ci_low_min", ">"),
     ):
         if limits.get(key) is not None:
