@@ -38,6 +38,18 @@ def refuse_a_sweep_in_every_rank(argv=sys.argv, environ=os.environ) -> None:
     raise SystemExit(2)
 
 
+def refuse_unknown_keys(argv=sys.argv) -> None:
+    """An override naming a key the schema does not know (``+trainer.lrrr=1`` too) stops here with the nearest
+    known key (exit code 2), before Hydra creates or writes anything (evolve_train/config_strict.py)."""
+    from pathlib import Path
+
+    from evolve_train.cli.errors import exit_on_user_error
+    from evolve_train.config_strict import check_overrides, command_overrides
+
+    with exit_on_user_error():
+        check_overrides(command_overrides(argv[1:]), [Path(__file__).resolve().parent / "configs"])
+
+
 @hydra.main(version_base="1.3", config_path="configs", config_name="config")
 def main(cfg: DictConfig) -> None:
     from evolve_train.cli.errors import exit_on_user_error
@@ -51,4 +63,5 @@ def main(cfg: DictConfig) -> None:
 
 if __name__ == "__main__":
     refuse_a_sweep_in_every_rank()
+    refuse_unknown_keys()
     main()

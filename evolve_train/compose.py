@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from evolve_train.config import Config
+from evolve_train.config_strict import check_overrides
 from evolve_train.errors import ConfigError
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
@@ -31,6 +32,7 @@ def compose_dict(overrides: Sequence[str] = (), config_dir: Optional[str | Path]
     directory = Path(config_dir) if config_dir is not None else CONFIG_DIR
     if not (directory / "config.yaml").is_file():
         raise ConfigError(f"no config.yaml in the config directory {directory} (pass --config-dir)")
+    check_overrides(overrides, [directory, CONFIG_DIR])  # unknown keys, with or without '+'
     try:
         with initialize_config_dir(config_dir=str(directory.resolve()), version_base="1.3"):
             return compose(config_name="config", overrides=list(overrides))
