@@ -10,8 +10,16 @@ from evolve_train.config import Config
 from evolve_train.config_strict import check_overrides
 from evolve_train.errors import ConfigError
 
-CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
-"""``configs/`` of the source tree (installs are editable: the package sits next to it)."""
+
+def packaged_configs() -> Path:
+    """The configs shipped with the package: ``evolve_train/configs`` in a built wheel (``setup.py`` copies
+    ``configs/`` there), else ``configs/`` of the source tree next to the package (a clone, an editable install)."""
+    inside = Path(__file__).resolve().parent / "configs"
+    return inside if (inside / "config.yaml").is_file() else Path(__file__).resolve().parents[1] / "configs"
+
+
+CONFIG_DIR = packaged_configs()
+"""The configs every command composes (``evolve-train``, ``evolve-eval``...)."""
 
 
 def compose_config(overrides: Sequence[str] = (), config_dir: Optional[str | Path] = None) -> Config:

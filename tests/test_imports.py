@@ -170,6 +170,7 @@ LAYERS: list[tuple[str, ...]] = [
         f"{PACKAGE}.config",
         f"{PACKAGE}.config_keys",
         f"{PACKAGE}.config_identity",
+        f"{PACKAGE}.config_strict",
         f"{PACKAGE}.compose",
     ),
     (f"{PACKAGE}.data",),

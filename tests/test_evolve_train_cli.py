@@ -1,0 +1,94 @@
+"""`evolve-train`: the overrides of `python train.py`, from any directory, with the configs shipped in the package
+and a user's own config folder (--config-dir or EVOLVE_TRAIN_CONFIG_DIR)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+from helpers import TINY
+
+from evolve_train.cli.train import CONFIG_DIR_ENV, user_config_dirs, with_config_dir
+
+REPO = Path(__file__).resolve().parents[1]
+MAIN = "import sys; from evolve_train.cli.train import main; sys.exit(main())"
+
+
+def _installed_command() -> list[str] | None:
+    """The console script, when this checkout's package is installed with it (pip install -e .)."""
+    script = shutil.which("evolve-train")
+    scripts = {e.name for e in metadata.entry_points(group="console_scripts")}
+    return [script] if script and "evolve-train" in scripts else None
+
+
+def evolve_train(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess:
+    command = _installed_command() or [sys.executable, "-c", MAIN]
+    environ = {**os.environ, "PYTHONPATH": str(REPO), "WANDB_MODE": "disabled", "HF_HUB_OFFLINE": "1", **env}
+    return subprocess.run(command + args, cwd=cwd, env=environ, capture_output=True, text=True, timeout=600)
+
+
+def test_runs_from_any_directory_and_writes_its_run_dir_there(tmp_path):
+    done = evolve_train([*TINY, "eval.evaluators=[splits]"], tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (summary,) = list((tmp_path / "runs").rglob("summary.json"))
+    assert summary.parent.relative_to(tmp_path).parts[:3] == ("runs", "default", "full")
+    assert json.loads(summary.read_text())["em"]
+
+
+def test_a_users_config_folder_joins_the_search_path(tmp_path):
+    mine = tmp_path / "my_configs" / "experiment"
+    mine.mkdir(parents=True)
+    (mine / "mine.yaml").write_text("# @package _global_\nexperiment: mine\ntrainer:\n  epochs: 7\n")
+    done = evolve_train(["--config-dir", "my_configs", "experiment=mine", "--cfg", "job"], tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "experiment: mine" in done.stdout and "epochs: 7" in done.stdout
+    done = evolve_train(["experiment=mine", "--cfg", "job"], tmp_path, **{CONFIG_DIR_ENV: "my_configs"})
+    assert done.returncode == 0 and "epochs: 7" in done.stdout, done.stderr[-3000:]
+
+
+def test_an_unknown_key_is_refused_and_nothing_written(tmp_path):
+    done = evolve_train(["+trainer.lrrr=1"], tmp_path)
+    assert done.returncode == 2 and "did you mean 'trainer.lr'?" in done.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_config_dirs_are_made_absolute_against_the_working_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    args = with_config_dir(["--config-dir", "a", "--config-dir=b", "seed=1"], environ={})
+    assert user_config_dirs(args) == [tmp_path / "a", tmp_path / "b"]
+    assert with_config_dir(["seed=1"], environ={CONFIG_DIR_ENV: "c"}) == ["--config-dir", str(tmp_path / "c"), "seed=1"]
+
+
+def test_a_built_wheel_carries_the_configs(tmp_path):
+    source = tmp_path / "source"  # a copy: the build writes build/ and *.egg-info next to the sources
+    source.mkdir()
+    for name in ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md"):
+        shutil.copy(REPO / name, source / name)
+    for name in ("evolve_train", "configs"):
+        shutil.copytree(REPO / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
+    build = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", str(source), "--no-deps", "--no-build-isolation", "-q", "-w", "dist"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert build.returncode == 0, build.stderr[-2000:]
+    (wheel,) = (tmp_path / "dist").glob("*.whl")
+    target = tmp_path / "site"
+    shutil.unpack_archive(wheel, target, "zip")
+    probe = "from evolve_train.compose import CONFIG_DIR; print(CONFIG_DIR)"
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(target)}, capture_output=True
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    shipped = Path(done.stdout.decode().strip())
+    assert shipped == target / "evolve_train" / "configs" and (shipped / "config.yaml").is_file()
+    assert {p.name for p in (shipped / "experiment").glob("*.yaml")} == {
+        p.name for p in (REPO / "configs" / "experiment").glob("*.yaml")
+    }
