@@ -119,6 +119,14 @@ class GreedyDecoder(Choice):
     generate = "generate"
 
 
+class EvalPrecision(Choice):
+    fp32 = "fp32"
+    bf16 = "bf16"
+    fp16 = "fp16"
+    train = "train"
+    """The autocast training used (``trainer.mixed_precision`` as resolved on this machine)."""
+
+
 class PassageSource(Choice):
     documents = "documents"
     sentences = "sentences"
@@ -279,7 +287,7 @@ class ModelConfig:
     dtype: WeightDtype = WeightDtype.float32
     """Dtype of the weights (built, loaded from any path) and so of the saved checkpoints: ``float32`` or
     ``bfloat16`` (half the memory and checkpoint size; AdamW then updates bf16 weights). Independent of
-    ``trainer.mixed_precision``, the autocast of training and of every evaluation."""
+    ``trainer.mixed_precision`` (the autocast of training) and of ``eval.precision`` (that of evaluation)."""
 
     def __post_init__(self):
         self.arch = as_choice("model.arch", Arch, self.arch)
@@ -985,6 +993,13 @@ class EvalConfig:
     """Evaluators run on every checkpoint, by registered name."""
     batch_size: int = runtime(64, hashed=True)
     """Prompts per generation batch."""
+    precision: EvalPrecision = EvalPrecision.fp32
+    """The precision every checkpoint is evaluated in, chosen here rather than inherited from training: ``fp32``
+    (the default: no autocast, so the same checkpoint scores the same on any machine and as lm-evaluation-harness
+    scores it; weights stored in bfloat16, ``model.dtype``, stay bfloat16), ``bf16`` / ``fp16`` (autocast to that
+    dtype: less memory and time where the model does not fit in fp32) or ``train`` (the autocast of
+    ``trainer.mixed_precision`` as this machine resolved it). Every metric row records what was used
+    (``eval_precision``)."""
     greedy_decoder: GreedyDecoder = GreedyDecoder.pruned
     """``pruned``: the evaluator's greedy loop, which drops each answer's row from the batch once it ends
     (decoder-only models; plain argmax, no ``generation_config`` processors); ``generate``: transformers'
@@ -1064,6 +1079,7 @@ class EvalConfig:
                 "eval.evaluators=[splits,grad_norms]; eval=full lists it) and drop eval.grad_norms=true"
             )
         self.greedy_decoder = as_choice("eval.greedy_decoder", GreedyDecoder, self.greedy_decoder)
+        self.precision = as_choice("eval.precision", EvalPrecision, self.precision)
         for index, pattern in enumerate(self.stop_patterns):
             try:
                 re.compile(pattern)

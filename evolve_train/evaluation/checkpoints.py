@@ -17,6 +17,7 @@ from evolve_train.evaluation.context import EvalContext, Shards, TrainingFormat
 from evolve_train.evaluation.evaluator import evaluate_checkpoint
 from evolve_train.evaluation.evaluators.hygiene import record_private
 from evolve_train.evaluation.evaluators.matrix import INITIAL
+from evolve_train.evaluation.precision import eval_autocast
 from evolve_train.tracking.disk import DiskLogger
 from evolve_train.training import faults
 from evolve_train.training.distributed import sum_over_processes
@@ -37,6 +38,8 @@ class CheckpointEvaluation:
         self.text_format = self.tokenizer = None
         self.shared: dict = {}
         """Built once per run, reused by every checkpoint's evaluation (``EvalContext.shared``)."""
+        self.eval_precision: Optional[str] = None
+        """The precision the last evaluation ran in (``evaluation/precision.py``); rows record it."""
 
     @property
     def main(self) -> bool:
@@ -74,9 +77,10 @@ class CheckpointEvaluation:
         return self.decorate(rows, checkpoint, result, seconds, evaluated)
 
     def _run_evaluators(self, checkpoint: int, model) -> tuple[list[dict], float, dict]:
-        # every checkpoint in the run's precision (trainer.mixed_precision), whatever made the model: trained
-        # here (accelerate patched its forward with autocast), the step-0 cache, a resume, eval_initial
+        # every checkpoint in eval.precision, whatever made the model: trained here (accelerate's autocast
+        # wrapper is stripped), the step-0 cache, a resume, eval_initial (evaluation/precision.py)
         plain = self.accelerator.unwrap_model(model, keep_fp32_wrapper=False)
+        autocast, self.eval_precision = eval_autocast(self.cfg.eval.precision, self.accelerator, plain)
         ctx = EvalContext(
             model=plain,
             text_format=self.text_format,
@@ -90,7 +94,7 @@ class CheckpointEvaluation:
             training=self.training_format(),
         )
         start = time.perf_counter()
-        with self.accelerator.autocast(), CountPositions(plain) as counted:  # evaluation's tokens (§11)
+        with autocast, CountPositions(plain) as counted:  # evaluation's tokens (§11)
             scored = evaluate_checkpoint(ctx)
         writer_dir = self.run_dir if self.main else None
         rows = record_private(writer_dir, self.timeline, self.cfg.eval, checkpoint, scored)  # private_evaluations
@@ -116,6 +120,7 @@ class CheckpointEvaluation:
             result = StepResult(optimizer_steps=0, tokens=0, final_loss=float("nan"), seconds=0.0)
         meta = {"method": self.cfg.method.name, "seed": self.cfg.seed, **(evaluated or {})}
         meta["mixed_precision"] = str(self.accelerator.mixed_precision)  # what `auto` resolved to here
+        meta["eval_precision"] = self.eval_precision or str(self.cfg.eval.precision)
         processes = self.accelerator.num_processes
         if result is not None:
             meta.update(
