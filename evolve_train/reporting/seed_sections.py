@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Optional
 
 from evolve_train.evaluation.rows import column_key
+from evolve_train.reporting.plots import checkpoint_label
 from evolve_train.reporting.seeds import NON_RESULT_KEYS, PooledDiff, RunGroup, t_interval
 
 Section = tuple[str, str, tuple[list[str], list[list[str]]]]
@@ -123,7 +124,7 @@ def _flops_text(stats) -> str:
 
 def step_mean_section(group: RunGroup) -> Section:
     columns = sorted(group.columns, key=column_key)
-    rows = [[("init" if k < 0 else str(k))] + [group.stats(k, c).text() for c in columns] for k in group.checkpoints]
+    rows = [[checkpoint_label(k)] + [group.stats(k, c).text() for c in columns] for k in group.checkpoints]
     return (
         f"Per-step EM across seeds: {group.name}",
         f"{len(group.runs)} seed(s): {T_NOTE}.",

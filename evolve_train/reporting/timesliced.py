@@ -32,11 +32,11 @@ def slice_nll(run: Run) -> dict:
 
 
 def plot_slice_heatmap(run: Run, path: Path) -> Optional[np.ndarray]:
-    """P[i][j] of one run (rows: checkpoints, ``init`` first when evaluated; columns: slices); the drawn array."""
+    """P[i][j] of one run (rows: checkpoints, ``initial`` first when evaluated; columns: slices); the drawn array."""
     entry = slice_nll(run)
     if not entry.get("P"):
         return None
-    rows = ([("init", entry["P_init"])] if entry.get("P_init") else []) + [
+    rows = ([("-1", entry["P_init"])] if entry.get("P_init") else []) + [
         (i, entry["P"][i]) for i in sorted(entry["P"], key=int)
     ]
     columns = sorted({int(j) for _, row in rows for j in row})
@@ -44,7 +44,7 @@ def plot_slice_heatmap(run: Run, path: Path) -> Optional[np.ndarray]:
     fig, ax = plt.subplots(figsize=(1.5 + 1.1 * len(columns), 1.0 + 0.6 * len(rows)))
     image = ax.imshow(np.ma.masked_invalid(values), cmap="magma_r", aspect="auto")
     ax.set_xticks(range(len(columns)), [f"slice {j}" for j in columns])
-    ax.set_yticks(range(len(rows)), [name if name == "init" else checkpoint_label(int(name)) for name, _ in rows])
+    ax.set_yticks(range(len(rows)), [checkpoint_label(int(name)) for name, _ in rows])
     ax.set_xlabel("held-out slice of step j")
     ax.set_ylabel("checkpoint i")
     middle = np.nanmean(values)
