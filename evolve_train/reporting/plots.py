@@ -17,7 +17,14 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from evolve_train.evaluation.metrics.directions import LOG_SCALE, canonical, is_metric, leaf, mark  # noqa: E402
+from evolve_train.evaluation.metrics.directions import (  # noqa: E402
+    LOG_SCALE,
+    canonical,
+    higher_is_better,
+    is_metric,
+    leaf,
+    mark,
+)
 from evolve_train.evaluation.rows import ALL, ROW_META, SPLIT_ORDER, Run, column_key  # noqa: E402
 
 HIDDEN = ROW_META | {"n"}  # not drawn: a row's identity, its run, and its item count
@@ -84,7 +91,8 @@ def _forgetting_panels(columns: list[str], checkpoints: list[int], metric: str):
             if column is None:
                 ax.axis("off")
                 continue
-            hint = " (stale answer: lower is better)" if column.startswith("outdated") else ""
+            kind = column.rpartition("_")[0] if column.rpartition("_")[2].isdigit() else column
+            hint = " (stale answer: lower is better)" if higher_is_better(metric, kind) is False else ""
             ax.set_title(f"{column}{hint}", fontsize=10)
             ax.set_ylim(-0.05, 1.05)
             ax.set_xticks(checkpoints, [checkpoint_label(k) for k in checkpoints])
