@@ -243,3 +243,21 @@ def test_rows_reach_wandb_and_the_report(scored_runs, tmp_path):
     assert xs == [-1.0, 0.0, 1.0] and ys == [ours[(k, TASK, "acc")]["value"] for k in (-1, 0, 1)]
     assert (tmp_path / "report" / "lm_eval_tasks.png").is_file()
     assert "lm_eval_tasks.png" in (tmp_path / "report" / "report.md").read_text()
+
+
+@needs_harness
+@pytest.mark.slow
+def test_series_of_saved_steps_gives_the_runs_own_rows(scored_runs, tmp_path):
+    from evolve_train.cli.evaluate import main as evolve_eval
+    from helpers import TINY
+
+    root, tasks = scored_runs
+    models = [str(root / "full" / "steps" / str(k)) for k in (0, 1)]
+    out = tmp_path / "series"
+    assert (
+        evolve_eval(["--series", *models, "--out", str(out), *TINY, *overrides(tasks, "eval.eval_initial=false")]) == 0
+    )
+    theirs, ours = lm_eval_rows(out), lm_eval_rows(root / "full")
+    assert set(theirs) == {key for key in ours if key[0] >= 0}
+    for key, row in theirs.items():
+        assert (row["value"], row["stderr"], row["n"]) == (ours[key]["value"], ours[key]["stderr"], ours[key]["n"])
