@@ -3,7 +3,8 @@
 ``dimensions`` (§6), ``calibration`` (§7) and ``grad_norms`` (gradient analysis), ``contamination`` and
 ``flip_rate`` (§8, in ``hygiene``), ``heldout`` (perplexity on held-out text: general-knowledge forgetting), ``slices`` (§9: held-out loss of
 every step's slice), ``retrieval`` (§10, open-book),
-``lm_eval`` (lm-evaluation-harness tasks, in ``harness``).
+``lm_eval`` (lm-evaluation-harness tasks, in ``harness``), ``year_resolved`` (which year's value a checkpoint
+picks, in ``years``).
 See docs/evaluation.md and docs/hygiene.md."""
 
 from evolve_train.evaluation.evaluators import (  # noqa: F401  (imported to register)
@@ -19,4 +20,5 @@ from evolve_train.evaluation.evaluators import (  # noqa: F401  (imported to reg
     retrieval,
     slices,
     splits,
+    years,
 )
