@@ -261,3 +261,44 @@ def test_series_of_saved_steps_gives_the_runs_own_rows(scored_runs, tmp_path):
     assert set(theirs) == {key for key in ours if key[0] >= 0}
     for key, row in theirs.items():
         assert (row["value"], row["stderr"], row["n"]) == (ours[key]["value"], ours[key]["stderr"], ours[key]["n"])
+
+
+def _sharded(rank: int, port: int, checkpoint: str, tasks: str, out: str) -> None:
+    """One of two gloo processes scoring the saved checkpoint with the evaluator's lm-eval call."""
+    import torch.distributed as dist
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from evolve_train.config import LmEvalConfig
+    from evolve_train.evaluation.context import Shards
+    from evolve_train.evaluation.evaluators.harness import metric_values, run_tasks
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(checkpoint)
+        settings = LmEvalConfig(tasks=[TASK, GEN_TASK], include_path=[tasks], batch_size=4)
+        results = run_tasks(model, AutoTokenizer.from_pretrained(checkpoint), settings, Shards(rank, 2))
+        assert (results is None) == (rank != 0)
+        if rank == 0:
+            Path(out).write_text(json.dumps(metric_values(results)))
+    finally:
+        dist.destroy_process_group()
+
+
+@needs_harness
+@pytest.mark.slow
+def test_two_processes_share_the_documents_and_give_the_same_numbers(scored_runs, tmp_path):
+    import socket
+
+    import torch.multiprocessing as mp
+
+    root, tasks = scored_runs
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    out = tmp_path / "sharded.json"
+    mp.spawn(_sharded, args=(port, str(root / "full" / "steps" / "1"), str(tasks), str(out)), nprocs=2)
+    ours = lm_eval_rows(root / "full")
+    sharded = json.loads(out.read_text())
+    assert {(v["task"], v["metric"]) for v in sharded} == {(t, m) for k, t, m in ours if k == 1}
+    for v in sharded:
+        assert (v["value"], v["n"]) == (ours[(1, v["task"], v["metric"])]["value"], len(DOCS))

@@ -91,7 +91,8 @@ def tasks_fingerprint(settings) -> Optional[str]:
 
 
 class _Collectives:
-    """What lm-eval's ``HFLM`` asks of an accelerator when it shards over processes: ``gather`` and a barrier."""
+    """What lm-eval's ``HFLM`` asks of an accelerator when it shards over processes: ``gather``, a barrier and
+    ``unwrap_model`` (the model is unwrapped already)."""
 
     def __init__(self, device):
         self.device = device
@@ -103,6 +104,9 @@ class _Collectives:
         parts = [torch.zeros_like(tensor) for _ in range(dist.get_world_size())]
         dist.all_gather(parts, tensor)
         return torch.stack(parts) if tensor.dim() == 0 else torch.cat(parts)
+
+    def unwrap_model(self, model):
+        return model
 
     def wait_for_everyone(self):
         import torch.distributed as dist
