@@ -917,6 +917,32 @@ class FlipRateConfig:
 
 
 @dataclass
+class LmEvalConfig:
+    """``lm_eval``: lm-evaluation-harness tasks scored on every checkpoint (docs/evaluation.md "lm-eval tasks")."""
+
+    tasks: list[str] = field(default_factory=list)
+    """Task or group names, as ``lm_eval --tasks`` takes them (built-in ones, or those under ``include_path``)."""
+    num_fewshot: Optional[int] = None
+    """Few-shot examples per prompt (``null``: each task's own default, as ``lm_eval`` without ``--num_fewshot``)."""
+    limit: Optional[float] = None
+    """Documents per task: a count (>= 1) or a share (< 1), as ``lm_eval --limit`` (``null``: all)."""
+    batch_size: int = 16
+    """Requests per forward pass (lm-eval's ``--batch_size``)."""
+    include_path: list[str] = field(default_factory=list)
+    """Folders of local task YAML files (lm-eval's ``--include_path``); relative paths from the working directory."""
+
+    def __post_init__(self):
+        check_ranges(
+            "eval.lm_eval",
+            {
+                "batch_size": (self.batch_size, POSITIVE),
+                "num_fewshot": (0 if self.num_fewshot is None else self.num_fewshot, NON_NEGATIVE),
+                "limit": (1 if self.limit is None else self.limit, (lambda v: v > 0, "> 0")),
+            },
+        )
+
+
+@dataclass
 class RetrievalConfig:
     """``retrieval``: the open-book evaluator (METRICS.md §10; docs/evaluation.md "Retrieval (open-book)")."""
 
@@ -1067,6 +1093,8 @@ class EvalConfig:
     """Release-gate thresholds (METRICS.md §8 defaults), read by ``evolve-gate`` (docs/hygiene.md)."""
     retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
     """``retrieval``: the open-book evaluator over the snapshots seen so far (METRICS.md §10)."""
+    lm_eval: LmEvalConfig = field(default_factory=LmEvalConfig)
+    """``lm_eval``: lm-evaluation-harness tasks per checkpoint (the ``lmeval`` extra)."""
     # --- pretrained models ---
     few_shot: int = 0
     """Solved dev items (``split: dev``, drawn once, seeded) shown before every prompt, for question-style

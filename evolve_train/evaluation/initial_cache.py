@@ -10,7 +10,8 @@ pretrained model asked open-book at every step's store, minutes per arm). Copied
 
 The key adds to the step-0 key the ``eval`` settings (:func:`eval_part`), a fingerprint of the timeline (every step's corpus and
 held-out slice, every eval set, the prompt template, the few-shot demonstrations) and of the evaluation code
-(the source of ``evolve_train/evaluation`` and ``evolve_train/models``), so an edited evaluator is a miss. Off
+(the source of ``evolve_train/evaluation`` and ``evolve_train/models``), so an edited evaluator is a miss; with
+``lm_eval`` listed, also the files under ``eval.lm_eval.include_path`` and lm-eval's version. Off
 where the step-0 cache is off. With several processes (``accelerate launch``, a point of a multi-process sweep)
 the main process decides hit or miss, reads the entry and copies the predictions; the others receive the rows
 from it (one broadcast), so every rank takes the same branch; the main process stores. The number of processes
@@ -29,6 +30,7 @@ from typing import Optional
 
 from evolve_train.config_keys import INITIAL_EVAL_LEAVES_OUT, key_part
 from evolve_train.data.corpus import records_fingerprint, step_fingerprint
+from evolve_train.evaluation.evaluators.harness import tasks_fingerprint
 from evolve_train.training.step0_cache import cache_root, step0_key
 from evolve_train.utils.io import AlreadyPublished, atomic_dir
 
@@ -88,6 +90,8 @@ class InitialEvalCache:
             "timeline": timeline_fingerprint(timeline),
             "code": code_fingerprint(),
         }
+        if "lm_eval" in cfg.eval.evaluators:  # the local task files and lm-eval's version (evaluators/harness.py)
+            parts["lm_eval"] = tasks_fingerprint(cfg.eval.lm_eval)
         blob = json.dumps(parts, sort_keys=True, default=str)
         return cls(root, hashlib.sha256(blob.encode("utf-8")).hexdigest()[:20])
 

@@ -29,7 +29,7 @@ from typing import Iterable, Optional
 
 from evolve_train.evaluation.compare import PairedDiff, check_same_columns, compare_pairs
 from evolve_train.evaluation.rows import Run, column_key
-from evolve_train.reporting import plots, retrieval, timesliced
+from evolve_train.reporting import plots, plots_field, retrieval, timesliced
 from evolve_train.reporting.header import config_section, generated_line, provenance_section, relative
 from evolve_train.reporting.metric_tables import metric_sections
 from evolve_train.reporting.runs import load_runs
@@ -207,6 +207,7 @@ def make_plots(runs: list[Run], out_dir: Path, groups: Optional[list[RunGroup]] 
         series["loss"] = loss
         figures.append(("Training loss", "training_loss.png"))
     _timesliced_plots(runs, out_dir, figures, series)
+    plots_field.add_plots(runs, out_dir, figures, series)  # lm-eval curves, year-resolved heatmaps
     return {"figures": figures, "series": series}
 
 

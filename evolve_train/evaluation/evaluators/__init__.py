@@ -2,7 +2,9 @@
 (``evaluation/registry.py``): ``splits`` (§1-2), ``matrix`` (§3), ``paired`` (§4), ``ablation`` (§5),
 ``dimensions`` (§6), ``calibration`` (§7) and ``grad_norms`` (gradient analysis), ``contamination`` and
 ``flip_rate`` (§8, in ``hygiene``), ``heldout`` (perplexity on held-out text: general-knowledge forgetting), ``slices`` (§9: held-out loss of
-every step's slice), ``retrieval`` (§10, open-book).
+every step's slice), ``retrieval`` (§10, open-book),
+``lm_eval`` (lm-evaluation-harness tasks, in ``harness``), ``year_resolved`` (which year's value a checkpoint
+picks, in ``years``).
 See docs/evaluation.md and docs/hygiene.md."""
 
 from evolve_train.evaluation.evaluators import (  # noqa: F401  (imported to register)
@@ -10,6 +12,7 @@ from evolve_train.evaluation.evaluators import (  # noqa: F401  (imported to reg
     calibration,
     dimensions,
     grad_norms,
+    harness,
     heldout,
     hygiene,
     matrix,
@@ -17,4 +20,5 @@ from evolve_train.evaluation.evaluators import (  # noqa: F401  (imported to reg
     retrieval,
     slices,
     splits,
+    years,
 )
