@@ -9,13 +9,13 @@ or reads them back while the entry is written. The key
 (its ``tokenizer.json``: vocabulary, merges, special tokens, post-processor), the text format's class, the
 special ids it uses and the source of its module (a change to the encoding code is a miss), the encoding
 settings (objective, ``seq_len``, ...), the versions of this package, ``datasets`` and ``tokenizers``, and
-:data:`FORMAT`. Entries are written atomically (``data/cache.py``); the main process builds a missing
-entry while the other ranks wait, then they map it; concurrent runs of a sweep serialise on a file lock.
+:data:`FORMAT`. Entries are written atomically (``data/cache.py``) under a file lock per entry: the first
+process (a rank of this run, or a run of the sweep) builds a missing entry while the others wait on the lock,
+never in a collective (no rank sits in a barrier bounded by ``trainer.dist_timeout_s``), then they map it.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import inspect
 import json
@@ -89,6 +89,8 @@ class TokenCache:
         self.text_format, self.accelerator = text_format, accelerator
         self.seconds = 0.0
         """Time spent preparing rows so far (encoding, or mapping a cached entry)."""
+        self.misses = 0
+        """Entries this cache built (tokenized) so far."""
 
     def examples(self, step, objective: str, seq_len: int, **settings) -> Dataset:
         """The rows of ``text_format.encode_step(step, objective, seq_len)`` in the compact layout
@@ -100,15 +102,9 @@ class TokenCache:
                 return compact_rows.rows_in_memory(batches, vocab_size(self.text_format))
             settings = {"objective": str(objective), "seq_len": seq_len, **settings}
             final = self.root / "tokens" / token_key(step, self.text_format, settings)
-            with self._main_first():
-                return self._load_or_build(final, step, objective, seq_len, settings)
+            return self._load_or_build(final, step, objective, seq_len, settings)
         finally:
             self.seconds += time.perf_counter() - start
-
-    def _main_first(self):
-        if self.accelerator is None or self.accelerator.num_processes == 1:
-            return contextlib.nullcontext()
-        return self.accelerator.main_process_first()  # the main process builds; the others wait, then map
 
     def _load_or_build(self, final: Path, step, objective: str, seq_len: int, settings: dict) -> Dataset:
         if not (final / META).is_file():
@@ -116,6 +112,7 @@ class TokenCache:
                 if not (final / META).is_file():  # else built by a concurrent run while this one waited
                     log.info("tokenized cache miss %s (step %s): tokenizing", final, step.name)
                     cache.remove_incomplete(final)
+                    self.misses += 1
                     batches = self.text_format.encode_batches(step, objective, seq_len)
                     vocab = vocab_size(self.text_format)
                     cache.write_entry(final, lambda tmp: _save(batches, tmp, step, settings, vocab))
