@@ -64,14 +64,17 @@ def csv_header(path: Path) -> list[str]:
 
 
 def numbered_records(path: Path, required: tuple[str, ...] = ()) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(line, record) of a CSV (by suffix) or JSONL file; checks that ``required`` columns/keys exist.
+    """(line, record) of a CSV (by suffix), JSONL (``.gz``/``.zst`` too), Parquet file or ``save_to_disk`` folder
+    (line: the row, from 1); checks that ``required`` columns/keys exist.
 
     CSV: a column missing from the header fails on line 1; a row shorter than the header fails on its
     line. JSONL: each line must be an object holding the required keys. A file without records fails.
     """
     path = Path(path)
     from_csv = path.suffix.lower() == ".csv"
-    if from_csv:
+    if is_saved_dataset(path) or path.name.lower().endswith(".parquet"):
+        records = tabular_records(path)
+    elif from_csv:
         header = csv_header(path)
         for name in required:
             if name not in header:
@@ -110,7 +113,7 @@ def _text_cell(record: Mapping[str, Any], name: str, path: Path, number: int) ->
     return value
 
 
-TRAINING_SUFFIXES = (".txt", ".jsonl", ".csv")
+TRAINING_SUFFIXES = (".txt", ".jsonl", ".csv", ".jsonl.gz", ".jsonl.zst", ".parquet")
 """The training files a folder or a glob of ``data.train_files`` contributes (``loaders/temporal_qa.py``)."""
 TXT_DOCUMENTS = ("file", "paragraph")
 """How a ``.txt`` file becomes documents (``data.txt_documents``)."""
@@ -124,7 +127,12 @@ def read_training_file(
     file, see :func:`txt_documents`); the other one is empty. Streamed: validated line by line into Arrow
     (``data/corpus.py``), never a list of the file, memory-mapped from ``cache_dir`` (``<cache_dir>/corpora/``)
     when given. ``doc_id``: a ``.txt`` file's document name (default: the file name without ``.txt``)."""
-    path = require_file(Path(path), "training file")
+    path = Path(path)
+    if is_saved_dataset(path):
+        return _tabular(path, cache_dir, set(_saved_dataset(path).column_names))
+    path = require_file(path, "training file")
+    if path.name.lower().endswith(".parquet"):
+        return _tabular(path, cache_dir, set(_parquet_file(path).schema_arrow.names))
     if path.suffix.lower() == ".txt":
         mode, name = str(txt_documents), doc_id or path.stem
         if mode not in TXT_DOCUMENTS:
@@ -139,6 +147,60 @@ def read_training_file(
     if "text" in first_keys and "input" not in first_keys:
         return [], records_of_file(path, "texts", lambda: _documents(path), cache_dir)
     return records_of_file(path, "pairs", lambda: _pairs(path), cache_dir), []
+
+
+def is_saved_dataset(path: Path) -> bool:
+    """Whether ``path`` is a folder written by ``datasets``' ``Dataset.save_to_disk``."""
+    return path.is_dir() and (path / "state.json").is_file() and (path / "dataset_info.json").is_file()
+
+
+def _saved_dataset(path: Path):
+    from datasets import Dataset
+
+    try:
+        return Dataset.load_from_disk(str(path))
+    except Exception as err:  # a folder cut short: missing or corrupt Arrow files
+        raise DataError(f"not a readable datasets folder ({type(err).__name__}: {err})", file=str(path)) from None
+
+
+def _parquet_file(path: Path):
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.ParquetFile(path)
+    except Exception as err:  # pyarrow.ArrowInvalid: a truncated file has no footer
+        raise DataError(f"not a readable Parquet file ({err})", file=str(path)) from None
+
+
+def _tabular(path: Path, cache_dir: Optional[Path], columns: set[str]) -> tuple[Sequence[dict], Sequence[dict]]:
+    """(pairs, texts) of a Parquet file or a ``save_to_disk`` folder: documents where it has a ``text`` column
+    and no ``input``, else masked-entity pairs; rows validated as JSONL lines are (``line``: the row, from 1)."""
+    if "text" in columns and "input" not in columns:
+        return [], records_of_file(path, "texts", lambda: _documents(path), cache_dir)
+    return records_of_file(path, "pairs", lambda: _pairs(path), cache_dir), []
+
+
+def tabular_records(path: Path) -> Iterator[tuple[int, dict]]:
+    """(row number from 1, record) of a Parquet file or a ``save_to_disk`` folder, read a batch at a time."""
+    if is_saved_dataset(path):
+        batches = (b for b in _saved_dataset(path).iter(batch_size=4096))
+    else:
+        batches = (b.to_pydict() for b in _parquet_batches(path))
+    number = 0
+    for batch in batches:
+        for values in zip(*batch.values()):
+            number += 1
+            yield number, dict(zip(batch, values))
+
+
+def _parquet_batches(path: Path):
+    reader = _parquet_file(path)
+    for group in range(reader.num_row_groups):
+        try:
+            table = reader.read_row_group(group)
+        except Exception as err:
+            raise DataError(f"unreadable Parquet row group {group} ({err})", file=str(path)) from None
+        yield from table.to_batches(4096)
 
 
 def txt_documents_of(path: Path, mode: str = "file", name: Optional[str] = None) -> Iterator[dict]:
