@@ -116,3 +116,15 @@ def test_a_truncated_corpus_stops_the_run_before_training(tmp_path):
     assert err.value.file == str(corpus)
     written = [p.name for p in run_dir.rglob("*")] if run_dir.exists() else []
     assert not {"steps", "metrics.jsonl", "train_log.jsonl"} & set(written)
+
+
+@pytest.mark.parametrize("name", ["docs.jsonl", "docs.parquet", "saved"])
+def test_the_text_field_is_configurable(tmp_path, name):
+    renamed = [{"content": d["text"], "doc_id": d["doc_id"]} for d in DOCS]
+    path = write(tmp_path / name, renamed)
+    _, texts = read_training_file(path, tmp_path / "cache", text_field="content")
+    assert list(texts) == DOCS
+    bad = write(tmp_path / f"bad-{name}", renamed[:5] + [{"content": " ", "doc_id": "x"}])
+    with pytest.raises(DataError) as err:
+        read_training_file(bad, tmp_path / "cache", text_field="content")
+    assert (err.value.file, err.value.line, err.value.field) == (str(bad), 6, "content")

@@ -120,19 +120,24 @@ TXT_DOCUMENTS = ("file", "paragraph")
 
 
 def read_training_file(
-    path: Path, cache_dir: Optional[Path] = None, txt_documents: str = "file", doc_id: Optional[str] = None
+    path: Path,
+    cache_dir: Optional[Path] = None,
+    txt_documents: str = "file",
+    doc_id: Optional[str] = None,
+    text_field: str = "text",
 ) -> tuple[Sequence[dict], Sequence[dict]]:
     """(pairs, texts) of one training file: masked-entity pairs (``input`` with a mask token, ``output``)
     from CSV or JSONL, or plain-text documents (JSONL/CSV with ``text``, optional ``doc_id``; or a ``.txt``
     file, see :func:`txt_documents`); the other one is empty. Streamed: validated line by line into Arrow
     (``data/corpus.py``), never a list of the file, memory-mapped from ``cache_dir`` (``<cache_dir>/corpora/``)
-    when given. ``doc_id``: a ``.txt`` file's document name (default: the file name without ``.txt``)."""
+    when given. ``doc_id``: a ``.txt`` file's document name (default: the file name without ``.txt``).
+    ``text_field``: the column or key holding a document's text (``data.text_field``)."""
     path = Path(path)
     if is_saved_dataset(path):
-        return _tabular(path, cache_dir, set(_saved_dataset(path).column_names))
+        return _tabular(path, cache_dir, set(_saved_dataset(path).column_names), text_field)
     path = require_file(path, "training file")
     if path.name.lower().endswith(".parquet"):
-        return _tabular(path, cache_dir, set(_parquet_file(path).schema_arrow.names))
+        return _tabular(path, cache_dir, set(_parquet_file(path).schema_arrow.names), text_field)
     if path.suffix.lower() == ".txt":
         mode, name = str(txt_documents), doc_id or path.stem
         if mode not in TXT_DOCUMENTS:
@@ -143,10 +148,7 @@ def read_training_file(
         if not len(texts):
             log.warning("%s: no text (only blank lines); the file adds no document", path)
         return [], texts
-    first_keys = _first_keys(path)
-    if "text" in first_keys and "input" not in first_keys:
-        return [], records_of_file(path, "texts", lambda: _documents(path), cache_dir)
-    return records_of_file(path, "pairs", lambda: _pairs(path), cache_dir), []
+    return _tabular(path, cache_dir, _first_keys(path), text_field)
 
 
 def is_saved_dataset(path: Path) -> bool:
@@ -172,11 +174,15 @@ def _parquet_file(path: Path):
         raise DataError(f"not a readable Parquet file ({err})", file=str(path)) from None
 
 
-def _tabular(path: Path, cache_dir: Optional[Path], columns: set[str]) -> tuple[Sequence[dict], Sequence[dict]]:
-    """(pairs, texts) of a Parquet file or a ``save_to_disk`` folder: documents where it has a ``text`` column
-    and no ``input``, else masked-entity pairs; rows validated as JSONL lines are (``line``: the row, from 1)."""
-    if "text" in columns and "input" not in columns:
-        return [], records_of_file(path, "texts", lambda: _documents(path), cache_dir)
+def _tabular(
+    path: Path, cache_dir: Optional[Path], columns: set[str], text_field: str = "text"
+) -> tuple[Sequence[dict], Sequence[dict]]:
+    """(pairs, texts) of a JSONL/CSV/Parquet file or a ``save_to_disk`` folder with ``columns`` (a JSONL file's
+    first record's keys): documents where it has the ``text_field`` column and no ``input``, else masked-entity
+    pairs (a Parquet or folder row is numbered as a JSONL line is: from 1)."""
+    if text_field in columns and "input" not in columns:
+        variant = "" if text_field == "text" else f"text_field:{text_field}"
+        return [], records_of_file(path, "texts", lambda: _documents(path, text_field), cache_dir, variant=variant)
     return records_of_file(path, "pairs", lambda: _pairs(path), cache_dir), []
 
 
@@ -225,11 +231,11 @@ def txt_documents_of(path: Path, mode: str = "file", name: Optional[str] = None)
             block = []
 
 
-def _documents(path: Path) -> Iterator[dict]:
-    for number, record in numbered_records(path, ("text",)):
+def _documents(path: Path, text_field: str = "text") -> Iterator[dict]:
+    for number, record in numbered_records(path, (text_field,)):
         doc_id = record.get("doc_id")
         yield {
-            "text": _text_cell(record, "text", path, number),
+            "text": _text_cell(record, text_field, path, number),
             "doc_id": None if doc_id in (None, "") else str(doc_id),
         }
 

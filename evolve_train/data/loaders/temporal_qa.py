@@ -297,7 +297,9 @@ def temporal_qa_timeline(cfg: DataConfig) -> Timeline:
         files = training_files_of(cfg, name) if cfg.train_files else []
         if cfg.train_files and not files:
             raise ConfigError(f"data.train_files.{name}: no training files listed for step {name}")
-        read = [read_training_file(path, cache_dir, cfg.txt_documents, doc_id) for path, doc_id in files]
+        read = [
+            read_training_file(path, cache_dir, cfg.txt_documents, doc_id, cfg.text_field) for path, doc_id in files
+        ]
         pairs = concat_records([file_pairs for file_pairs, _ in read])
         texts = concat_records([file_texts for _, file_texts in read])
         shown = [str(path) for path, _ in files]
