@@ -628,11 +628,15 @@ class DataConfig:
     ``"Question: {question}\\nAnswer:"``; every item is checked against it before training starts."""
     train_files: dict[str, list[str]] = field(default_factory=dict)
     """``kind=temporal_qa``: training files per step name (relative to ``root``), each entry a file, a folder
-    (its ``.txt``/``.jsonl``/``.csv`` files, sorted, not recursive) or a glob (``**`` recurses): masked-entity
-    pairs (CSV/JSONL with ``input``, ``output``) or documents (JSONL/CSV with ``text``, or ``.txt`` files)."""
+    (its ``.txt``/``.jsonl``/``.jsonl.gz``/``.jsonl.zst``/``.csv``/``.parquet`` files and ``save_to_disk``
+    folders, sorted, not recursive) or a glob (``**`` recurses): masked-entity pairs (with ``input``,
+    ``output``) or documents (with ``text``, see ``text_field``; or ``.txt`` files)."""
     txt_documents: TxtDocuments = TxtDocuments.file
     """How a ``.txt`` training file becomes documents: ``file`` (the whole file is one document) or
     ``paragraph`` (each blank-line-separated block is one)."""
+    text_field: str = "text"
+    """The column (JSONL key, CSV/Parquet/``save_to_disk`` column) holding a training document's text, in
+    ``data.train_files`` and ``data.mix_files`` (``content`` for a corpus that calls it so)."""
     eval_files: list[str] = field(default_factory=list)
     """``kind=temporal_qa``: QA item files (JSONL/CSV of the item contract, or EvolveBench-style event
     files, recognised by their ``knowledge_event``/``questions`` fields), relative to ``root``."""

@@ -19,7 +19,6 @@ Hydra).
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import logging
 from pathlib import Path
 
@@ -41,7 +40,7 @@ from evolve_train.models.build import (
     load_model,
     load_tokenizer,
     n_parameters,
-    train_tokenizer,
+    run_tokenizer,
 )
 from evolve_train.models.source import check_model_source
 from evolve_train.reporting.summary import build_summary, format_summary_table
@@ -244,15 +243,7 @@ class ContinualRun:
         if self.start > 0:
             return self.load_checkpoint(self.start - 1)
         set_seed(cfg.seed)
-        if cfg.model.tokenizer or cfg.model.name_or_path:
-            tokenizer = load_tokenizer(cfg.model.tokenizer or cfg.model.name_or_path, cfg.model)
-        else:
-            first = self.timeline.steps[0]
-            texts = itertools.chain(
-                (t["text"] for t in first.texts),  # streamed: a corpus may exceed memory
-                (p["input"] + " " + p["output"] for p in first.pairs),
-            )
-            tokenizer = train_tokenizer(texts, cfg.model.vocab_size, cfg.model.arch)
+        tokenizer = run_tokenizer(cfg.model, self.timeline.steps[0])
         model = build_model(cfg.model, tokenizer)
         log.info("model: %.2fM parameters", n_parameters(model) / 1e6)
         return model, tokenizer

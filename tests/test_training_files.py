@@ -136,7 +136,7 @@ def test_the_txt_split_is_part_of_the_corpus_cache_key(tmp_path):
         ("nothing/*.txt", "step 2019: 'nothing/*.txt' matches no training file"),
         (
             "empty_folder/*.md",
-            "step 2019: 'empty_folder/*.md' matches no training file (.txt, .jsonl, .csv); it matches 1 other paths",
+            "step 2019: 'empty_folder/*.md' matches no training file (.txt, .jsonl, .csv, .jsonl.gz, .jsonl.zst, .parquet); it matches 1 other paths",
         ),
         ("absent.jsonl", "missing file: training file of step 2019 not found"),
     ],

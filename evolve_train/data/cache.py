@@ -12,7 +12,7 @@ An entry is built in ``<root>/<kind>/.<key>.tmp-<pid>/``, its files fsynced, the
 (``utils/io.py: atomic_dir``); only a final name is ever read, so an interrupted write leaves a temporary
 directory that no one reads (it is removed when the same entry is next built). A file lock per key makes
 concurrent writers (the ranks of one run, the jobs of a sweep) build an entry once: the first one builds it,
-the others wait and read it.
+the others wait on the lock, outside any collective, and read it.
 """
 
 from __future__ import annotations
@@ -20,11 +20,15 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import shutil
+import time
 from pathlib import Path
 from typing import Callable, Iterator, Optional
 
 from evolve_train.utils.io import atomic_dir, remove_stale_tmp
+
+log = logging.getLogger(__name__)
 
 OFF = ("off", "none", "null", "false", "")
 
@@ -48,14 +52,29 @@ def digest(parts) -> str:
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:24]
 
 
+WAIT_REPORT_S = 30.0
+"""How often a process waiting for another's entry says so in the log."""
+
+
 @contextlib.contextmanager
 def entry_lock(final: Path) -> Iterator[None]:
-    """Hold the lock of entry ``final`` (``<final>.lock`` next to it)."""
-    from filelock import FileLock
+    """Hold the lock of entry ``final`` (``.<name>.lock`` next to it). A file lock, not a collective: a process
+    waits for another's build as long as it takes (no process-group timeout), logging every
+    :data:`WAIT_REPORT_S` seconds how long it has waited."""
+    from filelock import FileLock, Timeout
 
     final.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(final.parent / f".{final.name}.lock")):
+    lock, start = FileLock(str(final.parent / f".{final.name}.lock")), time.monotonic()
+    while True:
+        try:
+            lock.acquire(timeout=WAIT_REPORT_S)
+            break
+        except Timeout:
+            log.info("waiting for %s, built by another process (%.0f s)", final, time.monotonic() - start)
+    try:
         yield
+    finally:
+        lock.release()
 
 
 def write_entry(final: Path, build: Callable[[Path], None]) -> Path:

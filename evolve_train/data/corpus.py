@@ -109,7 +109,12 @@ def _plain(record: dict) -> dict:
 
 
 def file_digest(path: Path) -> str:
-    """SHA-256 of a file's bytes, read in blocks."""
+    """SHA-256 of a file's bytes, read in blocks; of a folder (a ``save_to_disk`` dataset), of its files' names
+    and digests."""
+    path = Path(path)
+    if path.is_dir():
+        parts = [f"{p.relative_to(path).as_posix()}:{file_digest(p)}" for p in sorted(path.rglob("*")) if p.is_file()]
+        return hashlib.sha256("\n".join(parts).encode("utf-8")).hexdigest()
     sha = hashlib.sha256()
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):

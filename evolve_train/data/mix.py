@@ -50,7 +50,7 @@ def mix_corpus(cfg: DataConfig) -> Optional[TimeStep]:
     cache_dir = resolve_cache_dir(cfg.cache_dir)
     texts = []
     for path, name in files:
-        pairs, documents = read_training_file(path, cache_dir, cfg.txt_documents, name)
+        pairs, documents = read_training_file(path, cache_dir, cfg.txt_documents, name, cfg.text_field)
         if len(pairs):
             raise DataError(
                 "a mix file holds masked-entity pairs; general data is documents (JSONL/CSV with 'text', or .txt)",

@@ -6,6 +6,7 @@ One item per JSONL line (or CSV row). Other layouts load through a field mapping
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 from dataclasses import dataclass, field, fields as dataclass_fields
@@ -187,10 +188,60 @@ def _item_from_record(
     )
 
 
-def _decoded_lines(path: Path) -> Iterator[tuple[int, str]]:
-    """(1-based line number, text) for each line, decoding one line at a time (streams)."""
+def _open_lines(path: Path):
+    """A binary line reader of ``path``: ``.gz`` and ``.zst`` files decompressed as they are read."""
+    name = Path(path).name.lower()
+    if name.endswith(".gz"):
+        import gzip
+
+        return gzip.open(path, "rb")
+    if name.endswith(".zst"):
+        return contextlib.closing(_zst_lines(path))
+    return open(path, "rb")
+
+
+def _zst_lines(path: Path) -> Iterator[bytes]:
+    """The lines of a zstd-compressed file, decompressed a block at a time; EOFError where its last frame is cut
+    short (a stream reader would end there without a word)."""
+    import zstandard
+
+    fresh = zstandard.ZstdDecompressor().decompressobj
+    frame, pending, started = fresh(), b"", False
     with open(path, "rb") as handle:
-        for number, raw in enumerate(handle, start=1):
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            while chunk:
+                pending += frame.decompress(chunk)
+                started = True
+                chunk = b""
+                if frame.eof:
+                    chunk, frame, started = frame.unused_data, fresh(), False
+            *lines, pending = pending.split(b"\n")
+            for line in lines:
+                yield line + b"\n"
+    if started:
+        raise EOFError("the last zstd frame is cut short")
+    if pending:
+        yield pending
+
+
+def _decoded_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(1-based line number, text) for each line, decoding one line at a time (streams; a compressed file cut
+    short or corrupt is a DataError naming the line after the last whole one)."""
+    number, compressed = 0, Path(path).name.lower().endswith((".gz", ".zst"))
+    with _open_lines(path) as handle:
+        lines = iter(handle)
+        while True:
+            try:
+                raw = next(lines)
+            except StopIteration:
+                return
+            except Exception as err:  # gzip: EOFError/BadGzipFile; zstandard: ZstdError
+                if compressed and (isinstance(err, (EOFError, OSError)) or type(err).__name__ == "ZstdError"):
+                    raise DataError(
+                        f"truncated or corrupt compressed file ({err})", file=str(path), line=number + 1
+                    ) from None
+                raise
+            number += 1
             try:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError as err:

@@ -102,7 +102,10 @@ def mix_target(step_tokens: int, ratio: float) -> int:
 def take_tokens(pool, target: int, seed) -> tuple[object, bool]:
     """``(rows, cycled)``: whole rows of ``pool`` in a random order of ``random.Random(seed)`` (a fresh order of
     ``random.Random(f"{seed}-<pass>")`` each further pass) until ``target`` tokens, the last row cut to the rest."""
-    from datasets import Dataset, concatenate_datasets
+    from datasets import concatenate_datasets
+
+    from evolve_train.training import compact_rows
+    from evolve_train.training.compact_rows import decode_row
 
     lengths = row_lengths(pool)
     if target <= 0 or not lengths or sum(lengths) == 0:
@@ -121,9 +124,9 @@ def take_tokens(pool, target: int, seed) -> tuple[object, bool]:
     over = total - target
     if over == 0:
         return rows, passes > 1
-    last = pool[chosen[-1]]
+    last = decode_row(pool[chosen[-1]])
     keep = lengths[chosen[-1]] - over
-    cut = Dataset.from_dict({name: [values[:keep]] for name, values in last.items()}, features=pool.features)
+    cut = compact_rows.like([{name: values[:keep] for name, values in last.items()}], pool)
     return concatenate_datasets([rows.select(range(len(chosen) - 1)), cut]), passes > 1
 
 

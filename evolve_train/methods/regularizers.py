@@ -198,6 +198,7 @@ def diagonal_fisher(
     """Empirical diagonal Fisher: mean over batches of squared loss gradients, normalised to mean 1. Batches
     are collated and fed to the model as the training loop does (packed ``clm`` rows under
     ``attention_reset``: per-document positions, block-diagonal attention)."""
+    from evolve_train.training.compact_rows import decode_row
     from evolve_train.training.examples import collate
 
     order = list(range(len(examples)))
@@ -208,7 +209,7 @@ def diagonal_fisher(
     model.eval()
     used = 0
     for start in range(0, min(len(order), n_batches * batch_size), batch_size):
-        rows = [examples[i] for i in order[start : start + batch_size]]
+        rows = [decode_row(examples[i]) for i in order[start : start + batch_size]]
         batch = {k: v.to(device) for k, v in collate(rows, pad_id, attention_reset).items()}
         grads = torch.autograd.grad(model(**batch, use_cache=False).loss, params, allow_unused=True)
         for f, g in zip(fisher, grads):

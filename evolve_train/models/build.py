@@ -3,6 +3,7 @@ model's text format (``build_text_format``, its text format)."""
 
 from __future__ import annotations
 
+import itertools
 import logging
 from pathlib import Path
 from typing import Iterable, Optional
@@ -80,6 +81,17 @@ def check_safe_weights(path: str, allow_pickle: bool) -> None:
 
 def is_seq2seq(cfg: ModelConfig) -> bool:
     return cfg.arch == "t5"
+
+
+def run_tokenizer(cfg: ModelConfig, first_step) -> PreTrainedTokenizerFast:
+    """A fresh run's tokenizer: ``model.tokenizer`` (else ``model.name_or_path``)'s, or one trained on the first
+    time step's documents and pairs (streamed: a corpus may exceed memory)."""
+    if cfg.tokenizer or cfg.name_or_path:
+        return load_tokenizer(cfg.tokenizer or cfg.name_or_path, cfg)
+    texts = itertools.chain(
+        (t["text"] for t in first_step.texts), (p["input"] + " " + p["output"] for p in first_step.pairs)
+    )
+    return train_tokenizer(texts, cfg.vocab_size, cfg.arch)
 
 
 def build_text_format(cfg: ModelConfig, tokenizer: PreTrainedTokenizerFast) -> TextFormat:

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from evolve_train.models.text_format import IGNORE
+from evolve_train.training.compact_rows import decode_row
 
 
 @dataclass
@@ -67,7 +68,7 @@ def as_array_rows(examples) -> list[dict[str, np.ndarray]]:
         column = table.column(name).combine_chunks()
         flat = column.flatten().to_numpy(zero_copy_only=False).astype(np.int64)
         split[name] = np.split(flat, column.offsets.to_numpy()[1:-1] - column.offsets[0].as_py())
-    return [dict(zip(split, row)) for row in zip(*split.values())]
+    return [decode_row(dict(zip(split, row))) for row in zip(*split.values())]
 
 
 def collate(examples: list[dict], pad_id: int, attention_reset: bool = False) -> dict[str, torch.Tensor]:

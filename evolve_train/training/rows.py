@@ -24,6 +24,8 @@ from typing import Iterator, Optional
 import numpy as np
 import pyarrow as pa
 
+from evolve_train.training.compact_rows import decode_row
+
 
 class FileMaps:
     """The file mappings of this process (``/proc/self/maps``): which file, at which offset, an address of a
@@ -123,7 +125,8 @@ def _numpy(values: pa.Array) -> np.ndarray:
 
 
 class TokenRows:
-    """The rows of tokenized ``examples`` (a ``datasets.Dataset`` of list columns: ``input_ids``, ``labels``)."""
+    """The rows of tokenized ``examples`` (a ``datasets.Dataset`` of list columns: ``input_ids``, ``labels``, or
+    the compact layout of ``training/compact_rows.py``, decoded row by row)."""
 
     def __init__(self, examples, columns: Optional[list[str]] = None):
         table = examples.data.table
@@ -147,7 +150,7 @@ class TokenRows:
         row = i % len(self)
         if self._index is not None:
             row = int(self._index[row])
-        return {name: column[row] for name, column in self._flat.items()}
+        return decode_row({name: column[row] for name, column in self._flat.items()})
 
     def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
         return (self[i] for i in range(len(self)))

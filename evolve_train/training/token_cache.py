@@ -9,13 +9,13 @@ or reads them back while the entry is written. The key
 (its ``tokenizer.json``: vocabulary, merges, special tokens, post-processor), the text format's class, the
 special ids it uses and the source of its module (a change to the encoding code is a miss), the encoding
 settings (objective, ``seq_len``, ...), the versions of this package, ``datasets`` and ``tokenizers``, and
-:data:`FORMAT`. Entries are written atomically (``data/cache.py``); the main process builds a missing
-entry while the other ranks wait, then they map it; concurrent runs of a sweep serialise on a file lock.
+:data:`FORMAT`. Entries are written atomically (``data/cache.py``) under a file lock per entry: the first
+process (a rank of this run, or a run of the sweep) builds a missing entry while the others wait on the lock,
+never in a collective (no rank sits in a barrier bounded by ``trainer.dist_timeout_s``), then they map it.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import inspect
 import json
@@ -28,13 +28,15 @@ from typing import Optional
 from datasets import Dataset
 
 from evolve_train.data import cache
-from evolve_train.data.corpus import step_fingerprint, write_int_rows
+from evolve_train.data.corpus import step_fingerprint
 from evolve_train.data.objective import step_objective
+from evolve_train.training import compact_rows
 from evolve_train.training.step0_cache import tokenizer_fingerprint
 
 log = logging.getLogger(__name__)
-FORMAT = 2
-"""Version of the entries' layout (part of the key). 2: one ``rows.arrow`` stream written while encoding."""
+FORMAT = 3
+"""Version of the entries' layout (part of the key). 2: one ``rows.arrow`` stream written while encoding; 3: its
+rows compact (``training/compact_rows.py``)."""
 META = "token_meta.json"
 ROWS = "rows.arrow"
 
@@ -45,7 +47,9 @@ def encoder_fingerprint(text_format) -> str:
     from evolve_train.training import packing
 
     cls = type(text_format)
-    source = inspect.getsource(sys.modules[cls.__module__]) + inspect.getsource(packing)
+    source = (
+        inspect.getsource(sys.modules[cls.__module__]) + inspect.getsource(packing) + inspect.getsource(compact_rows)
+    )
     parts = [
         cls.__module__,
         cls.__qualname__,
@@ -85,24 +89,22 @@ class TokenCache:
         self.text_format, self.accelerator = text_format, accelerator
         self.seconds = 0.0
         """Time spent preparing rows so far (encoding, or mapping a cached entry)."""
+        self.misses = 0
+        """Entries this cache built (tokenized) so far."""
 
     def examples(self, step, objective: str, seq_len: int, **settings) -> Dataset:
-        """``text_format.encode_step(step, objective, seq_len)``, from the cache when an entry exists."""
+        """The rows of ``text_format.encode_step(step, objective, seq_len)`` in the compact layout
+        (``training/compact_rows.py``), from the cache when an entry exists."""
         start = time.perf_counter()
         try:
             if self.root is None:
-                return self.text_format.encode_step(step, objective, seq_len)
+                batches = self.text_format.encode_batches(step, objective, seq_len)
+                return compact_rows.rows_in_memory(batches, vocab_size(self.text_format))
             settings = {"objective": str(objective), "seq_len": seq_len, **settings}
             final = self.root / "tokens" / token_key(step, self.text_format, settings)
-            with self._main_first():
-                return self._load_or_build(final, step, objective, seq_len, settings)
+            return self._load_or_build(final, step, objective, seq_len, settings)
         finally:
             self.seconds += time.perf_counter() - start
-
-    def _main_first(self):
-        if self.accelerator is None or self.accelerator.num_processes == 1:
-            return contextlib.nullcontext()
-        return self.accelerator.main_process_first()  # the main process builds; the others wait, then map
 
     def _load_or_build(self, final: Path, step, objective: str, seq_len: int, settings: dict) -> Dataset:
         if not (final / META).is_file():
@@ -110,15 +112,22 @@ class TokenCache:
                 if not (final / META).is_file():  # else built by a concurrent run while this one waited
                     log.info("tokenized cache miss %s (step %s): tokenizing", final, step.name)
                     cache.remove_incomplete(final)
+                    self.misses += 1
                     batches = self.text_format.encode_batches(step, objective, seq_len)
-                    cache.write_entry(final, lambda tmp: _save(batches, tmp, step, settings))
+                    vocab = vocab_size(self.text_format)
+                    cache.write_entry(final, lambda tmp: _save(batches, tmp, step, settings, vocab))
                     return Dataset.from_file(str(final / ROWS))
         log.info("tokenized cache hit %s (step %s)", final, step.name)
         return Dataset.from_file(str(final / ROWS))
 
 
-def _save(batches, tmp: Path, step, settings: dict) -> None:
-    rows = write_int_rows(batches, str(tmp / ROWS))
+def vocab_size(text_format) -> int:
+    """Ids the tokenizer can give (its vocabulary with added tokens): what the compact id type must hold."""
+    return len(text_format.tokenizer)
+
+
+def _save(batches, tmp: Path, step, settings: dict, vocab: int) -> None:
+    rows = compact_rows.write_rows(batches, str(tmp / ROWS), vocab)
     meta = {"format": FORMAT, "step": step.name, "rows": rows, "settings": settings, "data": step_fingerprint(step)}
     (tmp / META).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
 

@@ -64,14 +64,17 @@ def csv_header(path: Path) -> list[str]:
 
 
 def numbered_records(path: Path, required: tuple[str, ...] = ()) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(line, record) of a CSV (by suffix) or JSONL file; checks that ``required`` columns/keys exist.
+    """(line, record) of a CSV (by suffix), JSONL (``.gz``/``.zst`` too), Parquet file or ``save_to_disk`` folder
+    (line: the row, from 1); checks that ``required`` columns/keys exist.
 
     CSV: a column missing from the header fails on line 1; a row shorter than the header fails on its
     line. JSONL: each line must be an object holding the required keys. A file without records fails.
     """
     path = Path(path)
     from_csv = path.suffix.lower() == ".csv"
-    if from_csv:
+    if is_saved_dataset(path) or path.name.lower().endswith(".parquet"):
+        records = tabular_records(path)
+    elif from_csv:
         header = csv_header(path)
         for name in required:
             if name not in header:
@@ -110,21 +113,31 @@ def _text_cell(record: Mapping[str, Any], name: str, path: Path, number: int) ->
     return value
 
 
-TRAINING_SUFFIXES = (".txt", ".jsonl", ".csv")
+TRAINING_SUFFIXES = (".txt", ".jsonl", ".csv", ".jsonl.gz", ".jsonl.zst", ".parquet")
 """The training files a folder or a glob of ``data.train_files`` contributes (``loaders/temporal_qa.py``)."""
 TXT_DOCUMENTS = ("file", "paragraph")
 """How a ``.txt`` file becomes documents (``data.txt_documents``)."""
 
 
 def read_training_file(
-    path: Path, cache_dir: Optional[Path] = None, txt_documents: str = "file", doc_id: Optional[str] = None
+    path: Path,
+    cache_dir: Optional[Path] = None,
+    txt_documents: str = "file",
+    doc_id: Optional[str] = None,
+    text_field: str = "text",
 ) -> tuple[Sequence[dict], Sequence[dict]]:
     """(pairs, texts) of one training file: masked-entity pairs (``input`` with a mask token, ``output``)
     from CSV or JSONL, or plain-text documents (JSONL/CSV with ``text``, optional ``doc_id``; or a ``.txt``
     file, see :func:`txt_documents`); the other one is empty. Streamed: validated line by line into Arrow
     (``data/corpus.py``), never a list of the file, memory-mapped from ``cache_dir`` (``<cache_dir>/corpora/``)
-    when given. ``doc_id``: a ``.txt`` file's document name (default: the file name without ``.txt``)."""
-    path = require_file(Path(path), "training file")
+    when given. ``doc_id``: a ``.txt`` file's document name (default: the file name without ``.txt``).
+    ``text_field``: the column or key holding a document's text (``data.text_field``)."""
+    path = Path(path)
+    if is_saved_dataset(path):
+        return _tabular(path, cache_dir, set(_saved_dataset(path).column_names), text_field)
+    path = require_file(path, "training file")
+    if path.name.lower().endswith(".parquet"):
+        return _tabular(path, cache_dir, set(_parquet_file(path).schema_arrow.names), text_field)
     if path.suffix.lower() == ".txt":
         mode, name = str(txt_documents), doc_id or path.stem
         if mode not in TXT_DOCUMENTS:
@@ -135,10 +148,65 @@ def read_training_file(
         if not len(texts):
             log.warning("%s: no text (only blank lines); the file adds no document", path)
         return [], texts
-    first_keys = _first_keys(path)
-    if "text" in first_keys and "input" not in first_keys:
-        return [], records_of_file(path, "texts", lambda: _documents(path), cache_dir)
+    return _tabular(path, cache_dir, _first_keys(path), text_field)
+
+
+def is_saved_dataset(path: Path) -> bool:
+    """Whether ``path`` is a folder written by ``datasets``' ``Dataset.save_to_disk``."""
+    return path.is_dir() and (path / "state.json").is_file() and (path / "dataset_info.json").is_file()
+
+
+def _saved_dataset(path: Path):
+    from datasets import Dataset
+
+    try:
+        return Dataset.load_from_disk(str(path))
+    except Exception as err:  # a folder cut short: missing or corrupt Arrow files
+        raise DataError(f"not a readable datasets folder ({type(err).__name__}: {err})", file=str(path)) from None
+
+
+def _parquet_file(path: Path):
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.ParquetFile(path)
+    except Exception as err:  # pyarrow.ArrowInvalid: a truncated file has no footer
+        raise DataError(f"not a readable Parquet file ({err})", file=str(path)) from None
+
+
+def _tabular(
+    path: Path, cache_dir: Optional[Path], columns: set[str], text_field: str = "text"
+) -> tuple[Sequence[dict], Sequence[dict]]:
+    """(pairs, texts) of a JSONL/CSV/Parquet file or a ``save_to_disk`` folder with ``columns`` (a JSONL file's
+    first record's keys): documents where it has the ``text_field`` column and no ``input``, else masked-entity
+    pairs (a Parquet or folder row is numbered as a JSONL line is: from 1)."""
+    if text_field in columns and "input" not in columns:
+        variant = "" if text_field == "text" else f"text_field:{text_field}"
+        return [], records_of_file(path, "texts", lambda: _documents(path, text_field), cache_dir, variant=variant)
     return records_of_file(path, "pairs", lambda: _pairs(path), cache_dir), []
+
+
+def tabular_records(path: Path) -> Iterator[tuple[int, dict]]:
+    """(row number from 1, record) of a Parquet file or a ``save_to_disk`` folder, read a batch at a time."""
+    if is_saved_dataset(path):
+        batches = (b for b in _saved_dataset(path).iter(batch_size=4096))
+    else:
+        batches = (b.to_pydict() for b in _parquet_batches(path))
+    number = 0
+    for batch in batches:
+        for values in zip(*batch.values()):
+            number += 1
+            yield number, dict(zip(batch, values))
+
+
+def _parquet_batches(path: Path):
+    reader = _parquet_file(path)
+    for group in range(reader.num_row_groups):
+        try:
+            table = reader.read_row_group(group)
+        except Exception as err:
+            raise DataError(f"unreadable Parquet row group {group} ({err})", file=str(path)) from None
+        yield from table.to_batches(4096)
 
 
 def txt_documents_of(path: Path, mode: str = "file", name: Optional[str] = None) -> Iterator[dict]:
@@ -163,11 +231,11 @@ def txt_documents_of(path: Path, mode: str = "file", name: Optional[str] = None)
             block = []
 
 
-def _documents(path: Path) -> Iterator[dict]:
-    for number, record in numbered_records(path, ("text",)):
+def _documents(path: Path, text_field: str = "text") -> Iterator[dict]:
+    for number, record in numbered_records(path, (text_field,)):
         doc_id = record.get("doc_id")
         yield {
-            "text": _text_cell(record, "text", path, number),
+            "text": _text_cell(record, text_field, path, number),
             "doc_id": None if doc_id in (None, "") else str(doc_id),
         }
 

@@ -37,6 +37,7 @@ from evolve_train.data.cache import resolve_cache_dir
 from evolve_train.data.corpus import concat_records
 from evolve_train.data.loaders.common import (
     TRAINING_SUFFIXES,
+    is_saved_dataset,
     effective_fields,
     read_training_file,
     require_file,
@@ -95,7 +96,9 @@ def step_order(cfg: DataConfig) -> list[str]:
 
 
 def _supported(path: Path) -> bool:
-    return path.is_file() and path.suffix.lower() in TRAINING_SUFFIXES and not path.name.startswith(".")
+    if path.name.startswith("."):
+        return False
+    return is_saved_dataset(path) or (path.is_file() and path.name.lower().endswith(TRAINING_SUFFIXES))
 
 
 def _glob_base(pattern: Path) -> Path:
@@ -117,6 +120,8 @@ def expand_entry(entry: str, root: Optional[str], step: str) -> list[tuple[Path,
     path = resolve_path(entry, root)
     key = f"data.train_files.{step}"
     kinds = ", ".join(TRAINING_SUFFIXES)
+    if is_saved_dataset(path):
+        return [(path, path.name)]
     if path.is_dir():
         files = sorted((p for p in path.iterdir() if _supported(p)), key=lambda p: p.name)
         if not files:
@@ -292,7 +297,9 @@ def temporal_qa_timeline(cfg: DataConfig) -> Timeline:
         files = training_files_of(cfg, name) if cfg.train_files else []
         if cfg.train_files and not files:
             raise ConfigError(f"data.train_files.{name}: no training files listed for step {name}")
-        read = [read_training_file(path, cache_dir, cfg.txt_documents, doc_id) for path, doc_id in files]
+        read = [
+            read_training_file(path, cache_dir, cfg.txt_documents, doc_id, cfg.text_field) for path, doc_id in files
+        ]
         pairs = concat_records([file_pairs for file_pairs, _ in read])
         texts = concat_records([file_texts for _, file_texts in read])
         shown = [str(path) for path, _ in files]
