@@ -289,11 +289,11 @@ class StepTrainer:
     def _losses(self, batch: dict):
         """The language-model loss of a micro-batch and the strategies' extra term (``None`` if none)."""
         strategies, step = self.strategies, self.progress.optimizer_steps
-        if strategies.reads_outputs:  # a strategy reads the logits (LwF): the full head
-            outputs = self.model(**batch, use_cache=False)  # no KV cache in training (packed ids need none)
-            extra = strategies.extra_loss(self.unwrapped, step, batch=batch, outputs=outputs)
-            return outputs.loss, extra  # the logits are not held through the backward
-        loss = batch_loss(self.model, self.unwrapped, batch)  # the head only where labels need it (loss.py)
+        if strategies.reads_outputs:  # a strategy reads the outputs (LwF): logits, or the chunked loss's inputs
+            kept: list = []
+            loss = batch_loss(self.model, self.unwrapped, batch, keep=kept)
+            return loss, strategies.extra_loss(self.unwrapped, step, batch=batch, outputs=kept[0])
+        loss = batch_loss(self.model, self.unwrapped, batch)  # chunked head and loss for large vocabularies
         return loss, strategies.extra_loss(self.unwrapped, step)
 
     def _update(self) -> bool:
