@@ -38,8 +38,15 @@ class Choice(str, Enum):
 
 
 class Arch(Choice):
+    """``model.arch``: the architecture a model built from config gets (``models/build.py``); for a pretrained
+    ``name_or_path`` it only picks the code path (every entry but ``t5`` is decoder-only)."""
+
     gpt2 = "gpt2"
+    llama = "llama"
+    qwen2 = "qwen2"
     t5 = "t5"
+    causal = "causal"
+    """Any decoder-only model of ``name_or_path`` (``AutoModelForCausalLM``); nothing to build from config."""
 
 
 class AcrossSteps(Choice):
@@ -250,13 +257,18 @@ class ModelConfig:
     name_or_path: Optional[str] = None
     """Hub name or local directory of a pretrained model. ``null`` builds a fresh model from the fields below."""
     arch: Arch = Arch.gpt2
-    """Architecture of a model built from config: ``gpt2`` (causal) or ``t5`` (seq2seq)."""
+    """Architecture: ``gpt2``, ``llama``, ``qwen2`` (decoder-only, built from config when ``name_or_path`` is
+    null), ``t5`` (seq2seq) or ``causal`` (a pretrained decoder-only ``name_or_path`` of any architecture)."""
     n_layer: int = 4
     """Transformer blocks (built-from-config models only)."""
     n_embd: int = 256
     """Hidden width (built-from-config models only)."""
     n_head: int = 4
     """Attention heads (built-from-config models only)."""
+    n_kv_head: Optional[int] = None
+    """Key/value heads of a built-from-config Llama or Qwen2 (grouped-query attention); ``null``: ``n_head``."""
+    n_inner: Optional[int] = None
+    """MLP width of a built-from-config Llama or Qwen2; ``null``: ``4 * n_embd``."""
     n_positions: int = 128
     """Maximum sequence length of a built-from-config model."""
     dropout: float = 0.0
@@ -265,7 +277,9 @@ class ModelConfig:
     """MLP activation of a built-from-config GPT-2 (a transformers ``ACT2FN`` name). The default is GPT-2's
     ``gelu_new`` (tanh-approximated GELU) as one fused kernel: same function, much faster on CPU."""
     vocab_size: int = 2048
-    """Vocabulary size of the tokenizer trained locally when no pretrained tokenizer is given."""
+    """Vocabulary size of the tokenizer trained locally when no pretrained tokenizer is given. A built Llama or
+    Qwen2 has at least this many embedding rows (a 128,256-row head on a smaller local tokenizer: the memory of a
+    Llama-3 vocabulary without a download)."""
     tokenizer: Optional[str] = None
     """Tokenizer name or directory; ``null`` uses ``name_or_path``'s or trains a BPE tokenizer on the step-0 corpus."""
     attn_implementation: str = "sdpa"
