@@ -750,6 +750,13 @@ class TrainerConfig:
     nonfinite: NonFinite = NonFinite.stop
     """On a non-finite loss or gradient: ``stop`` (error naming step, batch and last good checkpoint) or
     ``skip`` (drop that update, count it in ``skipped_batches``)."""
+    fsdp_reduce_dtype: str = "float32"
+    """Under FSDP2, the dtype gradients are reduce-scattered in: ``float32`` (default; as torchtitan and
+    OLMo-core), ``bfloat16`` or ``param`` (the parameters' dtype, accelerate's default). docs/distributed.md."""
+    memory_preflight: str = runtime("check")
+    """Before the weights load, the estimated memory of a training step per device (``training/preflight.py``):
+    ``check`` prints it and stops a run that cannot fit, naming settings that would; ``warn`` prints and warns
+    only; ``off`` skips it."""
     tokens_per_batch: int = 0
     """Token-budget micro-batches: as many length-grouped rows as fit this many *padded* tokens (rows x the
     longest row's length) per process, instead of ``batch_size`` rows (0 = off: ``batch_size`` rows). At

@@ -152,7 +152,32 @@ def build_accelerator(trainer, **kwargs):
     forget_single_process_state(precision)
     accelerator = Accelerator(mixed_precision=precision, kwargs_handlers=[handler], **kwargs)
     enable_fsdp2_on_cpu(accelerator)
+    plugin = getattr(accelerator.state, "fsdp_plugin", None)
+    if plugin is not None and getattr(plugin, "fsdp_version", 1) == 2:
+        reduce_in(plugin, str(getattr(trainer, "fsdp_reduce_dtype", "float32")))
     return accelerator
+
+
+REDUCE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "param": None}
+
+
+def reduce_in(plugin, reduce_dtype: str) -> None:
+    """FSDP2's gradient reduce-scatter in ``trainer.fsdp_reduce_dtype``: ``float32`` (the default, as torchtitan
+    and OLMo-core: a bf16 reduce over many GPUs loses gradient precision, pytorch#106395), ``bfloat16`` (half the
+    traffic), or ``param`` (the parameters' dtype, accelerate's own policy). The parameters' compute dtype stays
+    ``trainer.mixed_precision``'s."""
+    import dataclasses
+
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    if reduce_dtype not in REDUCE_DTYPES:
+        from evolve_train.errors import ConfigError
+
+        raise ConfigError(f"trainer.fsdp_reduce_dtype must be one of {', '.join(REDUCE_DTYPES)}, got {reduce_dtype!r}")
+    if reduce_dtype == "param":
+        return
+    policy = plugin.mixed_precision_policy or MixedPrecisionPolicy()
+    plugin.mixed_precision_policy = dataclasses.replace(policy, reduce_dtype=REDUCE_DTYPES[reduce_dtype])
 
 
 def forget_single_process_state(mixed_precision: str) -> None:

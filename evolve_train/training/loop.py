@@ -34,7 +34,7 @@ from evolve_train.training.packing import TokenBudgetBatches
 from evolve_train.training.plan import StepPlan, StepResult  # noqa: F401  (StepResult re-exported)
 from evolve_train.training.progress import ProgressLines, has_terminal
 from evolve_train.training.rows import TokenRows
-from evolve_train.training.schedule import lr_factor, lr_lambda  # noqa: F401  (lr_lambda re-exported)
+from evolve_train.training.schedule import lr_factor, lr_lambda, warn_short_budget  # noqa: F401  (lr_lambda re-exported)
 from evolve_train.training.telemetry import (
     Throughput,
     device_peak_flops,
@@ -144,6 +144,7 @@ class StepTrainer:
         plan, grad_accum = self.plan, self.cfg.grad_accum
         if plan.max_tokens:
             self.epochs = plan.max_tokens / max(1, int(self.lengths.sum()))
+            warn_short_budget(plan.schedule_step, plan.max_tokens, int(self.lengths.sum()))
         if plan.max_steps and not plan.max_tokens:
             return plan.max_steps
         total = planned_steps_for_method(self.batches, self.epochs, grad_accum, self.strategies)
