@@ -66,10 +66,10 @@ def worker(variant: str, size: dict, checkpointing: bool = False) -> dict:
     model = LlamaForCausalLM(llama_config(size))
     if checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    task, kind = variant.split("_")
+    part, kind = variant.split("_")
     if kind == "unchunked":
         scoring.chunk_capable = lambda model: False
-    if task == "train":
+    if part == "train":
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
         loss = batch_loss(model, model, batch) if kind == "chunked" else model(**batch, use_cache=False).loss
         loss.backward()

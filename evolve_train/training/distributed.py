@@ -326,11 +326,15 @@ def _full(tensor: torch.Tensor) -> torch.Tensor:
 
 def unsharded_copy(sharded: torch.nn.Module, skeleton: torch.nn.Module) -> torch.nn.Module:
     """``skeleton`` (:func:`meta_skeleton` of the model before sharding) filled with the full weights of
-    ``sharded``, gathered on every rank one tensor at a time; buffers (never sharded) are copied."""
+    ``sharded``, gathered on every rank one tensor at a time; buffers (never sharded) are copied. Each weight
+    gets back its dtype from before sharding: under mixed precision accelerate upcasts trainable bf16 weights to
+    float32 masters for ``fully_shard``; the step ends, is checkpointed and continues in ``model.dtype``, as a
+    resume or a step-0 cache hit reloads it."""
     new: dict[int, torch.Tensor] = {}
     with torch.no_grad():
         for name, meta in skeleton.named_parameters():  # tied: listed once
-            new[id(meta)] = torch.nn.Parameter(_full(sharded.get_parameter(name)), requires_grad=meta.requires_grad)
+            full = _full(sharded.get_parameter(name)).to(meta.dtype)
+            new[id(meta)] = torch.nn.Parameter(full, requires_grad=meta.requires_grad)
         for name, meta in skeleton.named_buffers():
             new[id(meta)] = _full(sharded.get_buffer(name))
     for module in skeleton.modules():
