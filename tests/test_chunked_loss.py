@@ -129,3 +129,15 @@ def test_liger_is_used_only_on_cuda(monkeypatch):
     labels = torch.randint(0, 40, (1, 6))
     value = chunked_cross_entropy(HeadInputs(hidden, torch.nn.Linear(8, 40), labels))
     assert calls == [] and torch.isfinite(value)  # CPU tensors: the chunked loss, not the fused kernel
+
+
+def test_the_head_chunks_run_in_the_forwards_autocast():
+    model = llama()
+    batch = dense_batch(SPARSE_MIN_VOCAB)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        inputs = loss_module.head_inputs(model, model, batch)
+        chunked = loss_module.chunked_cross_entropy(inputs, chunk=16)
+        dense = model(**batch, use_cache=False).loss
+    assert inputs.autocast == torch.bfloat16
+    assert loss_module.head_inputs(model, model, batch).autocast is None
+    assert float(chunked.detach()) == pytest.approx(float(dense.detach()), rel=1e-3)

@@ -274,13 +274,11 @@ def test_fsdp2_step0_cache_is_stored_and_loaded(tmp_path):
 def test_fsdp2_keeps_the_optimizer_state_across_steps_like_ddp(tmp_path):
     """``trainer.optimizer_state=keep`` under FSDP2: the sharded AdamW state is gathered by parameter name at the
     end of each step (train_state/carry/<k>/) and sharded again into the next step's optimizer, so FSDP2 trains
-    the weights DDP trains with the same setting. Only the main process holds the full state (rank 1: none)."""
+    the weights DDP trains with the same setting."""
     sharded, ddp = tmp_path / "fsdp", tmp_path / "ddp"
     overrides = [*SMALL, "method=full", "trainer.batch_size=8", "trainer.optimizer_state=keep"]
-    output = run([*launch(), "train.py", *overrides, f"hydra.run.dir={sharded}"], ENV)
+    run([*launch(), "train.py", *overrides, f"hydra.run.dir={sharded}"], ENV)
     run([*launch(config=""), "train.py", *overrides, f"hydra.run.dir={ddp}"], ENV)
-    held = [int(n) for n in re.findall(r"optimizer carry: this process holds (\d+) state tensors", output)]
-    assert sorted(held)[: len(held) // 2] == [0] * (len(held) // 2) and min(sorted(held)[len(held) // 2 :]) > 0, held
     carried = load_file(sharded / "train_state/carry/2/optimizer.safetensors")
     assert carried.keys() == load_file(ddp / "train_state/carry/2/optimizer.safetensors").keys()
     assert carried["transformer.wte.weight/step"].item() > 12  # counts every step's updates since step 0

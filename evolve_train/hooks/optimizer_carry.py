@@ -19,12 +19,8 @@ def optimizer_carry(cfg):
 class OptimizerCarryHook(Hook):
     def on_run_start(self, run) -> None:
         start, run_dir = run.start, run.run_dir
-        path = carry.carry_dir(run_dir, start - 1) / carry.OPTIMIZER_FILE
-        present = start > 0 and path.is_file()
-        # under FSDP2 only the main process reads the state: it broadcasts it into the others' shards
-        reads = present and (run.accelerator.is_main_process or not run.accelerator.is_fsdp2)
-        tensors = carry.load(run_dir, start - 1, carry.OPTIMIZER_FILE) if reads else None
-        if start > 0 and not present:
+        tensors = carry.load(run_dir, start - 1, carry.OPTIMIZER_FILE) if start > 0 else None
+        if start > 0 and tensors is None:
             log.warning(
                 "trainer.optimizer_state=keep: no optimizer state of step %d in %s; step %d starts with "
                 "fresh AdamW moments",
@@ -32,7 +28,7 @@ class OptimizerCarryHook(Hook):
                 carry.carry_dir(run_dir, start - 1),
                 start,
             )
-        self.carry = carry.OptimizerCarry(tensors, present=present)
+        self.carry = carry.OptimizerCarry(tensors)
 
     def on_optimizer_built(self, trainer) -> None:  # before a mid-step state (if any) is restored over it
         self.carry.restore(trainer.unwrapped, trainer.optimizer, sharded=trainer.accelerator.is_fsdp2)

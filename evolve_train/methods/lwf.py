@@ -88,9 +88,10 @@ def chunked_distillation(
     for start in range(0, s_rows.shape[0], chunk):
         args = (s_rows[start : start + chunk], s_head.weight, s_head.bias, t_rows[start : start + chunk])
         args += (t_head.weight.to(s_rows.dtype), None if t_head.bias is None else t_head.bias.to(s_rows.dtype))
-        total = total + checkpoint(
-            _chunk_distillation, *args, float(temperature), str(targets) == "argmax", use_reentrant=False
-        )
+        with student.precision():
+            total = total + checkpoint(
+                _chunk_distillation, *args, float(temperature), str(targets) == "argmax", use_reentrant=False
+            )
     return total / s_rows.shape[0]
 
 

@@ -28,6 +28,13 @@ class HeadInputs:
     hidden: torch.Tensor
     head: torch.nn.Module
     labels: torch.Tensor
+    autocast: Optional[torch.dtype] = None
+    """The autocast dtype the model's forward ran under (accelerate's mixed precision), for the head's chunks."""
+
+    def precision(self):
+        """The forward's autocast, for the head's chunks (a no-op context without one)."""
+        device = self.hidden.device.type
+        return torch.autocast(device, dtype=self.autocast, enabled=self.autocast is not None)
 
 
 def _inner(model) -> torch.nn.Module:
@@ -55,7 +62,10 @@ def head_inputs(model, unwrapped, batch: dict) -> HeadInputs:
     captured: dict[str, torch.Tensor] = {}
 
     def keep(module, args, output):
-        captured["hidden"] = output.last_hidden_state if hasattr(output, "last_hidden_state") else output[0]
+        hidden = output.last_hidden_state if hasattr(output, "last_hidden_state") else output[0]
+        device = hidden.device.type
+        captured["hidden"] = hidden
+        captured["autocast"] = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else None
 
     handle = inner.base_model.register_forward_hook(keep)
     try:
@@ -63,7 +73,7 @@ def head_inputs(model, unwrapped, batch: dict) -> HeadInputs:
         model(**inputs, use_cache=False, logits_to_keep=1)
     finally:
         handle.remove()
-    return HeadInputs(captured["hidden"], inner.get_output_embeddings(), batch["labels"])
+    return HeadInputs(captured["hidden"], inner.get_output_embeddings(), batch["labels"], captured["autocast"])
 
 
 def labelled_rows(hidden: torch.Tensor, labels: torch.Tensor, shift: bool = True) -> tuple[torch.Tensor, torch.Tensor]:

@@ -170,7 +170,8 @@ def batch_token_nll(model, batch: dict[str, torch.Tensor], *, shift: bool) -> tu
         target = batch["labels"][:, 1:]
         counted = target != IGNORE
         nll = torch.zeros(target.shape, dtype=torch.float32, device=device)
-        nll[counted] = chunked_token_nll(inputs.hidden[:, :-1][counted], inputs.head, target[counted])
+        with inputs.precision():
+            nll[counted] = chunked_token_nll(inputs.hidden[:, :-1][counted], inputs.head, target[counted])
         return nll.sum(-1).tolist(), counted.sum(-1).tolist()
     labels = batch.pop("labels")
     if shift:

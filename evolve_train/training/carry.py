@@ -13,7 +13,6 @@ are separate: inside a step they hold the optimizer as before.
 
 from __future__ import annotations
 
-import logging
 import shutil
 from pathlib import Path
 from typing import Optional
@@ -22,8 +21,6 @@ import torch
 
 from evolve_train.training.train_state import state_root
 from evolve_train.utils.io import atomic_dir
-
-log = logging.getLogger(__name__)
 
 CARRY_DIR = "carry"
 OPTIMIZER_FILE = "optimizer.safetensors"
@@ -72,16 +69,14 @@ def optimizer_state(model, optimizer, sharded: bool = False) -> dict[str, torch.
     """``{"<param name>/<key>": tensor}`` of every parameter with a state (full tensors, on the CPU).
 
     ``sharded`` (FSDP2): gathered through ``torch.distributed.checkpoint.state_dict`` (a collective: every
-    process calls it) into the main process's host memory only (``cpu_offload``: the other processes get an
-    empty state, never the full one: +64 GB per GPU at 8B); otherwise read from the optimizer by the model's
-    parameter names."""
+    process calls it); otherwise read from the optimizer by the model's parameter names."""
     if sharded:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
 
         full = get_optimizer_state_dict(
             model,
-            _torch_optimizer(optimizer),  # rank 0 gets the full state, on its CPU
-            options=StateDictOptions(full_state_dict=True, cpu_offload=True),
+            _torch_optimizer(optimizer),  # every process gets the full state
+            options=StateDictOptions(full_state_dict=True, cpu_offload=False),
         )
         states = full["state"]
     else:
@@ -120,11 +115,11 @@ def load_optimizer_state(model, optimizer, tensors: dict[str, torch.Tensor], sha
             {**{k: v for k, v in group.items() if k != "params"}, "params": sorted(state)}
             for group in torch_optimizer.param_groups
         ]
-        set_optimizer_state_dict(  # rank 0 holds the full state and broadcasts it tensor by tensor; each keeps its shard
+        set_optimizer_state_dict(
             model,
             torch_optimizer,
             {"state": state, "param_groups": groups},
-            options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True),
+            options=StateDictOptions(full_state_dict=True),
         )
         return len(state)
     index = {p: i for i, p in enumerate(p for group in torch_optimizer.param_groups for p in group["params"])}
@@ -138,16 +133,12 @@ class OptimizerCarry:
     """The AdamW state handed from one time step to the next (``trainer.optimizer_state=keep``): the loop
     starts its optimizer from ``tensors`` (when set) and leaves the step's final state in it."""
 
-    def __init__(self, tensors: Optional[dict[str, torch.Tensor]] = None, present: Optional[bool] = None):
+    def __init__(self, tensors: Optional[dict[str, torch.Tensor]] = None):
         self.tensors = tensors
-        # whether a state is carried: under FSDP2 the processes but the main one know it without its tensors
-        self.present = bool(tensors) if present is None else present
 
     def restore(self, model, optimizer, sharded: bool) -> None:
-        if self.tensors or (sharded and self.present):  # sharded: a collective, every process takes part
-            load_optimizer_state(model, optimizer, self.tensors or {}, sharded=sharded)
+        if self.tensors:
+            load_optimizer_state(model, optimizer, self.tensors, sharded=sharded)
 
     def capture(self, model, optimizer, sharded: bool) -> None:
         self.tensors = optimizer_state(model, optimizer, sharded=sharded)
-        self.present = True
-        log.info("optimizer carry: this process holds %d state tensors of the step's AdamW", len(self.tensors))

@@ -52,8 +52,10 @@ def chunked_cross_entropy(inputs: HeadInputs, chunk: Optional[int] = None) -> to
         return inputs.hidden.sum() * 0.0
     fused = _liger() if hidden.is_cuda else None
     if fused is not None:
-        return fused(hidden, inputs.head.weight, targets, bias=inputs.head.bias, ignore_index=IGNORE)
-    return chunked_token_nll(hidden, inputs.head, targets, chunk).sum() / targets.numel()
+        with inputs.precision():
+            return fused(hidden, inputs.head.weight, targets, bias=inputs.head.bias, ignore_index=IGNORE)
+    with inputs.precision():  # the head in the forward's precision, as the model's own loss computes it
+        return chunked_token_nll(hidden, inputs.head, targets, chunk).sum() / targets.numel()
 
 
 def batch_loss(model, unwrapped, batch: dict, *, keep: Optional[list] = None) -> torch.Tensor:
