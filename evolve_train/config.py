@@ -38,8 +38,15 @@ class Choice(str, Enum):
 
 
 class Arch(Choice):
+    """``model.arch``: the architecture a model built from config gets (``models/build.py``); for a pretrained
+    ``name_or_path`` it only picks the code path (every entry but ``t5`` is decoder-only)."""
+
     gpt2 = "gpt2"
+    llama = "llama"
+    qwen2 = "qwen2"
     t5 = "t5"
+    causal = "causal"
+    """Any decoder-only model of ``name_or_path`` (``AutoModelForCausalLM``); nothing to build from config."""
 
 
 class AcrossSteps(Choice):
@@ -258,13 +265,18 @@ class ModelConfig:
     name_or_path: Optional[str] = None
     """Hub name or local directory of a pretrained model. ``null`` builds a fresh model from the fields below."""
     arch: Arch = Arch.gpt2
-    """Architecture of a model built from config: ``gpt2`` (causal) or ``t5`` (seq2seq)."""
+    """Architecture: ``gpt2``, ``llama``, ``qwen2`` (decoder-only, built from config when ``name_or_path`` is
+    null), ``t5`` (seq2seq) or ``causal`` (a pretrained decoder-only ``name_or_path`` of any architecture)."""
     n_layer: int = 4
     """Transformer blocks (built-from-config models only)."""
     n_embd: int = 256
     """Hidden width (built-from-config models only)."""
     n_head: int = 4
     """Attention heads (built-from-config models only)."""
+    n_kv_head: Optional[int] = None
+    """Key/value heads of a built-from-config Llama or Qwen2 (grouped-query attention); ``null``: ``n_head``."""
+    n_inner: Optional[int] = None
+    """MLP width of a built-from-config Llama or Qwen2; ``null``: ``4 * n_embd``."""
     n_positions: int = 128
     """Maximum sequence length of a built-from-config model."""
     dropout: float = 0.0
@@ -273,7 +285,9 @@ class ModelConfig:
     """MLP activation of a built-from-config GPT-2 (a transformers ``ACT2FN`` name). The default is GPT-2's
     ``gelu_new`` (tanh-approximated GELU) as one fused kernel: same function, much faster on CPU."""
     vocab_size: int = 2048
-    """Vocabulary size of the tokenizer trained locally when no pretrained tokenizer is given."""
+    """Vocabulary size of the tokenizer trained locally when no pretrained tokenizer is given. A built Llama or
+    Qwen2 has at least this many embedding rows (a 128,256-row head on a smaller local tokenizer: the memory of a
+    Llama-3 vocabulary without a download)."""
     tokenizer: Optional[str] = None
     """Tokenizer name or directory; ``null`` uses ``name_or_path``'s or trains a BPE tokenizer on the step-0 corpus."""
     attn_implementation: str = "sdpa"
@@ -748,6 +762,13 @@ class TrainerConfig:
     nonfinite: NonFinite = NonFinite.stop
     """On a non-finite loss or gradient: ``stop`` (error naming step, batch and last good checkpoint) or
     ``skip`` (drop that update, count it in ``skipped_batches``)."""
+    fsdp_reduce_dtype: str = "float32"
+    """Under FSDP2, the dtype gradients are reduce-scattered in: ``float32`` (default; as torchtitan and
+    OLMo-core), ``bfloat16`` or ``param`` (the parameters' dtype, accelerate's default). docs/distributed.md."""
+    memory_preflight: str = runtime("check")
+    """Before the weights load, the estimated memory of a training step per device (``training/preflight.py``):
+    ``check`` prints it and stops a run that cannot fit, naming settings that would; ``warn`` prints and warns
+    only; ``off`` skips it."""
     tokens_per_batch: int = 0
     """Token-budget micro-batches: as many length-grouped rows as fit this many *padded* tokens (rows x the
     longest row's length) per process, instead of ``batch_size`` rows (0 = off: ``batch_size`` rows). At

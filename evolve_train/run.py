@@ -47,6 +47,7 @@ from evolve_train.reporting.summary import build_summary, format_summary_table
 from evolve_train.tracking import build_logger
 from evolve_train.tracking.disk import DiskLogger
 from evolve_train.training import carry, identity
+from evolve_train.training.preflight import run_preflight as memory_preflight
 from evolve_train.training.checkpoint import (
     RunState,
     ensure_writable,
@@ -174,6 +175,7 @@ class ContinualRun:
         if cfg.trainer.num_threads > 0:
             torch.set_num_threads(cfg.trainer.num_threads)
         self.accelerator = build_accelerator(cfg.trainer, gradient_accumulation_steps=cfg.trainer.grad_accum)
+        memory_preflight(cfg, self.accelerator)  # before any weights load: a step that cannot fit stops here
         self.start = self._agreed_start()
         self.hooks = build_hooks(cfg)
         self._open_run_dir()

@@ -5,6 +5,7 @@
     python scripts/bench.py --demo-run runs/demo   # eval speed on the demo's final checkpoint, its eval_share
     python scripts/bench.py --retrieval-only --demo-run runs/demo   # only the open-book evaluator's share
     python scripts/bench.py --part pretrained      # a 135M Llama, fp32 vs bf16 (scripts/bench_pretrained.py)
+    python scripts/bench.py --part memory          # peak memory, chunked vs unchunked loss (scripts/bench_memory.py)
 
 Prints a table, then (last line) one JSON object with the keys loop_vs_torch, lora_vs_full,
 packing_efficiency, clm_packing_efficiency, eval_speedup, eval_share, tokens_per_s_by_size, eval_growth,
@@ -426,10 +427,14 @@ def main(argv=None) -> None:
     )
     parser.add_argument(
         "--part",
-        choices=["default", "pretrained"],
+        choices=["default", "pretrained", "memory"],
         default="default",
         help="default: the figures above on the demo's model; pretrained: a 135M Llama from "
-        "SmolLM2's config, fp32 vs bf16 training and evaluation tokens/s and peak fractions",
+        "SmolLM2's config, fp32 vs bf16 training and evaluation tokens/s and peak fractions; memory: peak "
+        "memory of a Llama-shaped 128k-vocabulary step and of scoring, chunked vs unchunked loss",
+    )
+    parser.add_argument(
+        "--memory-size", choices=["bench", "tiny"], default="bench", help="model of --part memory (tiny: seconds)"
     )
     parser.add_argument(
         "--pretrained-size",
@@ -439,6 +444,13 @@ def main(argv=None) -> None:
     )
     parser.add_argument("overrides", nargs="*", help="Hydra overrides of the benchmarked config, e.g. model.n_layer=2")
     args = parser.parse_args(argv)
+    if args.part == "memory":
+        from bench_memory import memory_part, print_memory
+
+        result = memory_part(args.memory_size)
+        print_memory(result)
+        print(json.dumps({"memory": result}))
+        return
     if args.part == "pretrained":
         from bench_pretrained import pretrained_part, print_pretrained
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# GPU check: one prepared command, at most ~8.5 min on one H100/H200 (bench 150 s, fsdp 2 x 90 s, tokens
-# 2 x 90 s, each time-boxed: a part that fails or hangs is logged and the next one runs; demo is opt-in,
+# GPU check: one prepared command, at most ~9.5 min on one H100/H200 (bench 150 s, fsdp 2 x 80 s, tokens
+# 2 x 80 s, memory 100 s, each time-boxed: a part that fails or hangs is logged and the next one runs; demo is opt-in,
 # +120 s). Writes everything into ${OUT:-gpu_out}/.
 #   bench   scripts/gpu_bench.py on a ~125M GPT-2 (matmul ceiling, loop vs plain torch, SDPA, generation)
 #   fsdp    FSDP2 through accelerate (accelerate_configs/fsdp.yaml, one process: the model is still sharded
@@ -8,6 +8,9 @@
 #           24 layers, width 1024), bf16 autocast, a short run on the default world
 #   tokens  masked-entity training on a ~1B-shaped GPT-2 (24 layers, width 2048): fixed rows per batch
 #           (trainer.batch_size) against a token budget per batch (trainer.tokens_per_batch)
+#   memory  scripts/gpu_memory_check.py: a Llama-3.2-1B-shaped model with a 128,256 vocabulary (random weights),
+#           bf16, one GPU: chunked vs the model's own loss, peak memory vs the memory preflight's estimate,
+#           tokens/s and MFU vs a plain PyTorch step; one PASS/FAIL line per figure (docs/distributed.md)
 #   demo    the embedded demo end to end in bf16
 #   sweep   with >= 2 GPUs (nvidia-smi -L) only, and then in the default parts (+120 s): a method=full,lora sweep
 #           whose points are 2-process NCCL runs (hydra/launcher=submitit_local_multi, both points on GPUs 0,1),
@@ -23,7 +26,7 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu_out}
 DRY=${DRY:-0}
 NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
-DEFAULT_PARTS="bench fsdp tokens"
+DEFAULT_PARTS="memory bench fsdp tokens"
 [ "${NGPU:-0}" -ge 2 ] && DEFAULT_PARTS="$DEFAULT_PARTS sweep"
 PARTS=${PARTS:-$DEFAULT_PARTS}
 PEAK_TFLOPS=${PEAK_TFLOPS:-989}   # H100/H200 bf16 datasheet
@@ -39,7 +42,7 @@ if [ "$DRY" = 1 ]; then
   SHORT=(trainer.epochs_step0=1 trainer.epochs=1 trainer.batch_size=16 trainer.warmup_steps=2 trainer.log_every=2)
   LAUNCH=(python3)
   TOKENS_PER_BATCH=512
-  T=${T:-300}; T_BENCH=$T; T_DEMO=$T; T_SWEEP=$T
+  T=${T:-300}; T_BENCH=$T; T_DEMO=$T; T_SWEEP=$T; T_MEMORY=$T
   SWEEP_GPUS=0   # the dry run's sweep: 2 gloo processes per point on CPU
 else
   MID=(model.n_layer=24 model.n_embd=1024 model.n_head=16 model.n_positions=512 model.vocab_size=8192)
@@ -48,7 +51,7 @@ else
   SHORT=(trainer=gpu trainer.epochs_step0=3 trainer.epochs=2 trainer.batch_size=64 trainer.warmup_steps=20)
   LAUNCH=(accelerate launch --config_file accelerate_configs/fsdp.yaml --num_processes 1)
   TOKENS_PER_BATCH=16384
-  T=${T:-90}; T_BENCH=${T_BENCH:-150}; T_DEMO=${T_DEMO:-120}; T_SWEEP=${T_SWEEP:-120}
+  T=${T:-80}; T_BENCH=${T_BENCH:-150}; T_DEMO=${T_DEMO:-120}; T_SWEEP=${T_SWEEP:-120}; T_MEMORY=${T_MEMORY:-100}
   SWEEP_GPUS=2
 fi
 COMMON=(logger.backends=[disk] method.step0_cache=null "${WORLD[@]}" "${SHORT[@]}")
@@ -91,6 +94,13 @@ part_tokens() {
 
 part_bench() {
   timed gpu_bench "$T_BENCH" python3 scripts/gpu_bench.py --out "$OUT/gpu_bench.json"
+}
+
+part_memory() {
+  local args=(--out "$OUT/memory_check.json" --peak-tflops "$PEAK_TFLOPS")
+  [ "$DRY" = 1 ] && args+=(--dry)
+  timed memory "$T_MEMORY" python3 scripts/gpu_memory_check.py "${args[@]}"
+  grep -E '^(PASS|FAIL|INFO) ' "$OUT/memory.log" | tee -a "$OUT/status.txt"
 }
 
 part_demo() {

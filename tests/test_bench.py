@@ -87,3 +87,20 @@ def test_bench_pretrained_part_prints_both_precisions():
         versus["framework_tokens_per_s"] / versus["plain_tokens_per_s"]
     )
     assert f"auto -> {chosen}" in result.stdout and "(goal >= 0.95)" in result.stdout
+
+
+@pytest.mark.slow
+def test_bench_memory_part_prints_peaks_and_ratios():
+    result = subprocess.run(
+        [sys.executable, "scripts/bench.py", "--part", "memory", "--memory-size", "tiny"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    figures = json.loads(result.stdout.strip().splitlines()[-1])["memory"]
+    assert set(figures["peak_gib"]) == {"train_chunked", "train_unchunked", "score_chunked", "score_unchunked"}
+    assert all(v > 0 for v in figures["peak_gib"].values())
+    assert figures["train_ratio"] > 0 and figures["score_ratio"] > 0 and figures["preflight_gib"] > 0
+    assert "training step, chunked / unchunked" in result.stdout

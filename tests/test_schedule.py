@@ -39,13 +39,40 @@ def previous_lr_lambda(warmup: int, total: int, min_ratio: float):
     return factor
 
 
-@pytest.mark.parametrize("warmup,total,min_ratio", [(30, 100, 0.1), (2, 12, 0.1), (0, 7, 0.0), (50, 10, 0.3)])
+@pytest.mark.parametrize("warmup,total,min_ratio", [(30, 100, 0.1), (2, 12, 0.1), (0, 7, 0.0), (50, 100, 0.3)])
 def test_the_default_linear_schedule_is_the_previous_one_bit_for_bit(warmup, total, min_ratio):
     cfg = TrainerConfig(warmup_steps=warmup, min_lr_ratio=min_ratio)
     old = previous_lr_lambda(warmup, total, min_ratio)
     for step in (0, 1, 2, 5):  # every step warms up by default (rewarm=all), peaks constant
         new = lr_factor(cfg, step, total, n_time_steps=6)
         assert [new(t) for t in range(total + 2)] == [old(t) for t in range(total + 2)]
+
+
+def test_warmup_is_clamped_to_half_the_planned_updates_with_a_log_line(caplog):
+    from evolve_train.training.schedule import warmup_updates
+
+    cfg = TrainerConfig(warmup_steps=100, min_lr_ratio=0.1)
+    assert warmup_updates(cfg, 1, 4) == 2 and warmup_updates(cfg, 1, 1) == 1 and warmup_updates(cfg, 1, 400) == 100
+    with caplog.at_level("INFO", logger="evolve_train.training.schedule"):
+        factor = lr_factor(cfg, 1, 4, n_time_steps=3)
+    assert [factor(t) for t in range(4)] == [0.5, 1.0, 1.0, 1.0 - 0.9 / 2]  # the peak is reached, then decays
+    assert "warmup clamped to 2 updates (trainer.warmup_steps=100; 4 planned updates" in caplog.text
+    caplog.clear()
+    with caplog.at_level("INFO", logger="evolve_train.training.schedule"):
+        lr_factor(cfg, 1, 400, n_time_steps=3)
+    assert "clamped" not in caplog.text
+
+
+def test_a_token_budget_far_under_one_pass_is_warned_with_its_numbers(caplog):
+    from evolve_train.training.schedule import warn_short_budget
+
+    with caplog.at_level("WARNING", logger="evolve_train.training.schedule"):
+        warn_short_budget(2, 5_000, 1_000_000)
+        warn_short_budget(3, 500_000, 1_000_000)
+    assert "time step 2: the token budget (5000 tokens) covers 0.5% of one pass over the step's 1000000 tokens" in (
+        caplog.text
+    )
+    assert "time step 3" not in caplog.text
 
 
 @pytest.mark.parametrize(

@@ -16,8 +16,12 @@ from transformers import (
     AutoTokenizer,
     GPT2Config,
     GPT2LMHeadModel,
+    LlamaConfig,
+    LlamaForCausalLM,
     PreTrainedModel,
     PreTrainedTokenizerFast,
+    Qwen2Config,
+    Qwen2ForCausalLM,
     T5Config,
     T5ForConditionalGeneration,
 )
@@ -162,8 +166,24 @@ def build_model(cfg: ModelConfig, tokenizer: PreTrainedTokenizerFast) -> PreTrai
 def _build_model(cfg: ModelConfig, tokenizer: PreTrainedTokenizerFast) -> PreTrainedModel:
     if cfg.name_or_path:
         return _from_pretrained(cfg.name_or_path, cfg)
-    common = dict(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
-    if cfg.arch == "gpt2":
+    config = model_config(cfg, len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id)
+    return CLASSES[str(cfg.arch)](config)
+
+
+CLASSES = {
+    "gpt2": GPT2LMHeadModel,
+    "llama": LlamaForCausalLM,
+    "qwen2": Qwen2ForCausalLM,
+    "t5": T5ForConditionalGeneration,
+}
+
+
+def model_config(cfg: ModelConfig, vocab: int, pad_id: Optional[int] = 0, eos_id: Optional[int] = 0):
+    """The transformers config of a model built from ``cfg`` (``model.arch``) for a tokenizer of ``vocab``
+    tokens; the memory preflight reads it too (``training/preflight.py``)."""
+    common = dict(vocab_size=vocab, pad_token_id=pad_id, eos_token_id=eos_id)
+    arch = str(cfg.arch)
+    if arch == "gpt2":
         config = GPT2Config(
             n_positions=cfg.n_positions,
             n_embd=cfg.n_embd,
@@ -173,24 +193,41 @@ def _build_model(cfg: ModelConfig, tokenizer: PreTrainedTokenizerFast) -> PreTra
             embd_pdrop=cfg.dropout,
             attn_pdrop=cfg.dropout,
             activation_function=cfg.activation,
-            bos_token_id=tokenizer.eos_token_id,
+            bos_token_id=eos_id,
             **common,
         )
-        config._attn_implementation = cfg.attn_implementation
-        return GPT2LMHeadModel(config)
-    if cfg.arch == "t5":
-        config = T5Config(
+    elif arch in ("llama", "qwen2"):
+        common["vocab_size"] = max(vocab, cfg.vocab_size)
+        config = (LlamaConfig if arch == "llama" else Qwen2Config)(
+            hidden_size=cfg.n_embd,
+            intermediate_size=cfg.n_inner or 4 * cfg.n_embd,
+            num_hidden_layers=cfg.n_layer,
+            num_attention_heads=cfg.n_head,
+            num_key_value_heads=cfg.n_kv_head or cfg.n_head,
+            max_position_embeddings=cfg.n_positions,
+            attention_dropout=cfg.dropout,
+            tie_word_embeddings=True,
+            bos_token_id=eos_id,
+            **common,
+        )
+    elif arch == "t5":
+        return T5Config(
             d_model=cfg.n_embd,
             d_ff=4 * cfg.n_embd,
             num_layers=cfg.n_layer,
             num_heads=cfg.n_head,
             d_kv=cfg.n_embd // cfg.n_head,
             dropout_rate=cfg.dropout,
-            decoder_start_token_id=tokenizer.pad_token_id,
+            decoder_start_token_id=pad_id,
             **common,
         )
-        return T5ForConditionalGeneration(config)
-    raise ConfigError(f"model.arch: unknown architecture '{cfg.arch}' (known: gpt2, t5)")
+    else:
+        raise ConfigError(
+            f"model.arch={arch} needs model.name_or_path (a pretrained decoder-only model); models built from "
+            "config: gpt2, llama, qwen2, t5"
+        )
+    config._attn_implementation = cfg.attn_implementation
+    return config
 
 
 def n_parameters(model: torch.nn.Module, trainable_only: bool = False) -> int:

@@ -29,7 +29,8 @@ from typing import Callable, Sequence
 import torch
 
 from evolve_train.models.batching import AutoBatchSize, as_auto, spans
-from evolve_train.models.generation import cache_of, padded_batch
+from evolve_train.models.generation import _accepts, cache_of, padded_batch
+from evolve_train.models.head import IGNORE, chunk_capable, chunked_token_nll, head_inputs
 
 
 def prompt_groups(requests: Sequence[tuple[str, str]]) -> list[list[int]]:
@@ -91,20 +92,25 @@ def causal_option_scores(
 
 
 def _full_sequence_batch(model, members, pad: int, device):
-    """One forward over every ``context + option`` sequence of the chunk (right padded)."""
+    """One forward over every ``context + option`` sequence of the chunk (right padded); the option tokens'
+    log-probabilities are :func:`batch_token_nll`'s, negated (chunked head for large vocabularies)."""
     rows = [(context + target, len(target), index) for context, options in members for index, target in options]
     ids, mask = padded_batch([tokens for tokens, _, _ in rows], pad)
-    logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits.float()
-    picked = torch.log_softmax(logits[:, :-1], dim=-1).gather(-1, ids[:, 1:].to(device).unsqueeze(-1)).squeeze(-1)
-    for row, (tokens, n_target, index) in enumerate(rows):
-        yield index, picked[row, len(tokens) - 1 - n_target : len(tokens) - 1].sum().item()
+    labels = torch.full_like(ids, IGNORE)
+    for row, (tokens, n_target, _) in enumerate(rows):
+        labels[row, len(tokens) - n_target : len(tokens)] = ids[row, len(tokens) - n_target : len(tokens)]
+    sums, _ = batch_token_nll(model, {"input_ids": ids, "attention_mask": mask, "labels": labels}, shift=True)
+    for (_, _, index), value in zip(rows, sums):
+        yield index, -value
 
 
 def _shared_prefix_batch(model, members, pad: int, device):
     """Each prompt once (left padded, KV cache kept), then every option on the cache rows of its prompt."""
     ids, mask = padded_batch([context for context, _ in members], pad, left=True)
     ids, mask = ids.to(device), mask.to(device)
-    out = model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0), use_cache=True)
+    last = {"logits_to_keep": 1} if _accepts(model, "logits_to_keep") else {}  # only the logits read below
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, **last)
     first = torch.log_softmax(out.logits[:, -1].float(), dim=-1)  # predicts each option's first token
     owners = [(row, index, target) for row, (_, options) in enumerate(members) for index, target in options]
     rows = torch.tensor([row for row, _, _ in owners], device=device)
@@ -150,9 +156,6 @@ def seq2seq_option_scores(
     return scores
 
 
-IGNORE = -100
-
-
 @torch.no_grad()
 def batch_token_nll(model, batch: dict[str, torch.Tensor], *, shift: bool) -> tuple[list[float], list[int]]:
     """``(summed NLL in nats, loss tokens)`` of each row of a training ``batch`` (``input_ids``, ``labels`` with
@@ -162,6 +165,14 @@ def batch_token_nll(model, batch: dict[str, torch.Tensor], *, shift: bool) -> tu
     decoder target."""
     device = next(model.parameters()).device
     batch = {k: v.to(device) for k, v in batch.items()}
+    if shift and chunk_capable(model):  # hidden states, then the head a chunk of positions at a time
+        inputs = head_inputs(model, model, batch)
+        target = batch["labels"][:, 1:]
+        counted = target != IGNORE
+        nll = torch.zeros(target.shape, dtype=torch.float32, device=device)
+        with inputs.precision():
+            nll[counted] = chunked_token_nll(inputs.hidden[:, :-1][counted], inputs.head, target[counted])
+        return nll.sum(-1).tolist(), counted.sum(-1).tolist()
     labels = batch.pop("labels")
     if shift:
         logits = model(**batch, use_cache=False).logits[:, :-1]

@@ -152,7 +152,32 @@ def build_accelerator(trainer, **kwargs):
     forget_single_process_state(precision)
     accelerator = Accelerator(mixed_precision=precision, kwargs_handlers=[handler], **kwargs)
     enable_fsdp2_on_cpu(accelerator)
+    plugin = getattr(accelerator.state, "fsdp_plugin", None)
+    if plugin is not None and getattr(plugin, "fsdp_version", 1) == 2:
+        reduce_in(plugin, str(getattr(trainer, "fsdp_reduce_dtype", "float32")))
     return accelerator
+
+
+REDUCE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "param": None}
+
+
+def reduce_in(plugin, reduce_dtype: str) -> None:
+    """FSDP2's gradient reduce-scatter in ``trainer.fsdp_reduce_dtype``: ``float32`` (the default, as torchtitan
+    and OLMo-core: a bf16 reduce over many GPUs loses gradient precision, pytorch#106395), ``bfloat16`` (half the
+    traffic), or ``param`` (the parameters' dtype, accelerate's own policy). The parameters' compute dtype stays
+    ``trainer.mixed_precision``'s."""
+    import dataclasses
+
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    if reduce_dtype not in REDUCE_DTYPES:
+        from evolve_train.errors import ConfigError
+
+        raise ConfigError(f"trainer.fsdp_reduce_dtype must be one of {', '.join(REDUCE_DTYPES)}, got {reduce_dtype!r}")
+    if reduce_dtype == "param":
+        return
+    policy = plugin.mixed_precision_policy or MixedPrecisionPolicy()
+    plugin.mixed_precision_policy = dataclasses.replace(policy, reduce_dtype=REDUCE_DTYPES[reduce_dtype])
 
 
 def forget_single_process_state(mixed_precision: str) -> None:
@@ -301,11 +326,15 @@ def _full(tensor: torch.Tensor) -> torch.Tensor:
 
 def unsharded_copy(sharded: torch.nn.Module, skeleton: torch.nn.Module) -> torch.nn.Module:
     """``skeleton`` (:func:`meta_skeleton` of the model before sharding) filled with the full weights of
-    ``sharded``, gathered on every rank one tensor at a time; buffers (never sharded) are copied."""
+    ``sharded``, gathered on every rank one tensor at a time; buffers (never sharded) are copied. Each weight
+    gets back its dtype from before sharding: under mixed precision accelerate upcasts trainable bf16 weights to
+    float32 masters for ``fully_shard``; the step ends, is checkpointed and continues in ``model.dtype``, as a
+    resume or a step-0 cache hit reloads it."""
     new: dict[int, torch.Tensor] = {}
     with torch.no_grad():
         for name, meta in skeleton.named_parameters():  # tied: listed once
-            new[id(meta)] = torch.nn.Parameter(_full(sharded.get_parameter(name)), requires_grad=meta.requires_grad)
+            full = _full(sharded.get_parameter(name)).to(meta.dtype)
+            new[id(meta)] = torch.nn.Parameter(full, requires_grad=meta.requires_grad)
         for name, meta in skeleton.named_buffers():
             new[id(meta)] = _full(sharded.get_buffer(name))
     for module in skeleton.modules():

@@ -34,7 +34,7 @@ from evolve_train.training.packing import TokenBudgetBatches
 from evolve_train.training.plan import StepPlan, StepResult  # noqa: F401  (StepResult re-exported)
 from evolve_train.training.progress import ProgressLines, has_terminal
 from evolve_train.training.rows import TokenRows
-from evolve_train.training.schedule import lr_factor, lr_lambda  # noqa: F401  (lr_lambda re-exported)
+from evolve_train.training.schedule import lr_factor, lr_lambda, warn_short_budget  # noqa: F401  (lr_lambda re-exported)
 from evolve_train.training.telemetry import (
     Throughput,
     device_peak_flops,
@@ -144,6 +144,7 @@ class StepTrainer:
         plan, grad_accum = self.plan, self.cfg.grad_accum
         if plan.max_tokens:
             self.epochs = plan.max_tokens / max(1, int(self.lengths.sum()))
+            warn_short_budget(plan.schedule_step, plan.max_tokens, int(self.lengths.sum()))
         if plan.max_steps and not plan.max_tokens:
             return plan.max_steps
         total = planned_steps_for_method(self.batches, self.epochs, grad_accum, self.strategies)
@@ -289,11 +290,11 @@ class StepTrainer:
     def _losses(self, batch: dict):
         """The language-model loss of a micro-batch and the strategies' extra term (``None`` if none)."""
         strategies, step = self.strategies, self.progress.optimizer_steps
-        if strategies.reads_outputs:  # a strategy reads the logits (LwF): the full head
-            outputs = self.model(**batch, use_cache=False)  # no KV cache in training (packed ids need none)
-            extra = strategies.extra_loss(self.unwrapped, step, batch=batch, outputs=outputs)
-            return outputs.loss, extra  # the logits are not held through the backward
-        loss = batch_loss(self.model, self.unwrapped, batch)  # the head only where labels need it (loss.py)
+        if strategies.reads_outputs:  # a strategy reads the outputs (LwF): logits, or the chunked loss's inputs
+            kept: list = []
+            loss = batch_loss(self.model, self.unwrapped, batch, keep=kept)
+            return loss, strategies.extra_loss(self.unwrapped, step, batch=batch, outputs=kept[0])
+        loss = batch_loss(self.model, self.unwrapped, batch)  # chunked head and loss for large vocabularies
         return loss, strategies.extra_loss(self.unwrapped, step)
 
     def _update(self) -> bool:

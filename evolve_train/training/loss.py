@@ -1,62 +1,77 @@
-"""The training loss of one micro-batch, with the output head run only where a label needs it.
+"""The training loss of one micro-batch, without the full ``[tokens x vocab]`` logits.
 
-Masked-entity rows carry labels on the answer and its EOS only (~4 of ~22 tokens on the dated world), yet a
-causal LM's forward computes logits, and the loss their log-softmax, at every position: with a 49k-token
-vocabulary (SmolLM2) that head and softmax are ~20 % of a training step on CPU. :func:`batch_loss` asks the
-model for logits only at the positions whose next token is labelled in some row (``logits_to_keep`` as a
-1-D index tensor, transformers' own argument) and computes the same mean cross-entropy over the labelled
-tokens as transformers' ``ForCausalLMLoss`` (logits in float32). Dense labels (``clm``), encoder-decoder
-models, models without ``logits_to_keep`` and small vocabularies (:data:`SPARSE_MIN_VOCAB`) take the model's
-own loss.
+A causal LM's own loss computes logits at every position and upcasts them to float32: at 16,384 tokens and a
+128k vocabulary that is ~8 GB per copy, and the log-softmax and its gradient add more. For vocabularies of
+:data:`SPARSE_MIN_VOCAB` and up, :func:`batch_loss` runs the model for its hidden states (the model's own
+forward, through accelerate's wrapper, with ``logits_to_keep=1``), keeps the positions whose next token is
+labelled, and computes the cross-entropy :data:`LOSS_CHUNK` positions at a time: each chunk's logits are built
+from the output head, reduced to a sum of token losses and dropped; the backward recomputes them
+(``torch.utils.checkpoint``). The result is the mean cross-entropy over the labelled tokens that transformers'
+``ForCausalLMLoss`` computes (logits in float32), and its gradient; the peak holds one chunk's logits.
+Where Liger Kernel is installed and the hidden states are on CUDA, its fused linear cross-entropy does the same
+in one kernel (``pip install evolve-train[liger]``).
+
+Encoder-decoder models, models whose head is not a plain linear map of the last hidden state (logit soft-capping
+or scaling) and small vocabularies take the model's own loss: their head is a small share of a step (the demo's
+2k vocabulary), and their runs stay bit for bit what they were.
 """
 
 from __future__ import annotations
+
+from typing import Callable, Optional
 
 import torch
 
 from evolve_train.training.distributed import sum_over_processes
 
-IGNORE = -100
-SPARSE_SHARE = 0.5
-"""Positions kept (share of the row) below which the head runs on the labelled positions only."""
-SPARSE_MIN_VOCAB = 16384
-"""Vocabularies below this keep the model's own loss: their head is a small share of a step (the demo's 2k
-vocabulary), and its runs stay bit for bit what they were."""
-_ACCEPTS: dict[type, bool] = {}
+from evolve_train.models.head import (  # noqa: F401  (re-exported: the loss's parts)
+    IGNORE,
+    LOSS_CHUNK,
+    SPARSE_MIN_VOCAB,
+    HeadInputs,
+    chunk_capable,
+    chunked_token_nll,
+    head_inputs,
+    labelled_positions,
+    labelled_rows,
+)
 
 
-def _sparse_capable(model) -> bool:
-    from evolve_train.models.generation import _accepts
-
-    config = getattr(model, "config", None)
-    if getattr(config, "is_encoder_decoder", False) or getattr(config, "vocab_size", 0) < SPARSE_MIN_VOCAB:
-        return False
-    kind = type(model)
-    if kind not in _ACCEPTS:
-        _ACCEPTS[kind] = _accepts(model, "logits_to_keep")
-    return _ACCEPTS[kind]
+def _liger() -> Optional[Callable]:
+    try:  # optional extra: evolve-train[liger]
+        from liger_kernel.transformers.functional import liger_fused_linear_cross_entropy
+    except ImportError:
+        return None
+    return liger_fused_linear_cross_entropy
 
 
-def labelled_positions(labels: torch.Tensor) -> torch.Tensor:
-    """Positions t (0-based, < width - 1) whose next token is labelled in at least one row."""
-    return (labels[:, 1:] != IGNORE).any(0).nonzero().squeeze(1)
+def chunked_cross_entropy(inputs: HeadInputs, chunk: Optional[int] = None) -> torch.Tensor:
+    """The mean cross-entropy over the labelled next tokens, as ``ForCausalLMLoss`` computes it."""
+    hidden, targets = labelled_rows(inputs.hidden, inputs.labels)
+    if targets.numel() == 0:
+        return inputs.hidden.sum() * 0.0
+    fused = _liger() if hidden.is_cuda else None
+    if fused is not None:
+        with inputs.precision():
+            return fused(hidden, inputs.head.weight, targets, bias=inputs.head.bias, ignore_index=IGNORE)
+    with inputs.precision():  # the head in the forward's precision, as the model's own loss computes it
+        return chunked_token_nll(hidden, inputs.head, targets, chunk).sum() / targets.numel()
 
 
-def batch_loss(model, unwrapped, batch: dict) -> torch.Tensor:
+def batch_loss(model, unwrapped, batch: dict, *, keep: Optional[list] = None) -> torch.Tensor:
     """The micro-batch's loss (mean over labelled tokens). ``model``: what to call (accelerate's wrapped
-    model); ``unwrapped``: the module whose signature tells whether ``logits_to_keep`` is accepted."""
+    model); ``unwrapped``: the module that tells whether the chunked loss applies. ``keep``: a list that gets
+    the :class:`HeadInputs` of the chunked path (for LwF), or the model's outputs otherwise."""
     labels = batch.get("labels")
-    if labels is None or labels.shape[1] < 2 or not _sparse_capable(unwrapped):
-        return model(**batch, use_cache=False).loss
-    positions = labelled_positions(labels)
-    if positions.numel() == 0 or positions.numel() > SPARSE_SHARE * (labels.shape[1] - 1):
-        return model(**batch, use_cache=False).loss
-    inputs = {key: value for key, value in batch.items() if key != "labels"}
-    logits = model(**inputs, use_cache=False, logits_to_keep=positions).logits  # (rows, kept, vocab)
-    targets = labels[:, 1:].index_select(1, positions)
-    return torch.nn.functional.cross_entropy(
-        logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=IGNORE
-    )
+    if labels is None or labels.shape[1] < 2 or not chunk_capable(unwrapped):
+        outputs = model(**batch, use_cache=False)
+        if keep is not None:
+            keep.append(outputs)
+        return outputs.loss
+    inputs = head_inputs(model, unwrapped, batch)
+    if keep is not None:
+        keep.append(inputs)
+    return chunked_cross_entropy(inputs)
 
 
 def loss_token_count(batch: dict, encoder_decoder: bool) -> int:

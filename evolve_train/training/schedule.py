@@ -6,7 +6,8 @@
 continues on the same curve. Nothing depends on what happened before: the LR of a resumed run equals the
 uninterrupted one's by construction.
 
-``trainer.schedule`` (``shape``; ``w`` warmup updates, ``m = trainer.min_lr_ratio``, ``p = (t - w) / (total - w)``,
+``trainer.schedule`` (``shape``; ``w`` warmup updates: ``trainer.warmup_steps`` clamped to half the step's
+planned updates, with a log line, ``m = trainer.min_lr_ratio``, ``p = (t - w) / (total - w)``,
 ``D = max(1, round(trainer.cooldown_fraction * total))`` cooldown updates starting at ``s = total - D``):
 
 - ``linear`` (default): ``(t + 1) / w`` while ``t < w``, then ``max(m, 1 - (1 - m) p)``;
@@ -37,10 +38,13 @@ step k's peak is one global cosine over the run's ``N`` time steps at the start 
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import Callable
 
 from evolve_train.config import REGISTERED_SCHEDULES, PeakSchedule, Rewarm, Schedule, TrainerConfig
+
+log = logging.getLogger(__name__)
 
 
 def schedule_of(cfg: TrainerConfig, time_step: int) -> Schedule:
@@ -153,10 +157,53 @@ def _infinite(cfg, time_step, t, total, warmup):
     return c if t < start else _cooled(c, t, start, length, cfg.min_lr_ratio)
 
 
+WARMUP_MAX_SHARE = 0.5
+"""The warmup of a time step spans at most this share of its planned updates (``trainer=gpu`` plans ~4 updates
+per later step on 8 GPUs against ``warmup_steps=100``: unclamped, the LR would peak at 4 % of ``lr``)."""
+SHORT_BUDGET = 0.1
+"""A token budget under this share of one pass over the step's rows gets a warning."""
+
+
+def warmup_updates(cfg: TrainerConfig, time_step: int, total: int) -> int:
+    """The warmup updates of time step ``time_step`` of ``total`` planned updates: ``trainer.warmup_steps`` (where
+    the step warms up), clamped to :data:`WARMUP_MAX_SHARE` of ``total`` (at least one)."""
+    if not warms_up(cfg, time_step):
+        return 0
+    return min(cfg.warmup_steps, max(1, int(WARMUP_MAX_SHARE * total)))
+
+
+def log_warmup(cfg: TrainerConfig, time_step: int, total: int) -> None:
+    """The log line of a clamped warmup."""
+    warmup = warmup_updates(cfg, time_step, total)
+    if warms_up(cfg, time_step) and warmup < cfg.warmup_steps:
+        log.info(
+            "time step %d: warmup clamped to %d updates (trainer.warmup_steps=%d; %d planned updates, at most "
+            "%.0f%% of them warm up)",
+            time_step,
+            warmup,
+            cfg.warmup_steps,
+            total,
+            100 * WARMUP_MAX_SHARE,
+        )
+
+
+def warn_short_budget(time_step: int, budget: int, corpus_tokens: int) -> None:
+    """Warn when a token budget covers far less than one pass over the step's rows."""
+    if corpus_tokens and budget < SHORT_BUDGET * corpus_tokens:
+        log.warning(
+            "time step %d: the token budget (%d tokens) covers %.1f%% of one pass over the step's %d tokens; "
+            "most of its rows are never trained on",
+            time_step,
+            budget,
+            100 * budget / corpus_tokens,
+            corpus_tokens,
+        )
+
+
 def shape(cfg: TrainerConfig, time_step: int, t: int, total: int) -> float:
     """The factor of update ``t`` of ``total`` within time step ``time_step`` (before the peak)."""
     kind = str(schedule_of(cfg, time_step))
-    warmup = cfg.warmup_steps if warms_up(cfg, time_step) else 0
+    warmup = warmup_updates(cfg, time_step, total)
     if kind not in SHAPES:
         raise ValueError(f"unknown trainer.schedule {kind!r}")
     if t < warmup:
@@ -168,6 +215,7 @@ def lr_factor(cfg: TrainerConfig, time_step: int, total: int, n_time_steps: int)
     """``t -> lr(t) / trainer.lr`` for the ``total`` updates of time step ``time_step`` of ``n_time_steps``
     (for ``torch.optim.lr_scheduler.LambdaLR``)."""
     top = peak(cfg, time_step, n_time_steps)
+    log_warmup(cfg, time_step, total)
 
     def factor(t: int) -> float:
         value = shape(cfg, time_step, t, total)

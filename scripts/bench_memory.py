@@ -1,0 +1,136 @@
+"""The ``memory`` part of scripts/bench.py: peak memory of one training step, and of held-out scoring, of a
+Llama-shaped random model with a 128,256-token vocabulary, the project's chunked loss against the model's own
+(unchunked) loss, and the memory preflight's estimate beside the measured training peak.
+
+    python scripts/bench.py --part memory               # 8,192 tokens per batch (4 rows of 2,048); ~5 min on 2 cores
+    python scripts/bench.py --part memory --memory-size tiny   # seconds (the test's size)
+
+Each variant runs in a fresh Python process; its peak is the process's peak resident memory (``ru_maxrss``)
+less its resident memory just before the model was built (the interpreter, torch and the batch), so variants
+never see each other's freed memory. Figures: ``train_ratio`` (the project's step, ``training/loss.py:
+batch_loss``, over the same step with ``model(**batch).loss``; AdamW step included), ``score_ratio`` (held-out
+scoring, ``models/scoring.py: batch_token_nll``, chunked over unchunked) and ``preflight_over_measured``.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SIZES = {
+    # width, layers, heads, kv heads, MLP width, vocabulary, rows, row length
+    "bench": dict(hidden=256, layers=2, heads=4, kv=2, ffn=704, vocab=128256, rows=4, width=2048),
+    "tiny": dict(hidden=64, layers=2, heads=4, kv=2, ffn=176, vocab=32000, rows=2, width=256),
+    "small": dict(hidden=192, layers=4, heads=6, kv=2, ffn=512, vocab=20000, rows=4, width=512),
+}
+
+
+def _rss() -> int:
+    with open("/proc/self/statm") as statm:
+        import os
+
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def llama_config(size: dict):
+    from transformers import LlamaConfig
+
+    return LlamaConfig(
+        vocab_size=size["vocab"],
+        hidden_size=size["hidden"],
+        intermediate_size=size["ffn"],
+        num_hidden_layers=size["layers"],
+        num_attention_heads=size["heads"],
+        num_key_value_heads=size["kv"],
+        max_position_embeddings=max(size["width"], 128),
+        tie_word_embeddings=True,
+    )
+
+
+def worker(variant: str, size: dict, checkpointing: bool = False) -> dict:
+    """One variant in this process: ``train`` or ``score``, ``chunked`` or ``unchunked``; peak bytes."""
+    import torch
+    from transformers import LlamaForCausalLM
+
+    from evolve_train.models import scoring
+    from evolve_train.training.loss import batch_loss
+
+    torch.manual_seed(0)
+    ids = torch.randint(3, size["vocab"], (size["rows"], size["width"]))
+    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids.clone()}
+    before = _rss()
+    model = LlamaForCausalLM(llama_config(size))
+    if checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    part, kind = variant.split("_")
+    if kind == "unchunked":
+        scoring.chunk_capable = lambda model: False
+    if part == "train":
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        loss = batch_loss(model, model, batch) if kind == "chunked" else model(**batch, use_cache=False).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    else:
+        model.eval()
+        scoring.batch_token_nll(model, batch, shift=True)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return {"variant": variant, "peak_bytes": peak - before, "process_peak_bytes": peak}
+
+
+def measure(variant: str, size_name: str, checkpointing: bool = False) -> dict:
+    """:func:`worker` in a fresh interpreter."""
+    args = [sys.executable, str(Path(__file__).resolve()), "--worker", variant, size_name]
+    if checkpointing:
+        args.append("--checkpointing")
+    done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=1800)
+    if done.returncode != 0:
+        raise RuntimeError(f"{variant} at size {size_name} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def preflight_estimate(size: dict, checkpointing: bool = False) -> float:
+    from evolve_train.training.preflight import estimate, shape_of
+
+    tokens = size["rows"] * size["width"]
+    return estimate(shape_of(llama_config(size)), tokens=tokens, checkpointing=checkpointing).total
+
+
+def memory_part(size_name: str = "bench") -> dict:
+    size = SIZES[size_name]
+    peaks = {
+        v: measure(v, size_name)["peak_bytes"]
+        for v in ("train_chunked", "train_unchunked", "score_chunked", "score_unchunked")
+    }
+    estimate = preflight_estimate(size)
+    return {
+        "size": {**size, "tokens_per_batch": size["rows"] * size["width"]},
+        "peak_gib": {k: round(v / 1024**3, 3) for k, v in peaks.items()},
+        "train_ratio": round(peaks["train_chunked"] / peaks["train_unchunked"], 3),
+        "score_ratio": round(peaks["score_chunked"] / peaks["score_unchunked"], 3),
+        "preflight_gib": round(estimate / 1024**3, 3),
+        "preflight_over_measured": round(estimate / peaks["train_chunked"], 3),
+    }
+
+
+def print_memory(result: dict) -> None:
+    size = result["size"]
+    print(
+        f"Llama-shaped, width {size['hidden']}, {size['layers']} blocks, vocabulary {size['vocab']:,}, "
+        f"{size['tokens_per_batch']:,} tokens per batch"
+    )
+    for name, gib in result["peak_gib"].items():
+        print(f"  {name:<16} peak {gib:7.3f} GiB")
+    print(f"  training step, chunked / unchunked: {result['train_ratio']:.3f}x (goal <= 0.35)")
+    print(f"  held-out scoring, chunked / unchunked: {result['score_ratio']:.3f}x")
+    print(f"  preflight estimate {result['preflight_gib']:.3f} GiB = {result['preflight_over_measured']:.2f}x measured")
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--worker"]:
+        sys.path.insert(0, str(ROOT))
+        print(json.dumps(worker(sys.argv[2], SIZES[sys.argv[3]], "--checkpointing" in sys.argv)))
