@@ -1,4 +1,4 @@
-"""`evolve-data prepare` (training/prepare.py): tokenizes every entry a run reads into its data.cache_dir (the
+"""`evolve-data prepare` (cli/prepare.py): tokenizes every entry a run reads into its data.cache_dir (the
 steps, the general mix), does nothing when run again, and a run on the prepared cache tokenizes nothing and
 trains on the same batches as a run that tokenized as it went."""
 

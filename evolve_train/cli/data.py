@@ -27,7 +27,7 @@ into ``<cache>/data/dyknow``, where ``data=dyknow`` reads them (``data/loaders/d
 training file and QA file, each step's objective (``data/objective.py: check_objectives``); it prints per step
 its files, pairs, documents, objective and held-out slice, and the eval sets. ``prepare`` tokenizes everything
 the run of the same overrides trains on into its ``data.cache_dir`` (each step, the mix; a second call finds it
-all prepared), so that the run tokenizes nothing (``training/prepare.py``, docs/data.md). Bad input exits with 2
+all prepared), so that the run tokenizes nothing (``cli/prepare.py``, docs/data.md). Bad input exits with 2
 and one line naming file, line, field (or the config key).
 """
 
@@ -354,7 +354,7 @@ def _print_validation(args: argparse.Namespace) -> None:
 def _prepare(args: argparse.Namespace) -> None:
     import logging
 
-    from evolve_train.training.prepare import prepare
+    from evolve_train.cli.prepare import prepare
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     report = prepare(args.overrides, args.config_dir, args.workers)
