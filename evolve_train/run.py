@@ -65,7 +65,7 @@ from evolve_train.training.examples import collate
 from evolve_train.training.loop import train_time_step
 from evolve_train.training.plan import StepPlan, StepResult
 from evolve_train.training.redact import redact_run
-from evolve_train.training.signals import SIGNAL_NAMES, DeferredSignals
+from evolve_train.training.signals import SIGNAL_NAMES, DeferredSignals, submitit_signal
 from evolve_train.training.token_cache import step_tokenizer
 from evolve_train.training.train_state import StepStates, TrainingInterrupted, prune_states
 
@@ -150,6 +150,14 @@ def log_on_main_only(rank: int) -> None:
     a multi-process run's log reads as one process's."""
     if rank != 0:
         logging.getLogger().setLevel(logging.WARNING)
+
+
+def hand_over(handler, signum: int) -> None:
+    """Call the handler the run deferred ``signum`` from (submitit's: checkpoint and requeue on rank 0, which
+    exits there), now that every process stopped at the same point with its state saved."""
+    if callable(handler):
+        log.warning("every process stopped with its state saved: submitit requeues the job")
+        handler(signum, None)
 
 
 def shut_down(logger, accelerator, ok: bool, agreed: Optional[bool] = None) -> None:
@@ -317,9 +325,11 @@ class ContinualRun:
         of the optimizer step in progress (a mid-step state is saved there), elsewhere to the next boundary
         (after set-up, after a step's examples and samples, after its checkpoint, after its evaluation). Every
         process stops at the same point, and the rerun redoes no completed work."""
-        self.signals = DeferredSignals(notify=self._on_signal)
+        requeue = submitit_signal()  # a submitit job's preemption signal: deferred too, handed over once stopped
+        self.signals = DeferredSignals(notify=self._on_signal, extra=(requeue,) if requeue else ())
         self.signals.install()
         ok = agreed = False
+        stopped_by = None
         try:
             self.setup()
             self._stop_if_signalled("after set-up, before training")
@@ -339,7 +349,7 @@ class ContinualRun:
             ok = agreed = True
             return summary
         except TrainingInterrupted as interrupt:  # every process stopped here: resumable
-            agreed = True
+            agreed, stopped_by = True, interrupt.signum
             log.error("%s", interrupt)
             raise SystemExit(interrupt.exit_code) from None
         except KeyboardInterrupt:  # a second Ctrl-C: at once
@@ -357,6 +367,8 @@ class ContinualRun:
         finally:
             self.signals.restore()
             self.close(ok, agreed)
+            if stopped_by is not None and stopped_by == requeue:
+                hand_over(self.signals.handlers.get(requeue), requeue)
 
     def _on_signal(self, signum: int) -> None:
         log.warning(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import random
+import signal
 from pathlib import Path
 
 import pytest
@@ -21,9 +22,11 @@ import torch
 from evolve_train.run import log_on_main_only, train
 from evolve_train.training import faults
 from evolve_train.training.examples import LengthGroupedBatches
+from evolve_train.training.train_state import list_states
 from helpers import tiny_cfg, wall_clock
 from test_reliability import FAST, assert_same_as, metrics, train_log
 
+STEP0_BATCHES = 21  # optimizer steps of time step 0 of the tiny config
 NEVER = "optimizer_step:1000000"  # counts every arrival, delivers nothing
 STEP_UPDATES = 12  # optimizer steps of time steps 1 and 2 of the tiny config (test_reliability.py)
 
@@ -97,6 +100,30 @@ def test_sigterm_during_a_checkpoint_write_completes_it_and_the_rerun_evaluates_
     assert interrupted(run_dir, monkeypatch, "checkpoint_write:2:SIGTERM") == 143  # step 1's checkpoint
     assert (state(run_dir)["trained"], state(run_dir)["evaluated"]) == ([0, 1], [0])
     assert rerun_updates(run_dir, monkeypatch) == STEP_UPDATES
+    assert_same_as(reference, run_dir)
+
+
+def test_submitits_signal_stops_at_the_next_optimizer_step_saves_a_state_and_only_then_requeues(
+    reference, tmp_path, monkeypatch
+):
+    """submitit's SIGUSR2 handler (here a stand-in that records what was saved when it ran) is called once every
+    process stopped at an optimizer step with its state saved; the rerun continues from that state."""
+    run_dir = tmp_path / "run"
+    monkeypatch.setenv("SUBMITIT_EXECUTOR", "slurm")
+    calls = []
+
+    def requeue(signum, frame):
+        calls.append((signum, [(step, opt) for step, opt, _ in list_states(run_dir)]))
+        raise SystemExit(-1)  # what submitit's handler does on global rank 0 after requeueing
+
+    previous = signal.signal(signal.SIGUSR2, requeue)
+    try:
+        assert interrupted(run_dir, monkeypatch, f"optimizer_step:{STEP0_BATCHES + 6}:SIGUSR2") == -1
+    finally:
+        signal.signal(signal.SIGUSR2, previous)
+    assert calls == [(signal.SIGUSR2, [(1, 7)])]  # once, after the state at step 1's optimizer step 7
+    monkeypatch.delenv("SUBMITIT_EXECUTOR")
+    assert rerun_updates(run_dir, monkeypatch) == (STEP_UPDATES - 7) + STEP_UPDATES
     assert_same_as(reference, run_dir)
 
 
