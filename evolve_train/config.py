@@ -759,6 +759,10 @@ class TrainerConfig:
     """Timeout of the process group's collectives, in seconds (multi-process runs: accelerate's
     ``InitProcessGroupKwargs``). A rank waits this long for the others, e.g. while the main process saves a
     checkpoint; torch's default is 600 s."""
+    train_timeout_s: int = runtime(300)
+    """The collectives' timeout from the first optimizer step of a time step until its training ends (0 = keep
+    ``dist_timeout_s``): a rank that died or hangs inside training ends the job in this time instead of the
+    long one (docs/reliability.md)."""
     nonfinite: NonFinite = NonFinite.stop
     """On a non-finite loss or gradient: ``stop`` (error naming step, batch and last good checkpoint) or
     ``skip`` (drop that update, count it in ``skipped_batches``)."""
@@ -853,6 +857,7 @@ class TrainerConfig:
                 "tokens_per_batch": (self.tokens_per_batch, NON_NEGATIVE),
                 "peak_flops": (self.peak_flops, NON_NEGATIVE),
                 "dist_timeout_s": (self.dist_timeout_s, AT_LEAST_ONE),
+                "train_timeout_s": (self.train_timeout_s, NON_NEGATIVE),
             },
         )
         if 0 < self.tokens_per_batch < self.seq_len:

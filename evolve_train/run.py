@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 from pathlib import Path
+from typing import Optional
 
 import torch
 from accelerate.utils import set_seed
@@ -28,7 +30,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from evolve_train.config import Config
 from evolve_train.data.objective import check_objectives
-from evolve_train.errors import ConfigError
+from evolve_train.errors import ConfigError, EvolveTrainError
 from evolve_train.evaluation.checkpoints import INITIAL, CheckpointEvaluation
 from evolve_train.evaluation.evaluator import check_eval_config
 from evolve_train.evaluation.inputs import load_inputs
@@ -47,6 +49,7 @@ from evolve_train.reporting.summary import build_summary, format_summary_table
 from evolve_train.tracking import build_logger
 from evolve_train.tracking.disk import DiskLogger
 from evolve_train.training import carry, identity
+from evolve_train.training.collectives import agreed_signal, set_collective_timeout
 from evolve_train.training.preflight import run_preflight as memory_preflight
 from evolve_train.training.checkpoint import (
     RunState,
@@ -62,6 +65,7 @@ from evolve_train.training.examples import collate
 from evolve_train.training.loop import train_time_step
 from evolve_train.training.plan import StepPlan, StepResult
 from evolve_train.training.redact import redact_run
+from evolve_train.training.signals import SIGNAL_NAMES, DeferredSignals, submitit_signal
 from evolve_train.training.token_cache import step_tokenizer
 from evolve_train.training.train_state import StepStates, TrainingInterrupted, prune_states
 
@@ -136,14 +140,42 @@ def summarize(evaluation: CheckpointEvaluation) -> dict:
     return summary
 
 
-def shut_down(logger, accelerator, ok: bool) -> None:
-    """Close the loggers (``ok``: the run finished) and the accelerator, whatever set-up got to build."""
+def process_index() -> int:
+    """This process's global rank (torchrun's ``RANK``; 0 in a single process)."""
+    return int(os.environ.get("RANK", "0") or 0)
+
+
+def log_on_main_only(rank: int) -> None:
+    """Only the main process logs INFO: the others log warnings and errors (console and ``train.log``), so
+    a multi-process run's log reads as one process's."""
+    if rank != 0:
+        logging.getLogger().setLevel(logging.WARNING)
+
+
+def hand_over(handler, signum: int) -> None:
+    """Call the handler the run deferred ``signum`` from (submitit's: checkpoint and requeue on rank 0, which
+    exits there), now that every process stopped at the same point with its state saved."""
+    if callable(handler):
+        log.warning("every process stopped with its state saved: submitit requeues the job")
+        handler(signum, None)
+
+
+def shut_down(logger, accelerator, ok: bool, agreed: Optional[bool] = None) -> None:
+    """Close the loggers (``ok``: the run finished) and the accelerator, whatever set-up got to build.
+
+    ``agreed`` (default ``ok``): every process ends the same way (finished, or stopped together by a signal
+    at the same point); only then a barrier and the process group's orderly end. After a failure there is no
+    collective: the other processes may sit in another collective, or be gone, and a barrier would hang the
+    job until the collective timeout. The failing process exits at once (non-zero) and the launcher
+    (torchrun, ``srun --kill-on-bad-exit``) ends the others."""
+    agreed = ok if agreed is None else agreed
     if logger is not None:
         logger.close(ok)
     if accelerator is not None:
-        accelerator.wait_for_everyone()
+        if agreed:
+            accelerator.wait_for_everyone()
         accelerator.end_training()
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
+    if agreed and torch.distributed.is_available() and torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()  # without it, multi-process runs may abort at exit
 
 
@@ -175,6 +207,7 @@ class ContinualRun:
         if cfg.trainer.num_threads > 0:
             torch.set_num_threads(cfg.trainer.num_threads)
         self.accelerator = build_accelerator(cfg.trainer, gradient_accumulation_steps=cfg.trainer.grad_accum)
+        log_on_main_only(self.accelerator.process_index)
         memory_preflight(cfg, self.accelerator)  # before any weights load: a step that cannot fit stops here
         self.start = self._agreed_start()
         self.hooks = build_hooks(cfg)
@@ -211,13 +244,26 @@ class ContinualRun:
         return evaluation
 
     def _agreed_start(self) -> int:
-        """The first step to train, as the main process reads ``state.json`` (broadcast: every rank agrees)."""
+        """The first step to train, as the main process reads ``state.json`` (broadcast: every rank agrees).
+        A step trained but not evaluated (stopped during its evaluation) is ``pending``: evaluated, not
+        retrained; training starts after it."""
         start = [self.state.last_complete + 1]
         if self.accelerator.num_processes > 1:
             from accelerate.utils import broadcast_object_list
 
             broadcast_object_list(start)
+        self.pending = start[0] if start[0] in self.state.trained else None
+        if self.pending is not None:
+            saved = self.state.results.get(str(self.pending))
+            if saved is not None:
+                self.results[self.pending] = StepResult(**saved)
+            return start[0] + 1
         return start[0]
+
+    @property
+    def last_complete(self) -> int:
+        """The last step trained and evaluated before this attempt (-1: none)."""
+        return (self.start if self.pending is None else self.pending) - 1
 
     @property
     def main(self) -> bool:
@@ -231,14 +277,16 @@ class ContinualRun:
             self.state.save(run_dir)  # the config, now: a changed command cannot resume even a mid-step-0 state
             for stale in remove_stale_tmp(run_dir):
                 log.warning("removed an incomplete checkpoint left by an interrupted run: %s", stale)
-            prune_states(run_dir, through_step=self.start - 1)  # states of finished steps (docs/reliability.md)
+            prune_states(run_dir, through_step=self.start - 1)  # states of trained steps (docs/reliability.md)
             carry.prune(run_dir, before=self.start - 1)  # what the step to train next needs is kept
             redact_run(dataclasses.asdict(cfg))  # secrets out of .hydra/*.yaml and sys.argv before loggers start
         self.logger = start_loggers(cfg, run_dir, self.main)
         if self.main:
-            if self.start > 0:
+            if self.pending is not None:
+                log.info("resuming %s: step %d is trained, its evaluation runs again", run_dir, self.pending)
+            elif self.start > 0:
                 log.info("resuming %s after step %d", run_dir, self.start - 1)
-            DiskLogger(run_dir).truncate_after(self.start - 1)  # rows of an interrupted attempt
+            DiskLogger(run_dir).truncate_after(self.last_complete, self.start - 1)  # rows of an interrupted attempt
 
     def _initial_model(self):
         cfg = self.cfg
@@ -264,26 +312,74 @@ class ContinualRun:
     # ----------------------------------------------------------------------------------- the steps
 
     def run(self) -> dict:
-        """Every remaining step (plan, train, save, evaluate), then the summary; resumable after any interruption."""
-        self.setup()
-        ok = False
+        """Every remaining step (plan, train, save, evaluate), then the summary; resumable after any interruption.
+
+        Ctrl-C and SIGTERM (and submitit's requeue) are deferred for the whole run: inside training to the end
+        of the optimizer step in progress (a mid-step state is saved there), elsewhere to the next boundary
+        (after set-up, after a step's examples and samples, after its checkpoint, after its evaluation). Every
+        process stops at the same point, and the rerun redoes no completed work."""
+        requeue = submitit_signal()  # a submitit job's preemption signal: deferred too, handed over once stopped
+        self.signals = DeferredSignals(notify=self._on_signal, extra=(requeue,) if requeue else ())
+        self.signals.install()
+        ok = agreed = False
+        stopped_by = None
         try:
+            self.setup()
+            self._stop_if_signalled("after set-up, before training")
             if evaluates_initial(self.cfg) and self.start == 0:  # A_init (METRICS.md §3): checkpoint -1
                 self.evaluate(INITIAL)
+                self._stop_if_signalled("after the initial model's evaluation")
+            if self.pending is not None:  # trained and checkpointed, not evaluated: evaluated now, not retrained
+                self.evaluate(self.pending)
+                self._stop_if_signalled(f"after step {self.pending}'s evaluation")
             for step in range(self.start, len(self.timeline.steps)):
                 self.train_step(self.plan(step))
                 self.save(step)
+                self._stop_if_signalled(f"after step {step}'s checkpoint, before its evaluation")
                 self.evaluate(step)
+                self._stop_if_signalled(f"after step {step}'s evaluation")
             summary = summarize(self.evaluation)
-            ok = True
+            ok = agreed = True
             return summary
-        except KeyboardInterrupt as interrupt:  # Ctrl-C / SIGTERM: resumable (mid-step state, or the last step)
-            deferred = isinstance(interrupt, TrainingInterrupted)
-            message = f"interrupted (Ctrl-C); the completed steps in {self.run_dir} are kept. Run the same command again to resume."
-            log.error("%s", interrupt if deferred else message)
-            raise SystemExit(interrupt.exit_code if deferred else 130) from None
+        except TrainingInterrupted as interrupt:  # every process stopped here: resumable
+            agreed, stopped_by = True, interrupt.signum
+            log.error("%s", interrupt)
+            raise SystemExit(interrupt.exit_code) from None
+        except KeyboardInterrupt:  # a second Ctrl-C: at once
+            log.error(
+                "interrupted (Ctrl-C); the completed steps in %s are kept. Run the same command again to resume.",
+                getattr(self, "run_dir", "the run dir"),
+            )
+            raise SystemExit(130) from None
+        except EvolveTrainError:
+            raise  # one clear line (cli/errors.py)
+        except BaseException as error:
+            if not isinstance(error, SystemExit):
+                log.exception("the run failed in process %d: %s", process_index(), error)
+            raise
         finally:
-            self.close(ok)
+            self.signals.restore()
+            self.close(ok, agreed)
+            if stopped_by is not None and stopped_by == requeue:
+                hand_over(self.signals.handlers.get(requeue), requeue)
+
+    def _on_signal(self, signum: int) -> None:
+        log.warning(
+            "%s: stopping at the next safe point (the end of the optimizer step in progress, or of the "
+            "checkpoint, evaluation or sampling in progress); a second signal stops at once",
+            SIGNAL_NAMES[signum],
+        )
+
+    def _stop_if_signalled(self, where: str) -> None:
+        """Stop every process here (:class:`TrainingInterrupted`) once a deferred signal reached any of them
+        (a collective: every process calls it at the same point)."""
+        signum = agreed_signal(self.signals.received, getattr(self, "accelerator", None))
+        if signum:
+            raise TrainingInterrupted(
+                f"interrupted ({SIGNAL_NAMES[signum]}) {where}; the completed work in {self.run_dir} is kept. "
+                "Run the same command again to resume.",
+                signum,
+            )
 
     def plan(self, step: int) -> StepPlan:
         """The method's plan of time step ``step`` (``Method.plan``), with the text format's batches."""
@@ -303,6 +399,8 @@ class ContinualRun:
             self.model = self.initial_weights()
             set_seed(self.cfg.seed + step)
         plan.examples = self.examples(plan)
+        if hasattr(self, "signals"):  # a signal while sampling or tokenizing: the step starts on the rerun
+            self._stop_if_signalled(f"after step {step}'s examples (and samples), before its training")
         self.model = active.prepare_model(self.model, step)
         loaded = self.hooks.first("load_step", self, plan)
         if loaded:
@@ -336,6 +434,8 @@ class ContinualRun:
             accelerator,
             method=plan.strategies,
             resume=resume,
+            signals=getattr(self, "signals", None),
+            timeout_s=(cfg.trainer.dist_timeout_s, cfg.trainer.train_timeout_s),
         )
         with states:
             self.model, result = train_sharded(
@@ -343,6 +443,7 @@ class ContinualRun:
                 self.model,
                 lambda model: train_time_step(plan, model, accelerator, self.hooks, log_fn=log_fn, states=states),
             )
+        set_collective_timeout(cfg.trainer.dist_timeout_s)  # training's short timeout ends with its training
         self.hooks.call("on_step_trained", self, plan, result)
         return result
 
@@ -368,6 +469,8 @@ class ContinualRun:
             extra_files=lambda d: self.active.save_extra(self.model, d),
         )
         self.state.trained = sorted(set(self.state.trained) | {step})
+        if step in self.results:  # a rerun that finds the step unevaluated puts it in the step's rows
+            self.state.results[str(step)] = dataclasses.asdict(self.results[step])
         self.state.method_state = self.method.state_dict()
         self.state.hook_state = self.hooks.state_dict()
         self.state.save(self.run_dir)
@@ -385,10 +488,11 @@ class ContinualRun:
         self.accelerator.wait_for_everyone()
         return rows
 
-    def close(self, ok: bool) -> None:
-        shut_down(getattr(self, "logger", None), getattr(self, "accelerator", None), ok)
+    def close(self, ok: bool, agreed: Optional[bool] = None) -> None:
+        shut_down(getattr(self, "logger", None), getattr(self, "accelerator", None), ok, agreed)
 
 
 def train(cfg: Config | DictConfig) -> dict:
     """Run the whole timeline; returns the summary (also written to ``summary.json``)."""
+    log_on_main_only(process_index())  # before anything logs (the accelerator confirms it in setup)
     return ContinualRun(cfg).run()

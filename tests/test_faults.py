@@ -116,7 +116,7 @@ CASES = [
     ("full", "optimizer_step:27:SIGINT", "resuming time step 1 from the training state"),  # Ctrl-C mid-step 1
     ("lora", "optimizer_step:40", "resuming time step 2 from the training state"),  # mid-step 2 (adapter)
     ("lora", "checkpoint_saved:2", "resuming time step 1 from the training state"),  # steps/1 not recorded
-    ("lora", "evaluate:3", "resuming time step 2 from the training state"),  # evaluating ckpt 2
+    ("lora", "evaluate:3", "step 2 is trained, its evaluation runs again"),  # evaluating ckpt 2: evaluated only
     ("full", "optimizer_step:39:SIGTERM", "resuming time step 2 from the training state"),  # preempted in step 2
 ]
 

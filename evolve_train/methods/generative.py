@@ -39,6 +39,7 @@ from evolve_train.methods.mixing import MixCounts, MixingStrategy, append_rows, 
 from evolve_train.methods.replay import sample_indices
 from evolve_train.models.generation import padded_batch
 from evolve_train.models.text_format import split_masked
+from evolve_train.training import faults
 from evolve_train.training.rng import rng_state, set_rng_state
 from evolve_train.training.telemetry import eval_flops
 from evolve_train.utils.io import atomic_write_text, read_jsonl, write_jsonl
@@ -226,6 +227,7 @@ class GenerativeReplay(MixingStrategy):
             path.parent.mkdir(parents=True, exist_ok=True)
             atomic_write_text(meta_file, json.dumps(meta, indent=2) + "\n")
             write_jsonl(path, samples)  # last: a samples file is a complete one
+            faults.point("sample")
             log.info(
                 "generative replay (step %d): %d samples, %d new tokens in %.1f s -> %s",
                 step,

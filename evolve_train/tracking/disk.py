@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Optional
 
 from evolve_train.evaluation.rows import METRICS_FILE, read_metrics
 from evolve_train.tracking.base import MetricLogger, register_logger
@@ -19,11 +20,14 @@ class DiskLogger(MetricLogger):
         self.metrics_path = self.run_dir / METRICS_FILE
         self.train_path = self.run_dir / "train_log.jsonl"
 
-    def truncate_after(self, checkpoint: int) -> None:
-        """Drop rows of checkpoints after ``checkpoint`` (left by an interrupted run)."""
-        for path, key in ((self.metrics_path, "checkpoint"), (self.train_path, "time_step")):
+    def truncate_after(self, checkpoint: int, trained: Optional[int] = None) -> None:
+        """Drop rows of checkpoints after ``checkpoint`` and training-log rows of steps after ``trained``
+        (default ``checkpoint``; a step trained but not evaluated keeps its training log), left by an
+        interrupted run."""
+        trained = checkpoint if trained is None else trained
+        for path, key, last in ((self.metrics_path, "checkpoint", checkpoint), (self.train_path, "time_step", trained)):
             rows = read_jsonl(path)
-            kept = [r for r in rows if r.get(key, -1) <= checkpoint]
+            kept = [r for r in rows if r.get(key, -1) <= last]
             if len(kept) != len(rows):
                 write_jsonl(path, kept)
 

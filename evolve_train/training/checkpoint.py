@@ -177,6 +177,9 @@ class RunState:
     evaluated: list[int] = field(default_factory=list)
     """Checkpoints whose metrics rows are all in metrics.jsonl."""
     method_state: dict = field(default_factory=dict)
+    results: dict = field(default_factory=dict)
+    """What training each trained step took (``StepResult`` fields by step): the rows of a step evaluated by a
+    later attempt carry it."""
     hook_state: dict = field(default_factory=dict)
     """The run hooks' ``state_dict()`` by hook name (``training/hooks.py``), as of the last checkpoint."""
     identity: Optional[dict] = None

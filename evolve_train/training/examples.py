@@ -25,15 +25,26 @@ from evolve_train.training.compact_rows import decode_row
 
 @dataclass
 class LengthGroupedBatches:
-    """Shuffled batches of similar-length examples; a fixed seed and epoch give a fixed order."""
+    """Shuffled batches of similar-length examples; a fixed seed and epoch give a fixed order.
+
+    ``batch_size`` is the global batch (rows of every process); the loop gives process ``i`` the rows
+    ``batch[i::num_processes]``. A group's last batch with fewer rows than processes would leave a process
+    without rows (and its collectives unmatched): it joins the batch before it, so every process trains on
+    every batch. One process: unchanged."""
 
     lengths: Sequence[int]
     batch_size: int
     seed: int
     group_factor: int = 50
+    num_processes: int = 1
     same_count_every_epoch = True  # every epoch has len(self) batches
 
     def epoch(self, epoch: int) -> list[list[int]]:
+        if 0 < len(self.lengths) < self.num_processes:
+            raise ValueError(
+                f"{len(self.lengths)} training rows for {self.num_processes} processes: every process needs "
+                "at least one row per batch (use fewer processes or more data)"
+            )
         rng = random.Random(f"{self.seed}-{epoch}")
         order = list(range(len(self.lengths)))
         rng.shuffle(order)
@@ -42,11 +53,22 @@ class LengthGroupedBatches:
         for start in range(0, len(order), group):
             chunk = sorted(order[start : start + group], key=lambda i: self.lengths[i])
             batches.extend(chunk[i : i + self.batch_size] for i in range(0, len(chunk), self.batch_size))
+            if len(batches) > 1 and len(batches[-1]) < self.num_processes:  # a short last batch: joins the one before
+                batches[-2].extend(batches.pop())
         rng.shuffle(batches)
         return batches
 
     def __len__(self) -> int:
-        return -(-len(self.lengths) // self.batch_size)
+        count, rows = 0, len(self.lengths)
+        for start in range(0, rows, self.batch_size * self.group_factor):
+            count += -(-min(self.batch_size * self.group_factor, rows - start) // self.batch_size)
+            if (
+                count > 1
+                and (min(self.batch_size * self.group_factor, rows - start) % self.batch_size or self.batch_size)
+                < self.num_processes
+            ):
+                count -= 1
+        return count
 
     def count(self, epoch: int) -> int:
         """Batches in ``epoch`` (the same in every epoch)."""
@@ -54,7 +76,7 @@ class LengthGroupedBatches:
 
     def subset(self, lengths: Sequence[int]) -> "LengthGroupedBatches":
         """The same batching over other rows' ``lengths`` (a method's per-epoch selection)."""
-        return LengthGroupedBatches(list(lengths), self.batch_size, self.seed, self.group_factor)
+        return LengthGroupedBatches(list(lengths), self.batch_size, self.seed, self.group_factor, self.num_processes)
 
 
 def as_array_rows(examples) -> list[dict[str, np.ndarray]]:

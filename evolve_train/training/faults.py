@@ -1,8 +1,11 @@
 """Deterministic fault injection for the reliability tests: kill (or interrupt) the process at a named point.
 
-``EVOLVE_TRAIN_FAULT=<point>:<count>[:<signal>][,<point>:<count>...]`` makes the ``count``-th arrival at
-``point`` in this process send ``signal`` (default ``SIGKILL``; ``SIGINT`` behaves as a Ctrl-C) to the
-process itself. Unset (always, outside tests), :func:`point` is one dictionary lookup.
+``EVOLVE_TRAIN_FAULT=<point>:<count>[:<action>][@<rank>][,...]`` makes the ``count``-th arrival at
+``point`` in this process do ``action``: send a signal to the process itself (a signal's name; default
+``SIGKILL``; ``SIGINT`` behaves as a Ctrl-C) or ``raise`` (a ``RuntimeError``, as an out-of-memory or a data
+error would). ``@<rank>`` limits the fault to the process of that global rank (``RANK``, set by torchrun and
+submitit's multi-task jobs; 0 in a single process). Unset (always, outside tests), :func:`point` is one
+dictionary lookup.
 
 Points (where they are called):
 
@@ -11,6 +14,7 @@ Points (where they are called):
 - ``checkpoint_write``   inside a step checkpoint save, after the weights are written, before the rename
 - ``checkpoint_saved``   after the checkpoint's rename, before ``state.json`` records it
 - ``evaluate``           after a checkpoint's evaluation (predictions written), before its metrics rows
+- ``sample``             after a generative-replay method sampled the replay texts of a time step
 """
 
 from __future__ import annotations
@@ -19,31 +23,46 @@ import os
 import signal
 
 ENV = "EVOLVE_TRAIN_FAULT"
-POINTS = ("optimizer_step", "train_state_write", "checkpoint_write", "checkpoint_saved", "evaluate")
+POINTS = ("optimizer_step", "train_state_write", "checkpoint_write", "checkpoint_saved", "evaluate", "sample")
+RAISE = -1
+"""The action ``raise``: a ``RuntimeError`` instead of a signal."""
 _arrivals: dict[str, int] = {}
 
 
-def parse(spec: str) -> list[tuple[str, int, int]]:
-    """``"evaluate:2,optimizer_step:7:SIGINT"`` -> ``[("evaluate", 2, SIGKILL), ("optimizer_step", 7, SIGINT)]``."""
+def parse(spec: str) -> list[tuple[str, int, int, int | None]]:
+    """``"evaluate:2,optimizer_step:7:raise@1"`` -> ``[("evaluate", 2, SIGKILL, None), ("optimizer_step", 7,
+    RAISE, 1)]`` (point, count, signal or :data:`RAISE`, rank or ``None`` for every rank)."""
     faults = []
     for part in filter(None, (p.strip() for p in spec.split(","))):
-        fields = part.split(":")
-        if len(fields) not in (2, 3) or fields[0] not in POINTS or not fields[1].isdigit() or int(fields[1]) < 1:
+        part_, _, rank = part.partition("@")
+        fields = part_.split(":")
+        action = fields[2] if len(fields) == 3 else "SIGKILL"
+        if (
+            len(fields) not in (2, 3)
+            or fields[0] not in POINTS
+            or not fields[1].isdigit()
+            or int(fields[1]) < 1
+            or (action != "raise" and not isinstance(getattr(signal, action, None), signal.Signals))
+            or (rank and not rank.isdigit())
+        ):
             raise ValueError(
-                f"{ENV}: bad fault {part!r}; expected <point>:<count>[:<signal>] with point one of "
-                f"{', '.join(POINTS)} and count >= 1"
+                f"{ENV}: bad fault {part!r}; expected <point>:<count>[:<signal>|raise][@<rank>] with point one "
+                f"of {', '.join(POINTS)} and count >= 1"
             )
-        signum = getattr(signal, fields[2]) if len(fields) == 3 else signal.SIGKILL
-        faults.append((fields[0], int(fields[1]), int(signum)))
+        signum = RAISE if action == "raise" else int(getattr(signal, action))
+        faults.append((fields[0], int(fields[1]), signum, int(rank) if rank else None))
     return faults
 
 
 def point(name: str) -> None:
-    """Mark arrival at ``name``; deliver the configured signal if this is the planned arrival."""
+    """Mark arrival at ``name``; deliver the configured signal (or raise) if this is the planned arrival."""
     spec = os.environ.get(ENV)
     if not spec:
         return
     _arrivals[name] = _arrivals.get(name, 0) + 1
-    for where, count, signum in parse(spec):
-        if where == name and count == _arrivals[name]:
+    rank = int(os.environ.get("RANK", "0") or 0)
+    for where, count, signum, only in parse(spec):
+        if where == name and count == _arrivals[name] and only in (None, rank):
+            if signum == RAISE:
+                raise RuntimeError(f"fault injected by {ENV} at {name} #{count} in the process of rank {rank}")
             os.kill(os.getpid(), signum)

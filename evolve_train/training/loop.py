@@ -25,6 +25,7 @@ from tqdm.auto import tqdm
 from evolve_train.config import TrainerConfig
 from evolve_train.errors import ConfigError
 from evolve_train.training import faults
+from evolve_train.training.collectives import set_collective_timeout
 from evolve_train.training.distributed import clip_gradients, configure_deepspeed, plain_forward, update_steppers
 from evolve_train.training.examples import LengthGroupedBatches, row_lengths
 from evolve_train.training.loss import batch_loss, global_mean_scale, loss_token_count
@@ -57,7 +58,9 @@ def make_batches(cfg: TrainerConfig, lengths, seed: int, num_processes: int) -> 
     """``trainer.tokens_per_batch`` padded tokens per process and micro-batch, or ``trainer.batch_size`` rows."""
     if cfg.tokens_per_batch > 0:
         return TokenBudgetBatches(lengths, cfg.tokens_per_batch, seed, num_processes)
-    return LengthGroupedBatches(lengths, batch_size=cfg.batch_size * num_processes, seed=seed)
+    return LengthGroupedBatches(
+        lengths, batch_size=cfg.batch_size * num_processes, seed=seed, num_processes=num_processes
+    )
 
 
 def epoch_batches(batches: Batches, epoch: int, rows) -> list[list[int]]:
@@ -186,6 +189,7 @@ class StepTrainer:
             )
         self.resumed_at = (self.progress.epoch, self.progress.next_batch)
         self.guard.skipped = self.progress.skipped
+        self.short_timeout = False
         self.tokens = self.progress.tokens  # this process's real tokens (host ints: no device sync)
         self.all_tokens = self.tokens * self.accelerator.num_processes  # every process's, exact from here on
         device, cfg = self.accelerator.device, self.cfg
@@ -249,7 +253,7 @@ class StepTrainer:
                     continue  # trained before the state this step resumed from
                 shard = indices[self.accelerator.process_index :: self.accelerator.num_processes]
                 self.all_tokens += int(self.lengths[indices].sum())
-                if shard and self.train_batch(index, shard):
+                if self.train_batch(index, shard):  # every process has rows (the batchings make sure)
                     break
             progress.epoch += 1
         self.guard.check(progress.optimizer_steps)
@@ -319,6 +323,9 @@ class StepTrainer:
         last = lambda: loss.detach().float().item()  # noqa: E731  (read when a progress line is due)
         self.lines.update(progress.optimizer_steps, last, self.all_tokens - self.begin_tokens)
         self.hooks.call("on_optimizer_step", self)  # before a due state is saved, so the state carries its rows
+        if not self.short_timeout:  # from the first update on, a hang ends the job sooner (training/collectives.py)
+            set_collective_timeout(self.cfg.train_timeout_s)
+            self.short_timeout = True
         if self.states is not None:  # a due mid-step state (or Ctrl-C: save, then TrainingInterrupted)
             self.states.after_optimizer_step(
                 progress.optimizer_steps,

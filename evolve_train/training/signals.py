@@ -1,36 +1,59 @@
-"""Ctrl-C (SIGINT) and SIGTERM deferred to a safe point.
+"""Ctrl-C (SIGINT) and SIGTERM (and, in a submitit job, submitit's preemption signal) deferred to a safe point.
 
 :class:`DeferredSignals` records the first such signal instead of acting on it; the caller checks
 ``received`` where it can stop cleanly (the training loop: at the end of the optimizer step in progress, after
 saving a resumable state, ``training/train_state.py``). The first signal also puts the previous handlers
 back, so a second one acts at once. Handlers can only be installed in the main thread; elsewhere
 :meth:`DeferredSignals.install` does nothing.
+
+submitit's handler of its preemption signal (SIGUSR2) checkpoints and requeues the job on global rank 0 only and
+exits there at once, in the middle of whatever it was doing; the other ranks only log it. Deferred here instead,
+every rank agrees on it at the next optimizer step, a mid-step state is saved, and only then is submitit's handler
+called (``run.py``): rank 0 requeues the job, every rank exits.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from typing import Any, Callable, Optional
 
 DEFERRED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-SIGNAL_NAMES = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM"}
+SIGNAL_NAMES = {
+    signal.SIGINT: "Ctrl-C",
+    signal.SIGTERM: "SIGTERM",
+    signal.SIGUSR1: "SIGUSR1",
+    signal.SIGUSR2: "SIGUSR2",
+}
+
+
+def submitit_signal() -> Optional[int]:
+    """In a submitit job, the signal its preemption / time-limit handler listens to (``SIGUSR2`` unless
+    ``SUBMITIT_PREEMPT_SIGNAL`` says otherwise); ``None`` elsewhere."""
+    if not os.environ.get("SUBMITIT_EXECUTOR"):
+        return None
+    return int(getattr(signal, "SIG" + os.environ.get("SUBMITIT_PREEMPT_SIGNAL", "USR2")))
 
 
 class DeferredSignals:
     """SIGINT and SIGTERM recorded in ``received`` (the signal's number) between :meth:`install` and
     :meth:`restore`; ``notify(signum)`` is called when one arrives."""
 
-    def __init__(self, notify: Optional[Callable[[int], None]] = None):
+    def __init__(self, notify: Optional[Callable[[int], None]] = None, extra: tuple[int, ...] = ()):
         self.received: Optional[int] = None
         self._notify = notify
+        self._signals = DEFERRED_SIGNALS + tuple(extra)
         self._previous: dict[int, Any] = {}
+        self.handlers: dict[int, Any] = {}
+        """The handlers installed before :meth:`install` (kept after :meth:`restore`)."""
 
     def install(self) -> None:
         if threading.current_thread() is threading.main_thread():
-            for signum in DEFERRED_SIGNALS:
+            for signum in self._signals:
                 self._previous[signum] = signal.getsignal(signum)
                 signal.signal(signum, self._handle)
+            self.handlers = dict(self._previous)
 
     def restore(self) -> None:
         for signum, handler in self._previous.items():

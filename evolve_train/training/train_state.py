@@ -25,7 +25,12 @@ job) inside the loop are deferred to the end of the optimizer step in progress: 
 (whatever ``save_every_n_steps``) and :class:`TrainingInterrupted` is raised; the run exits with 128 + the
 signal's number (130 for Ctrl-C, 143 for SIGTERM) and the same command resumes. A second signal stops at once.
 With several processes the ranks agree at every optimizer step (one gather of an integer): a signal that
-reached any rank makes every rank save (the main process writes) and stop at the same step. FSDP / DeepSpeed runs save their sharded states through
+reached any rank makes every rank save (the main process writes) and stop at the same step. A run stopped by a
+signal outside training (checkpoint, evaluation, sampling) stops at the next boundary (``run.py``).
+
+A state records the number of processes that saved it. A resume on another number of processes (a requeue onto
+fewer GPUs) cannot continue it: the global batch and the plan's optimizer steps depend on that number, so the
+step restarts from the previous step's checkpoint with a warning naming both numbers. FSDP / DeepSpeed runs save their sharded states through
 ``accelerator.save_state`` into the same directory layout (``accelerate/``), not tested on CPU.
 
 This module holds the state dirs and :class:`StepStates`; the pieces they are made of live apart: the
@@ -48,6 +53,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from evolve_train.training import faults
+from evolve_train.training.collectives import agreed_signal, set_collective_timeout
 from evolve_train.training.rng import rng_state, set_rng_state
 from evolve_train.training.signals import SIGNAL_NAMES, DeferredSignals
 from evolve_train.training.tensor_json import join_tensors, split_tensors
@@ -155,7 +161,18 @@ class StepStates:
     """The mid-step states of one time step. Use as a context manager around ``train_time_step``
     (it defers Ctrl-C while inside) and pass it as ``states=``."""
 
-    def __init__(self, run_dir: Path, step: int, every: int, keep: int, accelerator, method=None, resume: bool = True):
+    def __init__(
+        self,
+        run_dir: Path,
+        step: int,
+        every: int,
+        keep: int,
+        accelerator,
+        method=None,
+        resume: bool = True,
+        signals: Optional[DeferredSignals] = None,
+        timeout_s: tuple[float, float] = (0, 0),
+    ):
         self.run_dir, self.step = Path(run_dir), step
         self.every, self.keep = max(0, int(every)), max(1, int(keep))
         self.accelerator, self.method, self.resume = accelerator, method, resume
@@ -163,7 +180,11 @@ class StepStates:
         self.fingerprint: dict = {}
         self.rows: list[dict] = []
         self.saved: Optional[Path] = None
-        self.signals = DeferredSignals(notify=self._on_signal)
+        self.own_signals = signals is None  # else the run's, installed for the whole run
+        self.signals = DeferredSignals(notify=self._on_signal) if signals is None else signals
+        self.timeout_s = timeout_s
+        """The process group's timeouts outside and inside training (``trainer.dist_timeout_s``,
+        ``trainer.train_timeout_s``): a save runs under the first (``training/collectives.py``)."""
         self._log_fn: Optional[Callable] = None
 
     # -- Ctrl-C and SIGTERM -------------------------------------------------------------------------
@@ -175,18 +196,16 @@ class StepStates:
     def agreed_interrupt(self) -> Optional[int]:
         """The deferred signal as every process sees it: this process's alone, or with several processes the
         largest number any of them received (a collective: every process calls it at the same point)."""
-        mine = self.signals.received or 0
-        if self.accelerator.num_processes == 1:
-            return mine or None
-        everyone = self.accelerator.gather(torch.tensor([mine], device=self.accelerator.device))
-        return int(everyone.max().item()) or None
+        return agreed_signal(self.signals.received, self.accelerator)
 
     def __enter__(self) -> "StepStates":
-        self.signals.install()
+        if self.own_signals:
+            self.signals.install()
         return self
 
     def __exit__(self, exc_type, exc, traceback) -> None:
-        self.signals.restore()
+        if self.own_signals:
+            self.signals.restore()
         if exc_type is not None:  # an error: no collective (the other processes may not be here)
             return
         interrupted = self.agreed_interrupt()
@@ -275,6 +294,7 @@ class StepStates:
     def save(self, progress: Progress, model, optimizer, scheduler) -> Path:
         accelerator = self.accelerator
         main = accelerator.is_main_process
+        set_collective_timeout(self.timeout_s[0])  # the others wait while the main process writes
         name = state_name(self.step, progress.optimizer_steps)
         final = self.root / name
         tmp = tmp_path(final)
@@ -310,6 +330,7 @@ class StepStates:
             raise
         if accelerator.num_processes > 1:
             accelerator.wait_for_everyone()
+        set_collective_timeout(self.timeout_s[1])  # saves come after an optimizer step: training's timeout
         self.saved = final
         log.info("saved training state %s", final)
         return final
@@ -343,6 +364,19 @@ class StepStates:
             meta = None
             if problem is None:
                 meta = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
+                saved_by = (meta.get("fingerprint") or {}).get("num_processes")
+                if saved_by != self.fingerprint["num_processes"]:
+                    log.warning(
+                        "the training state %s was saved by %s processes and this run has %d: a mid-step state "
+                        "resumes only on the number of processes that saved it (the global batch and the "
+                        "step's plan depend on it), so time step %d restarts from %s",
+                        path,
+                        saved_by,
+                        self.fingerprint["num_processes"],
+                        self.step,
+                        self.last_good(),
+                    )
+                    return None
                 if meta.get("fingerprint") != self.fingerprint:
                     problem = (
                         f"it was saved for another plan of this step ({meta.get('fingerprint')} != "

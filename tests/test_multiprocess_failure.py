@@ -1,0 +1,80 @@
+"""A failing process ends a 2-process run (DDP, gloo on CPU) instead of hanging it, and a mid-step state saved by 2
+processes is not resumed by 1 (the step restarts from its previous checkpoint, with a warning naming both numbers).
+
+Faults come from ``EVOLVE_TRAIN_FAULT`` (training/faults.py): ``optimizer_step:<n>:raise@1`` raises in rank 1 only,
+at its n-th optimizer step, while rank 0 goes on into the next gradient all-reduce.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from test_multiprocess_faults import OVERRIDES, ROOT, free_port, launch, log, states
+
+pytestmark = pytest.mark.slow
+
+
+def start(run_dir: Path, fault: str) -> subprocess.Popen:
+    command = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2"]
+    command += ["--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
+    command += ["--main_process_port", str(free_port()), "train.py", *OVERRIDES, f"hydra.run.dir={run_dir}"]
+    env = {**os.environ, "WANDB_MODE": "disabled", "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1"}
+    env["EVOLVE_TRAIN_FAULT"] = fault
+    return subprocess.Popen(
+        command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True
+    )
+
+
+def test_a_rank_that_raises_ends_every_process_within_60_s_with_its_error_in_the_output(tmp_path):
+    run_dir = tmp_path / "run"
+    process = start(run_dir, "optimizer_step:5:raise@1")
+    lines: list[str] = []
+    raised = threading.Event()
+
+    def read() -> None:
+        for line in process.stdout:
+            lines.append(line)
+            if "fault injected by EVOLVE_TRAIN_FAULT" in line:
+                raised.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        assert raised.wait(timeout=400), "rank 1 never reached its fault:\n" + "".join(lines[-60:])
+        began = time.monotonic()
+        code = process.wait(timeout=60)  # the test's own deadline: a hang fails it here
+        assert time.monotonic() - began < 60
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, 9)
+            process.wait()
+    reader.join(timeout=10)
+    output = "".join(lines)
+    assert code != 0
+    assert "the run failed in process 1: fault injected by EVOLVE_TRAIN_FAULT at optimizer_step #5" in output
+    # only the main process logs INFO: each INFO line of the run once in train.log
+    assert log(run_dir).count("private-leak check:") == 1, log(run_dir)
+
+
+def test_a_mid_step_state_of_2_processes_is_not_resumed_by_1_and_the_warning_names_both(tmp_path):
+    run_dir = tmp_path / "run"
+    stopped = launch(run_dir, "optimizer_step:3:SIGTERM")  # step 0, optimizer step 3: a state saved there
+    assert stopped.returncode != 0
+    assert states(run_dir)[-1] == "step0-opt4"  # the ranks agreed at the next optimizer step
+    command = [sys.executable, "train.py", *OVERRIDES, f"hydra.run.dir={run_dir}"]
+    env = {k: v for k, v in os.environ.items() if k != "EVOLVE_TRAIN_FAULT"}
+    alone = subprocess.run(
+        command, cwd=ROOT, capture_output=True, text=True, timeout=400, env={**env, "OMP_NUM_THREADS": "1"}
+    )
+    assert alone.returncode == 0, alone.stderr[-4000:]
+    assert "was saved by 2 processes and this run has 1" in log(run_dir)
+    assert "time step 0 restarts from none (step 0 starts from scratch)" in log(run_dir)
+    rows = [json.loads(line) for line in (run_dir / "train_log.jsonl").read_text().splitlines()]
+    assert {r["time_step"] for r in rows} == {0, 1}
