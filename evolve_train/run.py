@@ -275,7 +275,8 @@ class ContinualRun:
         self.setup()
         ok = False
         try:
-            if evaluates_initial(self.cfg) and self.start == 0:  # A_init (METRICS.md §3): checkpoint -1
+            # A_init (docs/metrics.md#3-continual-learning-matrix): checkpoint -1
+            if evaluates_initial(self.cfg) and self.start == 0:
                 self.evaluate(INITIAL)
             for step in range(self.start, len(self.timeline.steps)):
                 self.train_step(self.plan(step))
