@@ -1027,8 +1027,10 @@ class EvalConfig:
     grad_norm_items: int = 64
     """``grad_norms``: items per split set (seeded sample)."""
     heldout_text: list[str] = field(default_factory=lambda: ["general"])
-    """``heldout``: plain-text files scored for perplexity per checkpoint (general-knowledge forgetting);
-    ``general`` = the general text shipped with the package (not about the world's organisations)."""
+    """``heldout``: plain-text files scored for perplexity per checkpoint (general-knowledge forgetting), with
+    95 % bootstrap intervals over documents; shipped texts by name (not about the world's organisations):
+    ``general`` (a short everyday text), ``python_docs`` (~25,000 words of the Python documentation's prose);
+    any other entry is a path (documents separated by blank lines)."""
     heldout_window: int = 128
     """``heldout``: tokens per scored window (at most the model's context length)."""
     # --- time slices, regret, within-step evaluation (docs/metrics.md#9-time-sliced-perplexity, docs/metrics.md#11-compute; docs/evaluation.md) ---

@@ -78,6 +78,25 @@ def bootstrap_mean_ci(values: Sequence[float], B: int = 2000, seed: int = 0) -> 
     return list(bootstrap_ci_bounds(np.sort(np.concatenate(means))))
 
 
+def bootstrap_ratio_ci(
+    sums: Sequence[float], counts: Sequence[float], B: int = 2000, seed: int = 0
+) -> Optional[list[float]]:
+    """95% percentile-bootstrap interval ``[low, high]`` of ``sum(sums) / sum(counts)`` over items (e.g. the mean
+    token NLL of a text over its documents: each document's summed NLL and token count), items resampled with
+    replacement B times (numpy default_rng(seed); bounds as in :func:`bootstrap_ci_bounds`); None with no items
+    or no counts."""
+    top, bottom = np.asarray(sums, dtype=float), np.asarray(counts, dtype=float)
+    if top.size == 0 or bottom.sum() <= 0:
+        return None
+    ratios = []
+    for index in _resamples(top.size, B, seed):
+        totals = bottom[index].sum(axis=1)
+        ratios.append(np.where(totals > 0, top[index].sum(axis=1) / np.maximum(totals, 1e-300), np.nan))
+    ordered = np.sort(np.concatenate(ratios))
+    ordered = ordered[~np.isnan(ordered)]
+    return list(bootstrap_ci_bounds(ordered)) if ordered.size else None
+
+
 def cohen_kappa(y_true: Sequence[Hashable], y_pred: Sequence[Hashable]) -> Optional[float]:
     """docs/metrics.md#8-statistics-and-hygiene: (p_o − p_e) / (1 − p_e); 1.0 when p_e = 1; None with no items."""
     if len(y_true) != len(y_pred):
