@@ -59,6 +59,7 @@ ALLOWED = [
         r"requests\.session|\bSession\(\)",  # HTTP client APIs
         r"wandb[^\n]{0,40}\bsession\b|\bsession\b[^\n]{0,40}wandb",  # W&B's own API words
         r"one long session",  # the held-out general text (a practice session)
+        r"\binterpreter session\b",  # the held-out Python documentation text (an interactive Python session)
         r"\bnot drawn\b(?![^.\n]{0,20}\btask)",  # of a plot: a line or band not drawn
         r"github\.com/[^\s)]*/issues/\d+",  # an upstream project's issue, by URL
     )
@@ -139,6 +140,7 @@ def test_each_internal_phrase_is_caught(phrase):
         "examples drawn from earlier steps",
         "lm-eval tasks evolve_unchanged; one SLURM task per GPU",
         "few minutes of practice every day helps more than one long session.",
+        "will take effect for the rest of the interpreter session.",
         "see https://github.com/EleutherAI/lm-evaluation-harness/issues/1234",
         "~/.cache/evolve-train/data/dyknow and runs/demo/steps/2",
         "python -m evolve_train.data.world --out /tmp/world",
