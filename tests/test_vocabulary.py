@@ -59,7 +59,7 @@ ALLOWED = [
         r"requests\.session|\bSession\(\)",  # HTTP client APIs
         r"wandb[^\n]{0,40}\bsession\b|\bsession\b[^\n]{0,40}wandb",  # W&B's own API words
         r"one long session",  # the held-out general text (a practice session)
-        r"\binterpreter session\b",  # the held-out Python documentation text (an interactive Python session)
+        r"\b(?:interpreter|interactive) session\b",  # the held-out Python documentation text (a Python REPL)
         r"\bnot drawn\b(?![^.\n]{0,20}\btask)",  # of a plot: a line or band not drawn
         r"github\.com/[^\s)]*/issues/\d+",  # an upstream project's issue, by URL
     )
