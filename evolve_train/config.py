@@ -666,10 +666,10 @@ class DataConfig:
     keep_history: bool = later_steps(False)
     """Every earlier step's corpus is kept in each step's corpus (the positive control of
     ``experiment=time_aware``: each dated snapshot so far, not only the step's diff)."""
-    # --- held-out time slices (METRICS.md §9, data/slices.py) ---
+    # --- held-out time slices (docs/metrics.md#9-time-sliced-perplexity, data/slices.py) ---
     heldout_share: float = 0.05
     """Share of each step's training examples (masked-entity pairs, or ``clm`` documents) held out as the
-    step's slice: never trained on, scored by the ``slices`` evaluator (P[i][j], METRICS.md §9); 0 = none."""
+    step's slice: never trained on, scored by the ``slices`` evaluator (P[i][j], docs/metrics.md#9-time-sliced-perplexity); 0 = none."""
     heldout_seed: int = 0
     """Seed of the held-out selection (with the step index)."""
     # --- baselines of the time order and of general data (docs/methods.md, "General data, generative replay") ---
@@ -902,7 +902,7 @@ class QAAdaptationConfig:
 @dataclass
 class ContaminationConfig:
     variants: int = 3
-    """Label-preserving perturbed variants per question (METRICS.md §8; fewer when an item has fewer)."""
+    """Label-preserving perturbed variants per question (docs/metrics.md#8-statistics-and-hygiene; fewer when an item has fewer)."""
     rewrites: list[dict[str, str]] = field(default_factory=list)
     """Rewrites of loaded items without ``extra.variants``, each keeping the gold: ``{pattern, replacement}``
     (``re.sub`` on the question; not applicable when it does not match) or ``{template}`` (``str.format`` over
@@ -974,7 +974,7 @@ class LmEvalConfig:
 
 @dataclass
 class RetrievalConfig:
-    """``retrieval``: the open-book evaluator (METRICS.md §10; docs/evaluation.md "Retrieval (open-book)")."""
+    """``retrieval``: the open-book evaluator (docs/metrics.md#10-open-book-evaluation; docs/evaluation.md "Retrieval (open-book)")."""
 
     k: int = 3
     """Passages retrieved (BM25, ``bm25s``) per question and put before it."""
@@ -1102,12 +1102,12 @@ class EvalConfig:
     ``general`` = the general text shipped with the package (not about the world's organisations)."""
     heldout_window: int = 128
     """``heldout``: tokens per scored window (at most the model's context length)."""
-    # --- time slices, regret, within-step evaluation (METRICS.md §9, §11; docs/evaluation.md) ---
+    # --- time slices, regret, within-step evaluation (docs/metrics.md#9-time-sliced-perplexity, docs/metrics.md#11-compute; docs/evaluation.md) ---
     slice_max_examples: int = 1000
     """``slices``: examples scored per held-out slice (a fixed seeded sample; 0 = all)."""
     oracle_run: Optional[str] = runtime(None, hashed=True)
     """A finished oracle run dir (the same model retrained from the initial weights on steps 0..i for each
-    checkpoint i): ``summary.json`` then gets ``regret_*`` = aggregate(run) − aggregate(oracle) (METRICS.md §9)."""
+    checkpoint i): ``summary.json`` then gets ``regret_*`` = aggregate(run) − aggregate(oracle) (docs/metrics.md#9-time-sliced-perplexity)."""
     within_step_every: int = 0
     """Evaluate a fixed probe of every split set each N optimizer steps during training (0 = off): the
     stability gap within a step (``within_step.jsonl``)."""
@@ -1120,9 +1120,9 @@ class EvalConfig:
     flip_rate: FlipRateConfig = field(default_factory=FlipRateConfig)
     """``flip_rate``: K equivalent templates and n repeats (docs/hygiene.md)."""
     gate: GateConfig = runtime(default_factory=GateConfig, hashed=True)
-    """Release-gate thresholds (METRICS.md §8 defaults), read by ``evolve-gate`` (docs/hygiene.md)."""
+    """Release-gate thresholds (docs/metrics.md#8-statistics-and-hygiene defaults), read by ``evolve-gate`` (docs/hygiene.md)."""
     retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
-    """``retrieval``: the open-book evaluator over the snapshots seen so far (METRICS.md §10)."""
+    """``retrieval``: the open-book evaluator over the snapshots seen so far (docs/metrics.md#10-open-book-evaluation)."""
     lm_eval: LmEvalConfig = field(default_factory=LmEvalConfig)
     """``lm_eval``: lm-evaluation-harness tasks per checkpoint (the ``lmeval`` extra)."""
     # --- pretrained models ---

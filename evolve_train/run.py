@@ -326,7 +326,9 @@ class ContinualRun:
         try:
             self.setup()
             self._stop_if_signalled("after set-up, before training")
-            if evaluates_initial(self.cfg) and self.start == 0:  # A_init (METRICS.md §3): checkpoint -1
+            if (
+                evaluates_initial(self.cfg) and self.start == 0
+            ):  # A_init (docs/metrics.md#3-continual-learning-matrix): checkpoint -1
                 self.evaluate(INITIAL)
                 self._stop_if_signalled("after the initial model's evaluation")
             if self.pending is not None:  # trained and checkpointed, not evaluated: evaluated now, not retrained

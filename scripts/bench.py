@@ -10,7 +10,7 @@
 Prints a table, then (last line) one JSON object with the keys loop_vs_torch, lora_vs_full,
 packing_efficiency, clm_packing_efficiency, eval_speedup, eval_share, tokens_per_s_by_size, eval_growth,
 cache_speedup and retrieval_share (the open-book evaluator's time over the other evaluators' at the last
-checkpoint; ``--retrieval-only`` measures just that), with the raw figures behind them. See docs/benchmarks.md
+checkpoint; ``--retrieval-only`` measures just that), with the raw figures behind them. See docs/results/benchmarks.md
 for the figures measured on the reference machines.
 """
 

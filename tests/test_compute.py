@@ -1,4 +1,4 @@
-"""Compute figures (METRICS.md §11), the within-step probe and the report's time-slice parts."""
+"""Compute figures (docs/metrics.md#11-compute), the within-step probe and the report's time-slice parts."""
 
 from __future__ import annotations
 

@@ -37,7 +37,7 @@ from evolve_train.config import Config
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
-DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 PLACEHOLDER = re.compile(r"\.\.\.|…|<[^>]*>|\$")
 TOOLS = ("evolve-data", "evolve-eval", "evolve-report", "evolve-gate", "evolve-score")
 WRAPPERS = {"/usr/bin/time": 0, "time": 0, "-v": 0, "timeout": 1, "nohup": 0, "exec": 0}

@@ -1,4 +1,4 @@
-"""The ``matrix`` evaluator and the summary's matrix (METRICS.md §3) on hand-built split rows."""
+"""The ``matrix`` evaluator and the summary's matrix (docs/metrics.md#3-continual-learning-matrix) on hand-built split rows."""
 
 import json
 

@@ -1,4 +1,4 @@
-"""The ``paired`` (METRICS.md §4) and ``ablation`` (§5) evaluators on hand-built items and predictions.
+"""The ``paired`` (docs/metrics.md#4-paired-temporal-metrics) and ``ablation`` (§5) evaluators on hand-built items and predictions.
 
 The model is replaced by generations filled into the context's cache, so every number is hand-computed.
 """

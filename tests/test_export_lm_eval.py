@@ -65,7 +65,7 @@ def shipped_utils(directory: Path):
     return module
 
 
-# --- utils.py: METRICS.md §1 without evolve_train --------------------------------------------------------------
+# --- utils.py: docs/metrics.md#1-answer-matching without evolve_train --------------------------------------------------------------
 
 PIECES = [
     "The",

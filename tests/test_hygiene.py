@@ -1,4 +1,4 @@
-"""Private vs dev (METRICS.md §8): dev_items, the private-leak check and the record of private evaluations."""
+"""Private vs dev (docs/metrics.md#8-statistics-and-hygiene): dev_items, the private-leak check and the record of private evaluations."""
 
 from __future__ import annotations
 

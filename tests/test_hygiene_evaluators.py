@@ -1,4 +1,4 @@
-"""``contamination`` and ``flip_rate`` (METRICS.md §8) on hand-computed cases, and on a real tiny run."""
+"""``contamination`` and ``flip_rate`` (docs/metrics.md#8-statistics-and-hygiene) on hand-computed cases, and on a real tiny run."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""METRICS.md §1 answer matching, and the metric registry."""
+"""docs/metrics.md#1-answer-matching answer matching, and the metric registry."""
 
 import pytest
 

@@ -1,4 +1,4 @@
-"""METRICS.md §7: multiple choice by log-likelihood and calibration."""
+"""docs/metrics.md#7-multiple-choice-and-confidence: multiple choice by log-likelihood and calibration."""
 
 import math
 

@@ -1,4 +1,4 @@
-"""METRICS.md §3: the continual-learning matrix."""
+"""docs/metrics.md#3-continual-learning-matrix: the continual-learning matrix."""
 
 import json
 

@@ -1,4 +1,4 @@
-"""METRICS.md §8: paired bootstrap, kappa, flip rate, contamination gap, release gate."""
+"""docs/metrics.md#8-statistics-and-hygiene: paired bootstrap, kappa, flip rate, contamination gap, release gate."""
 
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-"""METRICS.md §4 paired temporal metrics, §5 timestamp ablation and §6 dimensions."""
+"""docs/metrics.md#4-paired-temporal-metrics paired temporal metrics, §5 timestamp ablation and §6 dimensions."""
 
 import pytest
 

@@ -1,4 +1,4 @@
-"""The open-book evaluator (METRICS.md §10) on a hand-built three-step timeline.
+"""The open-book evaluator (docs/metrics.md#10-open-book-evaluation) on a hand-built three-step timeline.
 
 The model is a stub reader (``ctx.answers`` replaced): it answers with the last word of the first line of the
 prompt, i.e. of the best retrieved passage, so every number here is hand-computed from which passages BM25

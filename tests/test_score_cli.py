@@ -1,4 +1,4 @@
-"""`evolve-score` and `score_items` (METRICS.md §1, §4, §6, §7)."""
+"""`evolve-score` and `score_items` (docs/metrics.md#1-answer-matching, docs/metrics.md#4-paired-temporal-metrics, docs/metrics.md#6-the-five-dimensions, docs/metrics.md#7-multiple-choice-and-confidence)."""
 
 import json
 import math

@@ -1,4 +1,4 @@
-"""Held-out time slices, the ``slices`` evaluator and the TiC-LM aggregates (METRICS.md §9)."""
+"""Held-out time slices, the ``slices`` evaluator and the TiC-LM aggregates (docs/metrics.md#9-time-sliced-perplexity)."""
 
 from __future__ import annotations
 

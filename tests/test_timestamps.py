@@ -1,4 +1,4 @@
-"""Timestamp parsing and timestamp-phrase removal (METRICS.md §4)."""
+"""Timestamp parsing and timestamp-phrase removal (docs/metrics.md#4-paired-temporal-metrics)."""
 
 from datetime import date
 

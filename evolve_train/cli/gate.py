@@ -1,4 +1,4 @@
-"""`evolve-gate`: the release gate (METRICS.md §8) on a finished run's final checkpoint.
+"""`evolve-gate`: the release gate (docs/metrics.md#8-statistics-and-hygiene) on a finished run's final checkpoint.
 
     evolve-gate RUN_DIR [--baseline RUN_DIR] [--flip-rate-max X] [--contamination-gap-max X]
                 [--ci-low-min X] [--slice-floor NAME=X ...] [--bootstrap B] [--seed S]
@@ -12,7 +12,7 @@ Checks, each printed with its value, operator and threshold:
 * ``slice:<name>`` >= floor — EM at the final checkpoint of a set (``new_2``), a split kind (``new``: every
   New_k, item-weighted) or ``all`` (Unchanged + New + Updated).
 
-Thresholds: METRICS.md defaults (``GateConfig``), replaced by the run's own ``eval.gate`` when its
+Thresholds: docs/metrics.md defaults (``GateConfig``), replaced by the run's own ``eval.gate`` when its
 ``.hydra/config.yaml`` has one, replaced by the flags (a value ``none`` switches a check off). A check whose
 value was not measured (its evaluator did not run) fails. Exit status: 0 when every check passes, 1 when one
 fails, 2 on bad input (one line on stderr).

@@ -1,4 +1,4 @@
-"""`evolve-score`: score predictions produced anywhere against a gold QA file (METRICS.md §1, §4, §6, §7).
+"""`evolve-score`: score predictions produced anywhere against a gold QA file (docs/metrics.md#1-answer-matching, docs/metrics.md#4-paired-temporal-metrics, docs/metrics.md#6-the-five-dimensions, docs/metrics.md#7-multiple-choice-and-confidence).
 
     evolve-score --gold GOLD.jsonl --predictions PRED.jsonl [--field KEY=SOURCE ...] [--json]
 

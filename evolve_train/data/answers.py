@@ -1,4 +1,4 @@
-"""Answer normalization and exact match (METRICS.md §1): SQuAD v1.1 normalization with NFKC first.
+"""Answer normalization and exact match (docs/metrics.md#1-answer-matching): SQuAD v1.1 normalization with NFKC first.
 
 The data checks use them too (a perturbed question must keep its gold, a refreshed fact must change its
 answer), so they live with the data; ``evaluation/metrics/answer.py`` re-exports them with the rest of
@@ -19,7 +19,7 @@ _ARTICLES = re.compile(r"\b(a|an|the)\b")
 
 
 def normalize(text: str) -> str:
-    """METRICS.md §1: NFKC → lowercase → drop `string.punctuation` → drop whole words a/an/the →
+    """docs/metrics.md#1-answer-matching: NFKC → lowercase → drop `string.punctuation` → drop whole words a/an/the →
     collapse whitespace → strip."""
     text = unicodedata.normalize("NFKC", text).lower()
     text = "".join(ch for ch in text if ch not in _PUNCTUATION)
@@ -28,11 +28,11 @@ def normalize(text: str) -> str:
 
 
 def aliases(golds: Golds) -> list[str]:
-    """A gold answer as a list of aliases: a single string is a list of one (METRICS.md §1)."""
+    """A gold answer as a list of aliases: a single string is a list of one (docs/metrics.md#1-answer-matching)."""
     return [golds] if isinstance(golds, str) else list(golds)
 
 
 def exact_match(prediction: str, golds: Golds) -> int:
-    """METRICS.md §1: 1 if normalize(prediction) equals normalize(g) for any alias g, else 0."""
+    """docs/metrics.md#1-answer-matching: 1 if normalize(prediction) equals normalize(g) for any alias g, else 0."""
     predicted = normalize(prediction)
     return int(any(predicted == normalize(gold) for gold in aliases(golds)))

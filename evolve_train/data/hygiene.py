@@ -1,10 +1,10 @@
-"""Private vs dev eval items (METRICS.md §8): ``dev_items`` and the private-leak check.
+"""Private vs dev eval items (docs/metrics.md#8-statistics-and-hygiene): ``dev_items`` and the private-leak check.
 
 Every eval item carries ``split`` (``dev`` | ``private``; an item without one counts as private). Only dev
 items may be used for tuning prompts or hyperparameters, or as few-shot examples: ``dev_items`` is the one
 way to pick them. ``check_private_leaks`` runs in ``train`` before anything is written or trained and raises
 a :class:`DataError` naming the private item and where its question was found. The rule, with its rationale,
-is in docs/hygiene.md; in short, with every text compared as the token sequence of METRICS.md §1
+is in docs/hygiene.md; in short, with every text compared as the token sequence of docs/metrics.md#1-answer-matching
 ``normalize``:
 
 * A **surface** of a private item is its question and each of its held-out variants (``extra.variants``;
@@ -14,7 +14,7 @@ is in docs/hygiene.md; in short, with every text compared as the token sequence 
   documents). An interrogative surface leaks when its tokens occur anywhere in an example; a cloze *variant*
   leaks when its tokens immediately followed by a gold alias occur in an example. The cloze *question* is
   not checked against the corpus: followed by its gold it is a statement of the fact, and facts belong in
-  the corpora (METRICS.md §8) — the embedded world's probes are exactly such efficacy probes. Its
+  the corpora (docs/metrics.md#8-statistics-and-hygiene) — the embedded world's probes are exactly such efficacy probes. Its
   held-out variants are what must stay out of training, and they are checked.
 * **QA-adaptation data**: an adaptation item whose question or prompt (normalized) equals a surface or the
   item's prompt leaks, and its pairs are also checked as training examples above.
@@ -95,7 +95,7 @@ def private_items(source: Items) -> list[tuple[Optional[str], dict]]:
 
 
 def tokens(text: str) -> tuple[str, ...]:
-    """The METRICS.md §1 normalized token sequence of ``text``."""
+    """The docs/metrics.md#1-answer-matching normalized token sequence of ``text``."""
     return tuple(normalize(text).split())
 
 
@@ -220,7 +220,7 @@ def _excerpt(text: str, limit: int = 160) -> str:
 def _leak(surface: Surface, where: str, rule: str) -> DataError:
     return DataError(
         f"{surface.describe()} {rule} {where}. Private eval items must never be trained on or "
-        "shown in prompts (METRICS.md §8, docs/hygiene.md): remove it there, or use a dev item"
+        "shown in prompts (docs/metrics.md#8-statistics-and-hygiene, docs/hygiene.md): remove it there, or use a dev item"
     )
 
 

@@ -1,4 +1,4 @@
-"""The update pairs of METRICS.md §4: items of one base question whose answers changed, (older, newer).
+"""The update pairs of docs/metrics.md#4-paired-temporal-metrics: items of one base question whose answers changed, (older, newer).
 
 Explicit pairs come from the data's ``pair_id``; the others are paired automatically (per base question,
 ordered by timestamp, consecutive items with disjoint alias sets). The loaders use the pairing to mark the
@@ -19,7 +19,7 @@ Pair = tuple[QAItem, QAItem]
 
 
 def alias_set(item: QAItem) -> frozenset[str]:
-    """The item's normalized aliases (METRICS.md §1/§4)."""
+    """The item's normalized aliases (docs/metrics.md#1-answer-matching/§4)."""
     return frozenset(normalize(answer) for answer in item.answers)
 
 
@@ -30,7 +30,7 @@ def base_question_key(item: QAItem) -> str:
 
 
 def group_by_base_question(items: Iterable[QAItem]) -> dict[str, list[QAItem]]:
-    """Timestamped items grouped by base question, each group in file order (METRICS.md §4)."""
+    """Timestamped items grouped by base question, each group in file order (docs/metrics.md#4-paired-temporal-metrics)."""
     groups: dict[str, list[QAItem]] = {}
     for item in items:
         if item.timestamp is not None:
@@ -39,7 +39,7 @@ def group_by_base_question(items: Iterable[QAItem]) -> dict[str, list[QAItem]]:
 
 
 def build_pairs(items: Iterable[QAItem]) -> list[Pair]:
-    """METRICS.md §4 "Automatic pairing": per base-question group, order by timestamp (a year as 1 January,
+    """docs/metrics.md#4-paired-temporal-metrics "Automatic pairing": per base-question group, order by timestamp (a year as 1 January,
     a year-month as the 1st); of items sharing a timestamp only the first in file order takes part; each two
     consecutive items whose normalized alias sets are disjoint form one pair (older, newer)."""
     pairs: list[Pair] = []

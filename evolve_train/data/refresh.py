@@ -1,4 +1,4 @@
-"""``refresh_private_set`` (METRICS.md §8): drop the items every reference model answers right every time.
+"""``refresh_private_set`` (docs/metrics.md#8-statistics-and-hygiene): drop the items every reference model answers right every time.
 
 A saturated item no longer separates models; refreshing removes it from the private set so the set keeps
 measuring something. The rule (docs/hygiene.md):
@@ -9,7 +9,7 @@ measuring something. The rule (docs/hygiene.md):
   sampled reruns), the last ``N`` by name. A single ``.jsonl`` file is a reference with one attempt.
   A reference with fewer than ``N`` attempts is an error.
 * Prediction records are ``{"id", "prediction"}`` (the per-item files the evaluators write); each is
-  re-scored against the **gold file's** answers with exact match (METRICS.md §1).
+  re-scored against the **gold file's** answers with exact match (docs/metrics.md#1-answer-matching).
 * An item is **dropped** iff, for every reference, each of its last ``N`` attempts holds a prediction for the
   item and every such prediction is right. An item a reference never answered is kept.
 

@@ -1,4 +1,4 @@
-"""Held-out time slices (METRICS.md §9): a fixed, seeded share of each step's training corpus, never trained on.
+"""Held-out time slices (docs/metrics.md#9-time-sliced-perplexity): a fixed, seeded share of each step's training corpus, never trained on.
 
 :func:`with_heldout` moves ``data.heldout_share`` of each step's training examples — the masked-entity pairs
 (``data.objective=masked_entity``) or the documents (``clm``; under ``auto`` the step's own objective,

@@ -1,7 +1,7 @@
 """Timestamps of QA items: parsing to dates and removing timestamp phrases from questions.
 
 A year-only timestamp is 1 January of that year and a year-month the first of that month
-(METRICS.md §4, "Automatic pairing").
+(docs/metrics.md#4-paired-temporal-metrics, "Automatic pairing").
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def _make_date(year: int, month: int, day: int, text: str) -> date:
 
 
 def parse_timestamp(timestamp: TimestampLike) -> date:
-    """Parse a timestamp to the day it stands for (METRICS.md §4).
+    """Parse a timestamp to the day it stands for (docs/metrics.md#4-paired-temporal-metrics).
 
     Accepts "2019" (→ 2019-01-01), "2019-05" (→ 2019-05-01), "2019-05-03" (an ISO time part is ignored),
     "February 07, 2021", "Feb 7, 2021", "7 February 2021", "February 2021", an int year or a date.
@@ -81,7 +81,7 @@ def parse_timestamp(timestamp: TimestampLike) -> date:
 
 
 def year_of(timestamp: TimestampLike) -> int:
-    """Calendar year of a timestamp (the default time-accuracy slice, METRICS.md §4)."""
+    """Calendar year of a timestamp (the default time-accuracy slice, docs/metrics.md#4-paired-temporal-metrics)."""
     return parse_timestamp(timestamp).year
 
 
@@ -112,7 +112,7 @@ _PREPOSITIONS = r"(?:as\s+of|in|on|at|by|during|since|until|from|for)"
 
 
 def strip_timestamp_phrase(question: str, timestamp: TimestampLike | None) -> str:
-    """The base question: `question` without a leading or trailing timestamp phrase (METRICS.md §4).
+    """The base question: `question` without a leading or trailing timestamp phrase (docs/metrics.md#4-paired-temporal-metrics).
 
     Removes e.g. "As of 2019, ", "In February 07, 2021, ", "(2019) " at the start and " in 2019",
     ", as of 2019", " (2019)" before the final punctuation. A question without such a phrase is returned

@@ -3,7 +3,7 @@
 * ``data.time_prefix`` (TempLAMA's time-aware training, Dhingra et al. 2022): every training example of
   step k starts with step k's date in ``data.time_prefix_format`` (the step's name: a year, a month code
   such as ``0102``, a date), and every timestamped eval item's question starts with its own timestamp,
-  with ``extra.ts_template`` / ``extra.cloze`` set so the timestamp ablation (METRICS.md §5) asks it with
+  with ``extra.ts_template`` / ``extra.cloze`` set so the timestamp ablation (docs/metrics.md#5-timestamp-ablation) asks it with
   another date (``shuffled``) and without one (``none``). The embedded world and DyKnow write the same
   prefix themselves, dating their corpora with the step's year or cut (``data.world.dates=prefix``,
   ``data.dyknow.dates=prefix``), so they are not transformed again here (``SELF_DATED``).

@@ -12,7 +12,7 @@ the changeable facts and founds new organisations. From the fact states the worl
   document and pair carries its snapshot's date in the form ``data.world.dates`` (``data/dates.py``).
   A later step's corpus is the *diff*: documents of organisations that changed or are new, restating
   their unchanged facts too;
-* the eval sets of METRICS.md section 2: Unchanged (one set), New_k, Updated_k and Outdated_k.
+* the eval sets of docs/metrics.md#2-evolvingqa-splits: Unchanged (one set), New_k, Updated_k and Outdated_k.
 
 Split questions are cloze prompts in the probe wording of a relation (an "efficacy" probe, as
 knowledge-editing evaluations call it), dated like the corpus: Unchanged as of the first year, New_k,
@@ -53,7 +53,7 @@ class World:
     config: WorldConfig
     years: list[int]
     states: list[dict[FactKey, str]]
-    """Fact state after each step's snapshot (F_t of METRICS.md section 2)."""
+    """Fact state after each step's snapshot (F_t of docs/metrics.md#2-evolvingqa-splits)."""
     changes: list[list[Change]]
     """Facts whose value changed at each step (empty at step 0)."""
     founded_at: dict[str, int] = field(default_factory=dict)
@@ -215,7 +215,7 @@ def _item(
 
 
 def eval_sets(world: World) -> dict[str, list[dict]]:
-    """Unchanged, and New_k / Updated_k / Outdated_k for every step k >= 1 (METRICS.md section 2)."""
+    """Unchanged, and New_k / Updated_k / Outdated_k for every step k >= 1 (docs/metrics.md#2-evolvingqa-splits)."""
     last = len(world.states) - 1
     sets: dict[str, list[dict]] = {"unchanged": []}
     for (org, rel), value in sorted(world.states[0].items()):

@@ -1,4 +1,4 @@
-"""The five EvolveBench dimensions of the embedded world (METRICS.md §6): ``dimension_<k>`` probe sets.
+"""The five EvolveBench dimensions of the embedded world (docs/metrics.md#6-the-five-dimensions): ``dimension_<k>`` probe sets.
 
 Each item carries ``dimension``, ``options`` (gold + distractors, ``gold_index``), an open-form gold and
 ``extra.variants`` (held-out phrasings). What each dimension asks is in :func:`dimension_set` and

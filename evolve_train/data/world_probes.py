@@ -105,7 +105,7 @@ def choice_options(rng: random.Random, golds: list[str], pool: list[str], n: int
     return options
 
 
-# ---------------------------------------------------------------- paired (METRICS.md §4/§5)
+# ---------------------------------------------------------------- paired (docs/metrics.md#4-paired-temporal-metrics/§5)
 
 
 def _relational(

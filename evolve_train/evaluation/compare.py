@@ -1,4 +1,4 @@
-"""The paired comparison of two finished runs, question by question (METRICS.md §8): the one used by
+"""The paired comparison of two finished runs, question by question (docs/metrics.md#8-statistics-and-hygiene): the one used by
 ``evolve-gate`` and ``evolve-report``, so both give the same difference and CI for the same two runs.
 
 :func:`paired_diffs` reads both runs' per-item 0/1 outcomes (``predictions/step_<k>/<set>.jsonl``) at the

@@ -139,7 +139,7 @@ class EvalContext:
 
     def sets(self) -> list[EvalSet]:
         """Sets introduced so far (and the next step's with ``forward_transfer``); every set for the model
-        before training (checkpoint -1), which gives A_init of each step (METRICS.md §3)."""
+        before training (checkpoint -1), which gives A_init of each step (docs/metrics.md#3-continual-learning-matrix)."""
         if self.checkpoint < 0:
             sets = list(self.timeline.eval_sets)
         else:
@@ -172,7 +172,7 @@ class EvalContext:
             )
 
     def option_scores(self, questions: list[tuple[str, list[str]]]) -> list[list[float]]:
-        """Log-likelihood of each option given its prompt (METRICS.md §7), for ``(prompt, options)`` pairs;
+        """Log-likelihood of each option given its prompt (docs/metrics.md#7-multiple-choice-and-confidence), for ``(prompt, options)`` pairs;
         each (prompt, option) is scored once per checkpoint, many per forward pass."""
         missing = sorted({(p, o) for p, options in questions for o in options} - set(self._scores))
         if missing:

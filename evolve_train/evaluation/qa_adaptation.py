@@ -8,7 +8,7 @@ output = its first answer), a deep copy of the checkpoint is trained on it with 
 copy is evaluated and dropped. The chain of time steps continues from the un-adapted model.
 
 The train set is read and checked before anything is written: no eval item's question (normalized as in
-METRICS.md §1) may appear in it (a DataError names the train file, its line and the eval item).
+docs/metrics.md#1-answer-matching) may appear in it (a DataError names the train file, its line and the eval item).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The passage stores of the open-book evaluator (METRICS.md §10; ``evaluators/retrieval.py``).
+"""The passage stores of the open-book evaluator (docs/metrics.md#10-open-book-evaluation; ``evaluators/retrieval.py``).
 
 Each time step contributes passages (:func:`step_passages`): its training documents, the same text split into
 sentences, or the records of an external passage file (``eval.retrieval.passages``), each passage carrying its

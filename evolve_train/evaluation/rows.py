@@ -79,7 +79,7 @@ class Row(TypedDict, total=False):
     eval_seconds: float
     train_tokens: int
     train_optimizer_steps: int
-    """Optimizer steps that trained the checkpoint (compute, METRICS.md §11; the oracle's are step 0's epochs
+    """Optimizer steps that trained the checkpoint (compute, docs/metrics.md#11-compute; the oracle's are step 0's epochs
     over a growing union)."""
     train_tokens_per_s: float
     num_processes: int

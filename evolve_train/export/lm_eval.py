@@ -5,7 +5,7 @@ Written under ``out``:
 * ``<prefix>_<set>.yaml``: a ``generate_until`` task per eval set, every item; ``doc_to_text`` is the item's
   prompt exactly as evolve-train asks it (``timeline.prompt(item)``), generation stops at ``eval.stop_strings``
   (lm-eval adds the EOS) after at most ``eval.max_new_tokens`` tokens, greedy. The filter ``answer`` cuts the
-  generation at the stop strings and strips it; ``exact_match`` and ``f1`` follow METRICS.md section 1.
+  generation at the stop strings and strips it; ``exact_match`` and ``f1`` follow docs/metrics.md#1-answer-matching.
 * ``<prefix>_<set>_mc.yaml``: a ``multiple_choice`` task over the set's items that carry ``options``
   (``acc``, ``acc_norm`` by characters, ``acc_bytes`` = evolve-train's ``acc_norm`` by UTF-8 bytes).
 * ``<prefix>_<kind>_all.yaml``: a group per kind of set (unchanged, new, updated, outdated, ...; ``_mc_all``
@@ -15,7 +15,7 @@ Written under ``out``:
 * ``utils.py`` (the filter, the metric and the few-shot pool; standard library only) and ``evolve_export.json``
   (the manifest).
 
-Few-shot examples (``--num_fewshot``) come from the set's own ``dev`` items only (METRICS.md section 8):
+Few-shot examples (``--num_fewshot``) come from the set's own ``dev`` items only (docs/metrics.md#8-statistics-and-hygiene):
 ``fewshot_split`` is the test split itself, so lm-eval never shows an item as its own example, and
 ``utils.dev_items`` keeps its dev items; a set without dev items has none to give (lm-eval then stops with
 "no documents available for sampling" instead of showing private items).

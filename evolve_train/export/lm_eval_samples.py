@@ -5,7 +5,7 @@ request the list of raw responses, as strings), ``filtered_resps``, ``filter``, 
 ``generate_until`` sample has one request whose first response is the generation (already cut by lm-eval at
 its ``until`` strings); a ``multiple_choice`` sample has one request per option whose response is
 ``[log-likelihood, is_greedy]``. The raw generation is what evolve-score reads (it applies its own stop
-strings and METRICS.md section 1), not the filtered one, so a task with another filter scores the same.
+strings and docs/metrics.md#1-answer-matching), not the filtered one, so a task with another filter scores the same.
 """
 
 from __future__ import annotations

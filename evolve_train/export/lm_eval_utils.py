@@ -1,7 +1,7 @@
 """Scoring of an exported evolve-train task in lm-evaluation-harness (copied into the task directory as ``utils.py``).
 
 lm-eval imports this file from the task directory, where evolve-train may not be installed, so it imports
-nothing but the standard library. Its answer matching is METRICS.md section 1 (SQuAD v1.1 normalization with
+nothing but the standard library. Its answer matching is docs/metrics.md#1-answer-matching (SQuAD v1.1 normalization with
 NFKC first), the same as ``evolve_train/evaluation/metrics/answer.py`` (a test checks the two agree).
 
 * ``answer_filter`` (a ``custom`` filter): the generation cut at the first stop string and stripped, the
@@ -120,7 +120,7 @@ def answer_filter(resps, docs):
 
 
 def dev_items(docs):
-    """lm-eval few-shot pool: the ``dev`` items of the set (METRICS.md section 8: never a private one)."""
+    """lm-eval few-shot pool: the ``dev`` items of the set (docs/metrics.md#8-statistics-and-hygiene: never a private one)."""
     if hasattr(docs, "filter"):  # a datasets.Dataset
         return docs.filter(lambda doc: doc.get("split") == "dev")
     return [doc for doc in docs if doc.get("split") == "dev"]

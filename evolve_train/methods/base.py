@@ -68,7 +68,7 @@ class Strategy:
 
     def forward_parameters(self) -> int:
         """Parameters of the extra forward pass this strategy runs on every training token (LwF's teacher):
-        ``2 ·`` this per token is added to the step's training FLOPs (METRICS.md §11)."""
+        ``2 ·`` this per token is added to the step's training FLOPs (docs/metrics.md#11-compute)."""
         return 0
 
     def epoch_rows(self, epoch: int, n_rows: int) -> Optional[list[int]]:

@@ -16,7 +16,7 @@ writes documents, which are mixed into step k's rows like general documents (``m
   (``utils/io.py``; the samples last, so a file there is complete). A step that is trained again (a killed
   run resumed) reads its samples back instead of sampling: the same rows whatever happened.
 * **Cost**: generation seconds and FLOPs ``2 · N · positions`` (N: the model's parameters, positions: prompt plus
-  new tokens of every sample; METRICS.md §11's forward cost), in the step's ``group: mix`` training-log row.
+  new tokens of every sample; docs/metrics.md#11-compute's forward cost), in the step's ``group: mix`` training-log row.
 
 Multi-process runs: the main process samples and writes, the others wait and read the file.
 """

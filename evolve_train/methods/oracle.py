@@ -1,7 +1,7 @@
 """The oracle (``method=oracle``, ``experiment=oracle``): for each time step k, train from the initial weights on
 the union of the corpora of steps 0..k, with the same settings, and evaluate it on the same sets.
 
-What the regret aggregates of shared/METRICS.md §9 compare a continual run against, and a compute reference
+What the regret aggregates of docs/metrics.md#9-time-sliced-perplexity compare a continual run against, and a compute reference
 (§11): each oracle step trains like step 0 (``trainer.epochs_step0`` passes, step 0's LR curve: its warmup and peak,
 whatever ``trainer.rewarm`` / ``peak_schedule``) on a
 corpus that grows with k, so its ``train_tokens`` and optimizer steps per step, in every metrics row, are what

@@ -1,4 +1,4 @@
-"""Option log-likelihoods for multiple choice (METRICS.md §7), batched, on token ids the text format
+"""Option log-likelihoods for multiple choice (docs/metrics.md#7-multiple-choice-and-confidence), batched, on token ids the text format
 (``models/text_format.py``) encoded.
 
 A request is ``(prompt, option)``; its score is the sum of the log-probabilities of the option's tokens

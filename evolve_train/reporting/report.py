@@ -218,7 +218,8 @@ def _timesliced_plots(runs: list[Run], out_dir: Path, figures: list, series: dic
         drawn = timesliced.plot_slice_heatmap(run, out_dir / name)
         if drawn is not None:
             series[f"slices/{run.label}"] = drawn
-            figures.append((f"Held-out slice NLL P[i][j] (METRICS.md §9): {run.label}", name))
+            title = f"Held-out slice NLL P[i][j] (docs/metrics.md#9-time-sliced-perplexity): {run.label}"
+            figures.append((title, name))
     within = timesliced.plot_within_step(runs, out_dir / "within_step.png")
     if within:
         series["within_step"] = within
@@ -253,7 +254,7 @@ class Findings:
 
 def diff_section(findings: Findings, note: Optional[str]):
     intro = (
-        f"Paired bootstrap (B={findings.B}, METRICS.md §8) of EM(a) − EM(b) over the same questions at the "
+        f"Paired bootstrap (B={findings.B}, docs/metrics.md#8-statistics-and-hygiene) of EM(a) − EM(b) over the same questions at the "
         "final checkpoints, from the per-item prediction files; `all` pools the items of Unchanged, New and "
         "Updated (the comparison `evolve-gate --baseline` checks). On Outdated sets (stale answers) a "
         "negative diff favours a. kappa: Cohen's kappa of the two runs' per-question outcomes."
@@ -290,17 +291,21 @@ def build_sections(findings: Findings, note: Optional[str], out_dir: Path = Path
         ("Final checkpoint", "EM of each run at its last checkpoint (Outdated: lower is better).", final_table(runs))
     )
     for title, intro, table in (
-        ("Continual-learning metrics", "METRICS.md §3 at each run's final checkpoint.", continual_table(runs)),
+        (
+            "Continual-learning metrics",
+            "docs/metrics.md#3-continual-learning-matrix at each run's final checkpoint.",
+            continual_table(runs),
+        ),
         (
             "Temporal metrics",
-            "METRICS.md §4-5 over all temporal sets at each run's final checkpoint, with 95 % "
+            "docs/metrics.md#4-paired-temporal-metrics, docs/metrics.md#5-timestamp-ablation over all temporal sets at each run's final checkpoint, with 95 % "
             "bootstrap intervals (pairs / questions resampled; reliance = true − shuffled, paired).",
             temporal_table(runs),
         ),
         ("Retrieval (open-book)", retrieval.open_book_intro(runs), retrieval.open_book_table(runs)),
         (
             "Time-sliced aggregates",
-            "METRICS.md §9 (after TiC-LM): means of the train-step × eval-slice matrix "
+            "docs/metrics.md#9-time-sliced-perplexity (after TiC-LM): means of the train-step × eval-slice matrix "
             "over j < i (backward), j = i (in_dist) and j > i (forward); slice NLL in nats per loss token with "
             "95 % bootstrap intervals over the slices' examples and the perplexity exp(NLL); EM of the §3 "
             "matrices; regret = run − oracle over shared cells when `eval.oracle_run` was set.",
@@ -308,7 +313,7 @@ def build_sections(findings: Findings, note: Optional[str], out_dir: Path = Path
         ),
         (
             "Compute",
-            "METRICS.md §11 per trained step: real input tokens, loss tokens, optimizer steps, wall "
+            "docs/metrics.md#11-compute per trained step: real input tokens, loss tokens, optimizer steps, wall "
             "seconds, the training FLOPs estimate (4·N + 2·N_trainable)·T (= 6·N·T for full fine-tuning) and "
             "its running sum; the checkpoint's evaluation tokens (input positions) and seconds apart.",
             timesliced.compute_table(runs),

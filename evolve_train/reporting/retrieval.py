@@ -1,4 +1,4 @@
-"""The report's open-book part (rows of group ``retrieval``, METRICS.md §10): closed vs open EM per split over
+"""The report's open-book part (rows of group ``retrieval``, docs/metrics.md#10-open-book-evaluation): closed vs open EM per split over
 checkpoints (one panel per split kind and one over Unchanged + New + Updated), and a table per eval set and
 checkpoint with 95 % intervals.
 
@@ -183,7 +183,7 @@ def open_book_intro(runs: list[Run]) -> str:
     rows = [r for run in runs for r in open_book_rows(run)]
     scope, k = scope_of(runs), (rows[0].get("k") if rows else "?")
     return (
-        f"METRICS.md §10: BM25 top {k} passages (scope `{scope}`: the store of checkpoint i holds steps "
+        f"docs/metrics.md#10-open-book-evaluation: BM25 top {k} passages (scope `{scope}`: the store of checkpoint i holds steps "
         f"{'<= i' if scope == 'all' else 'i only'}) before the question; open − closed is the paired "
         "bootstrap difference over the same questions; `initial + retrieval` is the model before any training "
         "at the same store (the retriever-only arm). Outdated: lower is better. 95 % bootstrap intervals "

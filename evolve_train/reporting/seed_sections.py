@@ -104,8 +104,8 @@ def summary_section(groups: list[RunGroup]) -> Section:
     intro = (
         f"What a recipe comparison reads, per configuration: {T_NOTE}. New_k@k, Updated_k@k and Outdated_k@k "
         "are averaged over the later steps k (each at its own checkpoint k; Outdated: lower is better); update "
-        "adoption is the `paired` row over all temporal sets (METRICS.md §4); held-out loss is the `heldout` "
-        "row of the shipped general text (nats per token; perplexity = exp); FLOPs: METRICS.md §11, all steps."
+        "adoption is the `paired` row over all temporal sets (docs/metrics.md#4-paired-temporal-metrics); held-out loss is the `heldout` "
+        "row of the shipped general text (nats per token; perplexity = exp); FLOPs: docs/metrics.md#11-compute, all steps."
     )
     return (
         "Summary across seeds (mean ± 95% CI)",

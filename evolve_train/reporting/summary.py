@@ -35,9 +35,11 @@ def build_summary(run_dir: Path, timeline, cfg) -> dict:
         "em": _metric_table(rows, "em"),
         "f1": _metric_table(rows, "f1"),
         "train_seconds": {str(r["checkpoint"]): r.get("train_seconds") for r in split_rows(rows)},
-        **evaluation_summary(rows),  # "matrix" (METRICS.md §3) and "groups" (the other evaluators)
-        "timesliced": timesliced_summary(rows, Path(run_dir), cfg.eval.oracle_run),  # METRICS.md §9
-        "compute": compute_summary(rows),  # METRICS.md §11
+        # "matrix" (docs/metrics.md#3-continual-learning-matrix) and "groups" (the other evaluators)
+        **evaluation_summary(rows),
+        # docs/metrics.md#9-time-sliced-perplexity
+        "timesliced": timesliced_summary(rows, Path(run_dir), cfg.eval.oracle_run),
+        "compute": compute_summary(rows),  # docs/metrics.md#11-compute
         **({"budget": budget} if (budget := training_budget(cfg.trainer)) else {}),
         "provenance": provenance(),  # commit, versions, hardware, processes, command (utils/provenance.py)
     }
@@ -63,7 +65,7 @@ def format_summary_table(summary: dict) -> str:
 
 
 def format_compute(summary: dict) -> str:
-    """One line of training and evaluation compute totals (METRICS.md §11)."""
+    """One line of training and evaluation compute totals (docs/metrics.md#11-compute)."""
     totals = (summary.get("compute") or {}).get("totals") or {}
     if totals.get("train_flops") is None:
         return ""

@@ -1,11 +1,11 @@
-"""The report's time-slice, within-step and compute parts (METRICS.md §9, §11).
+"""The report's time-slice, within-step and compute parts (docs/metrics.md#9-time-sliced-perplexity, docs/metrics.md#11-compute).
 
 Figures: a heatmap of each run's held-out slice NLL ``P[i][j]`` (``summary.json`` ``timesliced.nll``), the
 within-step probe's EM per split set against optimizer steps (``train_log.jsonl`` rows ``group=within_step``,
 a vertical line where a time step begins), and retention against cumulative training FLOPs (one point per run:
 Unchanged EM and backward slice NLL at the final checkpoint). Tables: the aggregates (backward / in_dist /
 forward of slice NLL with their perplexities and 95 % bootstrap intervals over the slices' examples, of
-learned-knowledge EM, and regret against an oracle when one was named) and compute per run (METRICS.md §11).
+learned-knowledge EM, and regret against an oracle when one was named) and compute per run (docs/metrics.md#11-compute).
 Every ``plot_*`` returns what it drew, like ``reporting/plots.py``.
 """
 
@@ -143,7 +143,7 @@ def plot_retention_vs_flops(runs: list[Run], path: Path):
             ax.set_xscale("log")
         else:
             ax.ticklabel_format(axis="x", style="sci", scilimits=(0, 0))
-        ax.set_xlabel("cumulative training FLOPs (estimate, METRICS.md §11)")
+        ax.set_xlabel("cumulative training FLOPs (estimate, docs/metrics.md#11-compute)")
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
     fig.suptitle("Retention against training compute, one point per run", fontsize=10)

@@ -138,7 +138,7 @@ def eval_payload(checkpoint: int, rows: list[dict]) -> dict:
 
 
 def summary_scalars(summary: dict) -> dict:
-    """Run-summary keys of the TiC-LM aggregates and compute (METRICS.md §9, §11): ``timesliced/nll/<aggregate>``
+    """Run-summary keys of the TiC-LM aggregates and compute (docs/metrics.md#9-time-sliced-perplexity, docs/metrics.md#11-compute): ``timesliced/nll/<aggregate>``
     (and ``_perplexity``), ``timesliced/em/<matrix>/<aggregate>``, ``timesliced/regret/...`` and
     ``compute/<total>``."""
     timesliced = summary.get("timesliced") or {}

@@ -106,7 +106,7 @@ class StepResult:
     tokens_per_s: float = 0.0
     """Real (non-padding) tokens of all processes trained by this attempt at the step, per second of it."""
     loss_tokens: int = 0
-    """Of ``tokens``, the positions with a label (METRICS.md §11)."""
+    """Of ``tokens``, the positions with a label (docs/metrics.md#11-compute)."""
     flops: float = 0.0
     """Training FLOPs estimate of the step (``telemetry.training_flops``)."""
     extra: dict = field(default_factory=dict)

@@ -15,7 +15,7 @@ read back, so no extra host sync) carries, over the window since the previous ro
   peak of the CUDA device looked up by its name (:data:`PEAK_FLOPS`: H100 / H200 / A100) under
   ``trainer.mixed_precision=bf16|fp16``; otherwise the key is absent.
 
-Compute per time step (METRICS.md §11, ``summary.json`` ``compute``): :func:`training_flops` estimates the
+Compute per time step (docs/metrics.md#11-compute, ``summary.json`` ``compute``): :func:`training_flops` estimates the
 training FLOPs as ``(4 · N + 2 · N_trainable) · T`` — the forward pass ``2 · N · T``, the backward pass
 ``2 · N · T`` for the activation gradients and ``2 · N_trainable · T`` for the weight gradients (Kaplan et al.
 2020's ``6 · N · T`` split into its parts), with ``N`` every parameter (embeddings included), ``N_trainable``
@@ -145,7 +145,7 @@ MIX_KEYS = ("mix_tokens", "mix_train_flops", "generation_seconds", "generation_f
 
 
 def compute_summary(rows: list[dict]) -> dict:
-    """``summary.json``'s ``compute`` (METRICS.md §11) from the metric rows' run metadata (the ``timing`` row of
+    """``summary.json``'s ``compute`` (docs/metrics.md#11-compute) from the metric rows' run metadata (the ``timing`` row of
     each checkpoint): ``steps`` ``{"<i>": {train_tokens, loss_tokens, optimizer_steps, train_seconds,
     train_flops, cumulative_<each>}}`` over the trained checkpoints in order, with :data:`MIX_KEYS` where the
     step mixed data in (summed in ``totals`` too); ``eval`` ``{"<i>": {eval_tokens, eval_seconds, eval_flops}}``

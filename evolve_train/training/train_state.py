@@ -94,7 +94,7 @@ class Progress:
     tokens: int = 0
     """Tokens seen by this process (the loop reports ``tokens * num_processes``)."""
     loss_tokens: int = 0
-    """Of those, the positions with a label (the loss tokens; METRICS.md §11)."""
+    """Of those, the positions with a label (the loss tokens; docs/metrics.md#11-compute)."""
     skipped: int = 0
     """Micro-batches skipped for a non-finite loss or gradient (``trainer.nonfinite=skip``)."""
     last_loss: float = float("nan")

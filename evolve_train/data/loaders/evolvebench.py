@@ -10,7 +10,7 @@ An event (a JSON array of events, ``{"events": [...]}``, or JSONL with one event
 Each question becomes an open-form item (``<event>/<k>``; ``correct`` may be a string or a list of
 aliases) and, when it has distractors, a multiple-choice item (``<event>/<k>/mc``) whose options are the
 correct answer and the distractors in a fixed seeded order, with ``gold_index``. The items of one event
-share ``base_question`` (``event:<id>``), so METRICS.md §4 pairs consecutive timestamps with different
+share ``base_question`` (``event:<id>``), so docs/metrics.md#4-paired-temporal-metrics pairs consecutive timestamps with different
 answers; when every consecutive answer differs they also carry an explicit ``pair_id``.
 """
 

@@ -15,7 +15,7 @@
 
 Each item's step is its ``step`` (an index or a step name), else the last step whose name-timestamp is
 not after the item's timestamp. Its split is its ``set``, else derived with the pairing of ``evolve-score``
-(``resolve_pairs``: ``pair_id`` groups, or the automatic pairing of METRICS.md §4): the newer item of a
+(``resolve_pairs``: ``pair_id`` groups, or the automatic pairing of docs/metrics.md#4-paired-temporal-metrics): the newer item of a
 pair is ``updated``; an item that is only the older one of a pair is the stale answer (it becomes the
 Outdated twin's gold and is not evaluated on its own); others are ``unchanged`` at step 0 or without a
 step and ``new`` later. Every Updated item needs an outdated answer: an ``outdated`` item sharing its
@@ -259,7 +259,7 @@ def _derive_sets(items: list[tuple[QAItem, dict]]) -> list[dict]:
 
 
 def _paired_records(pairs, steps: dict[str, Optional[int]]) -> list[dict]:
-    """``paired_<k>`` members (kind ``paired``, METRICS.md §4): both items of every dated pair whose newer item
+    """``paired_<k>`` members (kind ``paired``, docs/metrics.md#4-paired-temporal-metrics): both items of every dated pair whose newer item
     is at step k, each with its own timestamp and gold, so the ``paired`` evaluator sees every pair."""
     records, seen = [], set()
     for old, new in pairs:

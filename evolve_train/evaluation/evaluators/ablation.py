@@ -1,4 +1,4 @@
-"""``ablation``: the three-way timestamp ablation and the invariance test of METRICS.md §5.
+"""``ablation``: the three-way timestamp ablation and the invariance test of docs/metrics.md#5-timestamp-ablation.
 
 Every timestamped question of the temporal sets (see ``common.temporal_sets``) is asked with its own
 timestamp (``true``), with one drawn with a fixed seed from the data's other timestamps (``shuffled``) and

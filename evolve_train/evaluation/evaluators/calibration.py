@@ -1,4 +1,4 @@
-"""``calibration``: multiple choice by option log-likelihood and confidence calibration (METRICS.md §7).
+"""``calibration``: multiple choice by option log-likelihood and confidence calibration (docs/metrics.md#7-multiple-choice-and-confidence).
 
 Every item with ``options`` (the world's paired and dimension probes carry them) is scored by the sum of
 its options' token log-probabilities given the prompt, batched (``EvalContext.option_scores``). Per set

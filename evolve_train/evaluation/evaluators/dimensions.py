@@ -1,8 +1,8 @@
-"""``dimensions``: accuracy per EvolveBench dimension and error clustering (METRICS.md §6).
+"""``dimensions``: accuracy per EvolveBench dimension and error clustering (docs/metrics.md#6-the-five-dimensions).
 
 Every item that carries a ``dimension`` (the world's ``dimension_<k>`` probes, or loaded data) is asked
 open-form (greedy generation, EM against its gold) and, when it has ``options``, as multiple choice
-(argmax option log-likelihood, METRICS.md §7; scores shared with ``calibration``). Per set and over all of
+(argmax option log-likelihood, docs/metrics.md#7-multiple-choice-and-confidence; scores shared with ``calibration``). Per set and over all of
 them (``set_name: all``): ``dimensions[d]`` = {em, n, error_share, mc_acc, mc_n}; error_share is computed
 on the open-form answers.
 """

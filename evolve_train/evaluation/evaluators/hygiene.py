@@ -1,4 +1,4 @@
-"""``contamination`` and ``flip_rate`` (METRICS.md §8), and ``hygiene`` = both; see docs/hygiene.md.
+"""``contamination`` and ``flip_rate`` (docs/metrics.md#8-statistics-and-hygiene), and ``hygiene`` = both; see docs/hygiene.md.
 
 Both ask every question of the EvolvingQA split sets (Unchanged, New_k, Updated_k, Outdated_k) again in
 label-preserving **perturbed variants**: the item's ``extra.variants`` when it has them (the embedded world:

@@ -1,4 +1,4 @@
-"""``matrix``: the continual-learning matrix and its metrics (METRICS.md §3), from the split rows.
+"""``matrix``: the continual-learning matrix and its metrics (docs/metrics.md#3-continual-learning-matrix), from the split rows.
 
 ``A[i][j]`` = EM on the eval set introduced at step j, on the checkpoint after step i; Unchanged (learned
 at step 0, ``set_step`` null) is column 0. One matrix per split kind (``unchanged``, ``new``, ``updated``,

@@ -1,4 +1,4 @@
-"""``paired``: the paired temporal metrics of METRICS.md §4 on every checkpoint.
+"""``paired``: the paired temporal metrics of docs/metrics.md#4-paired-temporal-metrics on every checkpoint.
 
 Per set of timestamped questions (the world's ``paired_<k>``) and over all of them (``set_name: all``):
 ``update_adoption``, ``confusion_index`` (each with a 95 % bootstrap interval over pairs, ``*_ci``),

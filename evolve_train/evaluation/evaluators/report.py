@@ -70,7 +70,8 @@ def format_evaluation(summary: dict[str, Any]) -> str:
         last = max(per_checkpoint, key=int)
         body = per_checkpoint[last]
         if group in PER_SET:
-            cells = [f"{name}={_fmt(r.get(PER_SET[group]))}" for name, r in body.items()]
+            key = PER_SET[group]
+            cells = [f"{name}={_fmt(r.get(key))}" + _interval(r.get(f"{key}_ci")) for name, r in body.items()]
         elif group == "dimensions":
             cells = [f"{d}={_fmt(r.get('em'))}" for d, r in (body.get("dimensions") or {}).items()]
         else:

@@ -1,4 +1,4 @@
-"""``retrieval``: open-book evaluation over the snapshots seen so far (METRICS.md §10).
+"""``retrieval``: open-book evaluation over the snapshots seen so far (docs/metrics.md#10-open-book-evaluation).
 
 At checkpoint i each question retrieves the top ``eval.retrieval.k`` passages (BM25) from the store of steps
 <= i (``retrieval_index.py``: ``scope=all`` every step 0..i, ``latest`` step i only, ``newest_version`` each

@@ -1,4 +1,4 @@
-"""``slices``: time-sliced held-out loss P[i][j] (METRICS.md §9, after TiC-LM).
+"""``slices``: time-sliced held-out loss P[i][j] (docs/metrics.md#9-time-sliced-perplexity, after TiC-LM).
 
 Every step j's held-out slice (``data.heldout_share``, ``data/slices.py``: never trained on) is encoded as the
 step's training rows are, in the step's objective (``data/objective.py``; ``TextFormat.encode_step``: the masked

@@ -1,4 +1,4 @@
-"""The ``timesliced`` part of ``summary.json`` and of the end-of-run table (METRICS.md §9).
+"""The ``timesliced`` part of ``summary.json`` and of the end-of-run table (docs/metrics.md#9-time-sliced-perplexity).
 
 From the ``slices`` rows: the matrix ``P`` (``{"<i>": {"<j>": nll}}``, trained checkpoints), ``P_init`` (the
 model before training, when evaluated), the aggregates ``backward`` / ``in_dist`` / ``forward`` with their
@@ -59,7 +59,7 @@ def _string_keys(M: dict) -> dict:
 
 
 def em_matrices(rows: list[dict]) -> dict[str, dict[int, dict[int, Optional[float]]]]:
-    """``{kind: A}`` of the trained checkpoints (METRICS.md §3)."""
+    """``{kind: A}`` of the trained checkpoints (docs/metrics.md#3-continual-learning-matrix)."""
     return {
         kind: {i: row for i, row in as_int_matrix(entry["A"]).items() if i != INITIAL}
         for kind, entry in matrix_summary(rows)["matrices"].items()

@@ -1,4 +1,4 @@
-"""``splits``: EM and F1 per EvolvingQA split (METRICS.md sections 1-2), with per-item predictions.
+"""``splits``: EM and F1 per EvolvingQA split (docs/metrics.md#1-answer-matching, docs/metrics.md#2-evolvingqa-splits), with per-item predictions.
 
 :func:`score_prompts` and :func:`em_f1` are the scoring of a set's answers; the open-book evaluator
 (``retrieval``) runs the same two on its prompts with passages before the question."""

@@ -4,7 +4,7 @@
 A fact is the undated question (``extra.cloze``) of the timeline's ``paired`` probes (the embedded world's
 changed facts; DyKnow's); its values are the golds of its dated probes, one per timestamp ("year"), and a fact
 with at least two distinct values is asked as a multiple-choice item whose options are those values (in year
-order), scored by option log-likelihood as ``calibration`` scores options (METRICS.md §7). It is asked once
+order), scored by option log-likelihood as ``calibration`` scores options (docs/metrics.md#7-multiple-choice-and-confidence). It is asked once
 undated and once with each of its years' dates (``extra.ts_template``). Every checkpoint is asked every fact
 of the whole timeline, so the rows of all checkpoints are over the same items.
 

@@ -1,4 +1,4 @@
-"""Metric definitions (METRICS.md) and `score_items`, the scoring shared by `evolve-score` and the evaluator."""
+"""Metric definitions (docs/metrics.md) and `score_items`, the scoring shared by `evolve-score` and the evaluator."""
 
 from __future__ import annotations
 
@@ -98,7 +98,7 @@ def score_items(
     stops: Sequence[str] = DEFAULT_STOPS,
     tau: float = 0.8,
 ) -> dict[str, Any]:
-    """Score predictions against QA items (METRICS.md §1, §4, §6, §7); the `evolve-score` report.
+    """Score predictions against QA items (docs/metrics.md#1-answer-matching, docs/metrics.md#4-paired-temporal-metrics, docs/metrics.md#6-the-five-dimensions, docs/metrics.md#7-multiple-choice-and-confidence); the `evolve-score` report.
 
     `predictions`: item id → prediction text, or {"prediction": text, "option_scores": [...]} (MC items; a
     missing text is the argmax option). Texts are cut at `stops` (§1). Every item is scored against its own

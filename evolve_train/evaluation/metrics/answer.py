@@ -1,4 +1,4 @@
-"""Answer matching: SQuAD v1.1 normalization with NFKC first, exact match and token F1 (METRICS.md §1)."""
+"""Answer matching: SQuAD v1.1 normalization with NFKC first, exact match and token F1 (docs/metrics.md#1-answer-matching)."""
 
 from __future__ import annotations
 
@@ -24,14 +24,14 @@ def _token_f1(predicted: list[str], gold: list[str]) -> float:
 
 
 def f1(prediction: str, golds: Golds) -> float:
-    """METRICS.md §1: max over aliases of token F1 on normalized tokens, multiset overlap;
+    """docs/metrics.md#1-answer-matching: max over aliases of token F1 on normalized tokens, multiset overlap;
     both token lists empty → 1, exactly one empty → 0. No aliases → 0."""
     tokens = normalize(prediction).split()
     return max((_token_f1(tokens, normalize(gold).split()) for gold in aliases(golds)), default=0.0)
 
 
 def cut_at_stop(text: str, stops: Sequence[str] = DEFAULT_STOPS) -> str:
-    """METRICS.md §1: the generation up to (not including) the earliest occurrence of any stop string."""
+    """docs/metrics.md#1-answer-matching: the generation up to (not including) the earliest occurrence of any stop string."""
     cut = len(text)
     for stop in stops:
         if stop:
@@ -59,7 +59,7 @@ def prediction_of(raw: str, stop_strings: Sequence[str], stop_patterns: Sequence
 
 
 def contains_answer(texts: Sequence[str], golds: Golds) -> int:
-    """METRICS.md §10: 1 if some gold alias, normalized as §1, occurs in the normalized text of one of ``texts``,
+    """docs/metrics.md#10-open-book-evaluation: 1 if some gold alias, normalized as §1, occurs in the normalized text of one of ``texts``,
     else 0. Occurs = as a whole-token sequence (``"pavin"`` is not found in ``"pavinsky"``), as DPR's
     ``has_answer``; an alias that normalizes to nothing never occurs."""
     wanted = [normalize(gold) for gold in aliases(golds)]
@@ -68,7 +68,7 @@ def contains_answer(texts: Sequence[str], golds: Golds) -> int:
 
 
 def recall_at_k(retrieved: Sequence[Sequence[str]], golds: Sequence[Golds]) -> float | None:
-    """METRICS.md §10: share of questions whose retrieved passages (``retrieved[i]``: the texts of question i's
+    """docs/metrics.md#10-open-book-evaluation: share of questions whose retrieved passages (``retrieved[i]``: the texts of question i's
     top k) contain a gold alias (:func:`contains_answer`); None without questions."""
     if len(retrieved) != len(golds):
         raise ValueError(f"{len(retrieved)} retrieved lists for {len(golds)} questions")

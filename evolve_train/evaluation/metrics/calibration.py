@@ -1,4 +1,4 @@
-"""Multiple choice by option log-likelihood, and confidence calibration (METRICS.md §7).
+"""Multiple choice by option log-likelihood, and confidence calibration (docs/metrics.md#7-multiple-choice-and-confidence).
 
 Each question has a list of option scores (sum of the option's token log-probabilities given the prompt).
 """
@@ -12,7 +12,7 @@ Scores = Sequence[float]
 
 
 def mc_predict(scores: Scores) -> int:
-    """METRICS.md §7: index of the highest score; ties go to the first option."""
+    """docs/metrics.md#7-multiple-choice-and-confidence: index of the highest score; ties go to the first option."""
     if not scores:
         raise ValueError("no option scores")
     best = 0
@@ -23,7 +23,7 @@ def mc_predict(scores: Scores) -> int:
 
 
 def length_normalized(scores: Scores, options: Sequence[str]) -> list[float]:
-    """METRICS.md §7 (`acc_norm`): each score divided by its option's length in UTF-8 bytes."""
+    """docs/metrics.md#7-multiple-choice-and-confidence (`acc_norm`): each score divided by its option's length in UTF-8 bytes."""
     if len(scores) != len(options):
         raise ValueError(f"{len(scores)} scores for {len(options)} options")
     lengths = [len(option.encode("utf-8")) for option in options]
@@ -37,7 +37,7 @@ def _mean(values: Sequence[float]) -> Optional[float]:
 
 
 def mc_accuracy(scores: Sequence[Scores], golds: Sequence[int]) -> Optional[float]:
-    """METRICS.md §7 `acc`: fraction of questions whose argmax option is the gold one."""
+    """docs/metrics.md#7-multiple-choice-and-confidence `acc`: fraction of questions whose argmax option is the gold one."""
     _same_length(scores, golds)
     return _mean([float(mc_predict(s) == g) for s, g in zip(scores, golds)])
 
@@ -45,13 +45,13 @@ def mc_accuracy(scores: Sequence[Scores], golds: Sequence[int]) -> Optional[floa
 def mc_accuracy_norm(
     scores: Sequence[Scores], options: Sequence[Sequence[str]], golds: Sequence[int]
 ) -> Optional[float]:
-    """METRICS.md §7 `acc_norm`: `acc` on scores divided by the option lengths in UTF-8 bytes."""
+    """docs/metrics.md#7-multiple-choice-and-confidence `acc_norm`: `acc` on scores divided by the option lengths in UTF-8 bytes."""
     _same_length(scores, golds)
     return _mean([float(mc_predict(length_normalized(s, o)) == g) for s, o, g in zip(scores, options, golds)])
 
 
 def softmax(scores: Scores) -> list[float]:
-    """METRICS.md §7: confidence = softmax of the option scores (max-shifted for stability)."""
+    """docs/metrics.md#7-multiple-choice-and-confidence: confidence = softmax of the option scores (max-shifted for stability)."""
     top = max(scores)
     exps = [math.exp(score - top) for score in scores]
     total = sum(exps)
@@ -59,7 +59,7 @@ def softmax(scores: Scores) -> list[float]:
 
 
 def ece(confidences: Sequence[float], correct: Sequence[int], n_bins: int = 10) -> Optional[float]:
-    """METRICS.md §7: Σ_bins (n_b / n)·|acc_b − conf_b| over `n_bins` equal-width bins of the max-probability
+    """docs/metrics.md#7-multiple-choice-and-confidence: Σ_bins (n_b / n)·|acc_b − conf_b| over `n_bins` equal-width bins of the max-probability
     confidence; bin b holds [b/n_bins, (b+1)/n_bins), the last bin includes 1.0."""
     _same_length(confidences, correct)
     if not confidences:
@@ -78,7 +78,7 @@ def ece(confidences: Sequence[float], correct: Sequence[int], n_bins: int = 10) 
 
 
 def brier(probabilities: Sequence[Sequence[float]], golds: Sequence[int]) -> Optional[float]:
-    """METRICS.md §7: mean over questions of Σ_options (prob_k − 1[k = gold])²."""
+    """docs/metrics.md#7-multiple-choice-and-confidence: mean over questions of Σ_options (prob_k − 1[k = gold])²."""
     _same_length(probabilities, golds)
     return _mean(
         [sum((p - (k == gold)) ** 2 for k, p in enumerate(probs)) for probs, gold in zip(probabilities, golds)]
@@ -86,7 +86,7 @@ def brier(probabilities: Sequence[Sequence[float]], golds: Sequence[int]) -> Opt
 
 
 def overconfident_error_rate(confidences: Sequence[float], correct: Sequence[int], tau: float = 0.8) -> Optional[float]:
-    """METRICS.md §7: #(wrong and confidence ≥ τ) / #wrong; None if there are no errors."""
+    """docs/metrics.md#7-multiple-choice-and-confidence: #(wrong and confidence ≥ τ) / #wrong; None if there are no errors."""
     _same_length(confidences, correct)
     wrong = [c for c, right in zip(confidences, correct) if not right]
     return sum(c >= tau for c in wrong) / len(wrong) if wrong else None
@@ -100,7 +100,7 @@ def cyclic_rotations(options: Sequence[str], k: Optional[int] = None) -> list[li
 
 
 def position_consistency(chosen: Sequence[Sequence[str]]) -> Optional[float]:
-    """METRICS.md §7: fraction of questions whose chosen option text is the same under all K rotations
+    """docs/metrics.md#7-multiple-choice-and-confidence: fraction of questions whose chosen option text is the same under all K rotations
     (`chosen[q]` = the texts chosen under each rotation)."""
     if any(not texts for texts in chosen):
         raise ValueError("a question has no chosen options")
@@ -110,7 +110,7 @@ def position_consistency(chosen: Sequence[Sequence[str]]) -> Optional[float]:
 def calibration_summary(
     scores: Sequence[Scores], options: Sequence[Sequence[str]], golds: Sequence[int], tau: float = 0.8
 ) -> dict[str, Any]:
-    """METRICS.md §7 for a group of MC questions: {acc, acc_norm, ece, brier, overconfident_error_rate, n};
+    """docs/metrics.md#7-multiple-choice-and-confidence for a group of MC questions: {acc, acc_norm, ece, brier, overconfident_error_rate, n};
     with no questions every metric is None and n is 0."""
     _same_length(scores, golds)
     probabilities = [softmax(s) for s in scores]

@@ -1,4 +1,4 @@
-"""The continual-learning matrix: average accuracy, forgetting, BWT, FWT and FUAR (METRICS.md §3).
+"""The continual-learning matrix: average accuracy, forgetting, BWT, FWT and FUAR (docs/metrics.md#3-continual-learning-matrix).
 
 `A[i][j]` is the score on the eval set introduced at step j, evaluated on the checkpoint after step i.
 A None (or absent) entry is an n = 0 set: it is skipped, never treated as 0. A result with nothing to
@@ -26,12 +26,12 @@ def as_int_matrix(A: Mapping[Any, Mapping[Any, Optional[float]]]) -> dict[int, d
 
 
 def avg_acc(A: Matrix, i: int) -> Optional[float]:
-    """METRICS.md §3: avg_acc_i = mean over j ≤ i of A[i][j]."""
+    """docs/metrics.md#3-continual-learning-matrix: avg_acc_i = mean over j ≤ i of A[i][j]."""
     return _mean([v for j, v in A.get(i, {}).items() if j <= i and v is not None])
 
 
 def forgetting(A: Matrix, i: int, j: int) -> Optional[float]:
-    """METRICS.md §3: forgetting[i][j] = A[j][j] − A[i][j] for i > j (relative to right after learning j)."""
+    """docs/metrics.md#3-continual-learning-matrix: forgetting[i][j] = A[j][j] − A[i][j] for i > j (relative to right after learning j)."""
     if i <= j:
         return None
     learned, now = _entry(A, j, j), _entry(A, i, j)
@@ -39,7 +39,7 @@ def forgetting(A: Matrix, i: int, j: int) -> Optional[float]:
 
 
 def forgetting_max(A: Matrix, i: int, j: int) -> Optional[float]:
-    """METRICS.md §3: forgetting_max[i][j] = max over l in [j, i−1] of A[l][j] − A[i][j] (Chaudhry et al.)."""
+    """docs/metrics.md#3-continual-learning-matrix: forgetting_max[i][j] = max over l in [j, i−1] of A[l][j] − A[i][j] (Chaudhry et al.)."""
     now = _entry(A, i, j)
     if i <= j or now is None:
         return None
@@ -48,14 +48,14 @@ def forgetting_max(A: Matrix, i: int, j: int) -> Optional[float]:
 
 
 def bwt(A: Matrix, i: int) -> Optional[float]:
-    """METRICS.md §3: bwt_i (i ≥ 1) = mean over j < i of (A[i][j] − A[j][j])."""
+    """docs/metrics.md#3-continual-learning-matrix: bwt_i (i ≥ 1) = mean over j < i of (A[i][j] − A[j][j])."""
     if i < 1:
         return None
     return _mean([A[i][j] - A[j][j] for j in range(i) if _entry(A, i, j) is not None and _entry(A, j, j) is not None])
 
 
 def fwt(A: Matrix, i: int, A_init: Optional[Mapping[int, Optional[float]]] = None) -> Optional[float]:
-    """METRICS.md §3: fwt_i (i ≥ 1) = A[i−1][i] − A_init[i]."""
+    """docs/metrics.md#3-continual-learning-matrix: fwt_i (i ≥ 1) = A[i−1][i] − A_init[i]."""
     if i < 1 or A_init is None:
         return None
     before, init = _entry(A, i - 1, i), A_init.get(i)
@@ -70,7 +70,7 @@ def fuar(
     new_prev: Optional[float],
     new_cur: Optional[float],
 ) -> Optional[float]:
-    """METRICS.md §3 (CKL): forgotten / gained between checkpoints i−1 and i; lower is better.
+    """docs/metrics.md#3-continual-learning-matrix (CKL): forgotten / gained between checkpoints i−1 and i; lower is better.
 
     forgotten = max(0, Unchanged(i−1) − Unchanged(i)); gained = max(0, Updated_i(i) − Updated_i(i−1)) +
     max(0, New_i(i) − New_i(i−1)). None when gained = 0 or Unchanged is missing; a split with a None
@@ -89,7 +89,7 @@ def fuar(
 def continual_summary(
     A: Mapping[Any, Mapping[Any, Optional[float]]], A_init: Optional[Mapping[Any, Optional[float]]] = None
 ) -> dict[str, Any]:
-    """METRICS.md §3 for every checkpoint i of the matrix, JSON-able (string keys).
+    """docs/metrics.md#3-continual-learning-matrix for every checkpoint i of the matrix, JSON-able (string keys).
 
     {"<i>": {"avg_acc", "bwt", "fwt", "forgetting": {"<j>": v}, "forgetting_max": {"<j>": v}}}
     with forgetting entries for every j < i (None where undefined).

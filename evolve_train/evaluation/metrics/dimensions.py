@@ -1,4 +1,4 @@
-"""Accuracy per EvolveBench dimension and error clustering (METRICS.md §6)."""
+"""Accuracy per EvolveBench dimension and error clustering (docs/metrics.md#6-the-five-dimensions)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ def _checked(dimensions: Sequence[Optional[str]], correct: Sequence[int]) -> lis
 
 
 def accuracy_per_dimension(dimensions: Sequence[Optional[str]], correct: Sequence[int]) -> dict[str, dict[str, Any]]:
-    """METRICS.md §6: {dimension: {"em", "n"}} over the items that carry a dimension (None = no dimension)."""
+    """docs/metrics.md#6-the-five-dimensions: {dimension: {"em", "n"}} over the items that carry a dimension (None = no dimension)."""
     counts: dict[str, list[int]] = {}
     for dimension, right in _checked(dimensions, correct):
         counts.setdefault(dimension, []).append(right)
@@ -22,7 +22,7 @@ def accuracy_per_dimension(dimensions: Sequence[Optional[str]], correct: Sequenc
 
 
 def error_share(dimensions: Sequence[Optional[str]], correct: Sequence[int]) -> dict[str, Optional[float]]:
-    """METRICS.md §6: error_share[d] = wrong answers in d / all wrong answers (None for all d when none wrong)."""
+    """docs/metrics.md#6-the-five-dimensions: error_share[d] = wrong answers in d / all wrong answers (None for all d when none wrong)."""
     scored = _checked(dimensions, correct)
     wrong_total = sum(1 for _, right in scored if not right)
     shares: dict[str, Optional[float]] = {}
@@ -33,6 +33,6 @@ def error_share(dimensions: Sequence[Optional[str]], correct: Sequence[int]) -> 
 
 
 def dimension_summary(dimensions: Sequence[Optional[str]], correct: Sequence[int]) -> dict[str, dict[str, Any]]:
-    """METRICS.md §6: {dimension: {"em", "n", "error_share"}}."""
+    """docs/metrics.md#6-the-five-dimensions: {dimension: {"em", "n", "error_share"}}."""
     shares = error_share(dimensions, correct)
     return {d: {**row, "error_share": shares[d]} for d, row in accuracy_per_dimension(dimensions, correct).items()}

@@ -1,5 +1,5 @@
 """Statistics and evaluation hygiene: paired bootstrap, kappa, flip rate, contamination gap and the
-release gate (METRICS.md §8)."""
+release gate (docs/metrics.md#8-statistics-and-hygiene)."""
 
 from __future__ import annotations
 
@@ -48,14 +48,14 @@ def _resamples(n: int, B: int, seed: int):
 
 
 def bootstrap_ci_bounds(sorted_diffs: Sequence[float]) -> tuple[float, float]:
-    """METRICS.md §8: the 2.5th / 97.5th percentiles of B sorted diffs:
+    """docs/metrics.md#8-statistics-and-hygiene: the 2.5th / 97.5th percentiles of B sorted diffs:
     sorted_diffs[int(B·0.025)] and sorted_diffs[int(B·0.975) − 1]."""
     count = len(sorted_diffs)
     return float(sorted_diffs[int(count * 0.025)]), float(sorted_diffs[int(count * 0.975) - 1])
 
 
 def paired_bootstrap_diff(a: Outcomes, b: Outcomes, B: int = 2000, seed: int = 0) -> dict[str, float]:
-    """METRICS.md §8: observed mean(a) − mean(b) and its paired-bootstrap 95% interval.
+    """docs/metrics.md#8-statistics-and-hygiene: observed mean(a) − mean(b) and its paired-bootstrap 95% interval.
 
     `a`, `b`: per-question 0/1 outcomes of two runs over the same questions, as id → 0/1 mappings (a
     differing question set raises ValueError naming a missing id) or lists of equal length. Indices are
@@ -79,8 +79,27 @@ def bootstrap_mean_ci(values: Sequence[float], B: int = 2000, seed: int = 0) -> 
     return list(bootstrap_ci_bounds(np.sort(np.concatenate(means))))
 
 
+def bootstrap_ratio_ci(
+    sums: Sequence[float], counts: Sequence[float], B: int = 2000, seed: int = 0
+) -> Optional[list[float]]:
+    """95% percentile-bootstrap interval ``[low, high]`` of ``sum(sums) / sum(counts)`` over items (e.g. the mean
+    token NLL of a text over its documents: each document's summed NLL and token count), items resampled with
+    replacement B times (numpy default_rng(seed); bounds as in :func:`bootstrap_ci_bounds`); None with no items
+    or no counts."""
+    top, bottom = np.asarray(sums, dtype=float), np.asarray(counts, dtype=float)
+    if top.size == 0 or bottom.sum() <= 0:
+        return None
+    ratios = []
+    for index in _resamples(top.size, B, seed):
+        totals = bottom[index].sum(axis=1)
+        ratios.append(np.where(totals > 0, top[index].sum(axis=1) / np.maximum(totals, 1e-300), np.nan))
+    ordered = np.sort(np.concatenate(ratios))
+    ordered = ordered[~np.isnan(ordered)]
+    return list(bootstrap_ci_bounds(ordered)) if ordered.size else None
+
+
 def cohen_kappa(y_true: Sequence[Hashable], y_pred: Sequence[Hashable]) -> Optional[float]:
-    """METRICS.md §8: (p_o − p_e) / (1 − p_e); 1.0 when p_e = 1; None with no items."""
+    """docs/metrics.md#8-statistics-and-hygiene: (p_o − p_e) / (1 − p_e); 1.0 when p_e = 1; None with no items."""
     if len(y_true) != len(y_pred):
         raise ValueError(f"length mismatch: {len(y_true)} vs {len(y_pred)}")
     if not y_true:
@@ -104,7 +123,7 @@ def _template_answer(answer: Union[str, Sequence[str]]) -> str:
 
 
 def flip_rate(predictions: Union[Mapping[Hashable, Sequence[Any]], Sequence[Sequence[Any]]]) -> Optional[float]:
-    """METRICS.md §8: fraction of questions whose normalized prediction differs across the K equivalent
+    """docs/metrics.md#8-statistics-and-hygiene: fraction of questions whose normalized prediction differs across the K equivalent
     templates. Per question: one entry per template, a string (greedy) or a list of n sampled repeats
     (majority vote). None with no questions."""
     per_question = list(predictions.values()) if isinstance(predictions, Mapping) else list(predictions)
@@ -123,7 +142,7 @@ def _accuracy(outcomes: Union[float, Sequence[int]]) -> float:
 
 
 def contamination_gap(original: Union[float, Sequence[int]], variants: Sequence[Union[float, Sequence[int]]]) -> float:
-    """METRICS.md §8: acc(original) − mean over k of acc(perturbed variant k); each argument an accuracy
+    """docs/metrics.md#8-statistics-and-hygiene: acc(original) − mean over k of acc(perturbed variant k); each argument an accuracy
     or a list of per-question 0/1 outcomes. A hint of memorised surface form, never proof of a clean model."""
     if not variants:
         raise ValueError("no perturbed variants")
@@ -139,7 +158,7 @@ def _check(name: str, value: Optional[float], threshold: float, op: str) -> dict
 
 
 def release_gate(values: Mapping[str, Any], thresholds: Optional[Mapping[str, Any]] = None) -> dict[str, Any]:
-    """METRICS.md §8: pass/fail and every check with its value and threshold.
+    """docs/metrics.md#8-statistics-and-hygiene: pass/fail and every check with its value and threshold.
 
     values: flip_rate, contamination_gap, bootstrap_ci_low (paired-bootstrap CI low vs the baseline run)
     and slices {name: accuracy}. thresholds (defaults DEFAULT_GATE): flip_rate_max (≤), contamination_gap_max

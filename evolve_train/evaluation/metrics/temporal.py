@@ -1,4 +1,4 @@
-"""Paired temporal metrics and timestamp ablations on scored items (METRICS.md §4 and §5).
+"""Paired temporal metrics and timestamp ablations on scored items (docs/metrics.md#4-paired-temporal-metrics and §5).
 
 Predictions are a mapping item id → prediction text (already cut at the stop strings).
 """
@@ -63,19 +63,19 @@ def confusion_per_pair(pairs: Sequence[Pair], predictions: Predictions) -> list[
 
 
 def update_adoption(pairs: Sequence[Pair], predictions: Predictions) -> Optional[float]:
-    """METRICS.md §4: fraction of pairs with EM(p_old, g_old) = 1 and EM(p_new, g_new) = 1; None if no pairs."""
+    """docs/metrics.md#4-paired-temporal-metrics: fraction of pairs with EM(p_old, g_old) = 1 and EM(p_new, g_new) = 1; None if no pairs."""
     hits = adoption_per_pair(pairs, predictions)
     return sum(hits) / len(hits) if hits else None
 
 
 def confusion_index(pairs: Sequence[Pair], predictions: Predictions) -> Optional[float]:
-    """METRICS.md §4: (#pairs with EM(p_old, g_new) = 1 + #pairs with EM(p_new, g_old) = 1) / (2·#pairs)."""
+    """docs/metrics.md#4-paired-temporal-metrics: (#pairs with EM(p_old, g_new) = 1 + #pairs with EM(p_new, g_old) = 1) / (2·#pairs)."""
     crossed = confusion_per_pair(pairs, predictions)
     return sum(crossed) / len(crossed) if crossed else None
 
 
 def pair_asymmetry(pairs: Sequence[Pair], predictions: Predictions) -> Optional[float]:
-    """METRICS.md §4 (the article's pseudo-code count): fraction of pairs with exactly one of the two right."""
+    """docs/metrics.md#4-paired-temporal-metrics (EvolveBench's pseudo-code count): fraction of pairs with exactly one of the two right."""
     if not pairs:
         return None
     one_right = sum(
@@ -94,7 +94,7 @@ def year_slices(years: Iterable[int]) -> dict[str, tuple[date, date]]:
 def time_accuracy(
     items: Sequence[QAItem], predictions: Predictions, slices: Optional[Slices] = None
 ) -> dict[str, dict[str, Any]]:
-    """METRICS.md §4: mean EM over timestamped items whose timestamp lies in each slice, with `n`.
+    """docs/metrics.md#4-paired-temporal-metrics: mean EM over timestamped items whose timestamp lies in each slice, with `n`.
 
     `slices` maps a name to a half-open range [start, end) of timestamps (None = unbounded); default one
     per calendar year present, keyed "YYYY". A slice without items reports em None and n 0.
@@ -112,7 +112,7 @@ def time_accuracy(
 
 
 def stable_items(items: Sequence[QAItem]) -> list[QAItem]:
-    """METRICS.md §4: items flagged `stable: true`; where no item carries the flag, the items of base-question
+    """docs/metrics.md#4-paired-temporal-metrics: items flagged `stable: true`; where no item carries the flag, the items of base-question
     groups spanning ≥ 2 distinct timestamps whose normalized alias sets are all equal."""
     if any(item.stable is not None for item in items):
         return [item for item in items if item.stable]
@@ -125,14 +125,14 @@ def stable_items(items: Sequence[QAItem]) -> list[QAItem]:
 
 
 def old_knowledge_retention(items: Sequence[QAItem], predictions: Predictions) -> dict[str, Any]:
-    """METRICS.md §4: mean EM over questions about stable knowledge, {"em", "n"} (em None when n = 0)."""
+    """docs/metrics.md#4-paired-temporal-metrics: mean EM over questions about stable knowledge, {"em", "n"} (em None when n = 0)."""
     return _em_summary(stable_items(items), predictions)
 
 
 def timestamp_ablation(
     items: Sequence[QAItem], true: Predictions, shuffled: Predictions, none: Predictions
 ) -> dict[str, Any]:
-    """METRICS.md §5: accuracy of the timestamped items asked with their own (`true`), a shuffled and no
+    """docs/metrics.md#5-timestamp-ablation: accuracy of the timestamped items asked with their own (`true`), a shuffled and no
     timestamp, all scored against the gold of the true timestamp; timestamp_reliance = acc_true − acc_shuffled."""
     dated = [item for item in items if item.timestamp is not None]
     correct = {
@@ -142,14 +142,14 @@ def timestamp_ablation(
     acc = {name: sum(scores) / len(scores) if scores else None for name, scores in correct.items()}
     reliance = None if acc["true"] is None else acc["true"] - acc["shuffled"]
     interval = None
-    if dated:  # paired bootstrap of true vs shuffled outcomes over the questions (METRICS.md §8's resampling)
+    if dated:  # paired bootstrap of true vs shuffled outcomes over the questions (docs/metrics.md#8-statistics-and-hygiene's resampling)
         diff = paired_bootstrap_diff(correct["true"], correct["shuffled"])
         interval = [diff["ci_low"], diff["ci_high"]]
     return {**acc, "n": len(dated), "timestamp_reliance": reliance, "timestamp_reliance_ci": interval}
 
 
 def timestamp_invariance(original: Predictions, replaced: Mapping[str, Sequence[str]]) -> Optional[float]:
-    """METRICS.md §5: fraction of questions whose normalized prediction is identical under each of the K
+    """docs/metrics.md#5-timestamp-ablation: fraction of questions whose normalized prediction is identical under each of the K
     other timestamps (`replaced[id]` holds the K predictions); None with no questions."""
     if set(original) != set(replaced):
         missing = sorted(set(original) ^ set(replaced), key=str)[0]
@@ -165,7 +165,7 @@ def timestamp_invariance(original: Predictions, replaced: Mapping[str, Sequence[
 def draw_other_timestamps(
     own: TimestampLike, pool: Iterable[str], k: int = 1, seed: int = 0, key: str = ""
 ) -> list[str]:
-    """METRICS.md §5: k distinct timestamps from `pool` whose day differs from `own`, drawn with a fixed seed
+    """docs/metrics.md#5-timestamp-ablation: k distinct timestamps from `pool` whose day differs from `own`, drawn with a fixed seed
     (per `key`, e.g. the item id, so one item's draw does not depend on the others')."""
     own_day = parse_timestamp(own)
     candidates = sorted({ts for ts in pool if parse_timestamp(ts) != own_day}, key=lambda ts: (parse_timestamp(ts), ts))
@@ -175,5 +175,5 @@ def draw_other_timestamps(
 
 
 def shuffled_timestamp(own: TimestampLike, pool: Iterable[str], seed: int = 0, key: str = "") -> str:
-    """METRICS.md §5 `shuffled` group: one timestamp from the dataset's others, different from `own`."""
+    """docs/metrics.md#5-timestamp-ablation `shuffled` group: one timestamp from the dataset's others, different from `own`."""
     return draw_other_timestamps(own, pool, 1, seed, key)[0]

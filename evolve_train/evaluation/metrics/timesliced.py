@@ -1,4 +1,4 @@
-"""The TiC-LM aggregates of a train-step × eval-slice matrix (METRICS.md §9): backward, in_dist, forward, regret.
+"""The TiC-LM aggregates of a train-step × eval-slice matrix (docs/metrics.md#9-time-sliced-perplexity): backward, in_dist, forward, regret.
 
 ``M[i][j]`` is a score of eval slice j on the checkpoint after step i: the held-out NLL of step j's slice
 (``P``), or EM of the set introduced at step j (``A`` of §3). Over the matrix:
@@ -74,7 +74,7 @@ def aggregates(M: Matrix) -> dict[str, Any]:
     }
 
 
-def shared_cells(M: Matrix, O: Matrix) -> tuple[dict, dict]:  # noqa: E741  (METRICS.md's names)
+def shared_cells(M: Matrix, O: Matrix) -> tuple[dict, dict]:  # noqa: E741  (docs/metrics.md's names)
     """``M`` and ``O`` restricted to the cells both have (non-None)."""
     a = {int(i): {int(j): v for j, v in row.items()} for i, row in M.items()}
     b = {int(i): {int(j): v for j, v in row.items()} for i, row in O.items()}
@@ -85,7 +85,7 @@ def shared_cells(M: Matrix, O: Matrix) -> tuple[dict, dict]:  # noqa: E741  (MET
     )
 
 
-def regret(M: Matrix, O: Matrix) -> dict[str, Optional[float]]:  # noqa: E741  (METRICS.md's names)
+def regret(M: Matrix, O: Matrix) -> dict[str, Optional[float]]:  # noqa: E741  (docs/metrics.md's names)
     """``regret_<aggregate>`` = aggregate(M) − aggregate(O) over the shared cells (None where either is None)."""
     run, oracle = shared_cells(M, O)
     out = {}
