@@ -82,7 +82,7 @@ def test_the_carried_moments_survive_a_resume_between_steps(tmp_path, recorded, 
     def point(where):
         if where == "evaluate":
             calls["n"] += 1
-            if calls["n"] == 3:  # step 2's evaluation: step 2 is trained again on resume, from carry/1
+            if calls["n"] == 2:  # step 1's evaluation: the rerun evaluates step 1 and trains step 2 from carry/1
                 raise Boom(where)
 
     monkeypatch.setattr(faults, "point", point)
@@ -94,7 +94,7 @@ def test_the_carried_moments_survive_a_resume_between_steps(tmp_path, recorded, 
     monkeypatch.setattr(faults, "point", lambda where: None)
     recorded["start"].clear()
     train(tiny_cfg(run_dir, *settings))
-    assert list(recorded["start"]) == [2]  # a new process would read the same files: only step 2 trained
+    assert list(recorded["start"]) == [2]  # a new process would read the same files: step 1 is not trained again
     assert same(recorded["start"][2], end_of_step1)
     for step in range(3):  # and the resumed run ends where the uninterrupted one did
         a = load_file(str(reference / "steps" / str(step) / "model.safetensors"))

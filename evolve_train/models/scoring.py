@@ -29,7 +29,7 @@ from typing import Callable, Sequence
 import torch
 
 from evolve_train.models.batching import AutoBatchSize, as_auto, spans
-from evolve_train.models.generation import _accepts, cache_of, padded_batch
+from evolve_train.models.generation import cache_of, padded_batch
 from evolve_train.models.head import IGNORE, chunk_capable, chunked_token_nll, head_inputs
 
 
@@ -108,9 +108,11 @@ def _shared_prefix_batch(model, members, pad: int, device):
     """Each prompt once (left padded, KV cache kept), then every option on the cache rows of its prompt."""
     ids, mask = padded_batch([context for context, _ in members], pad, left=True)
     ids, mask = ids.to(device), mask.to(device)
-    last = {"logits_to_keep": 1} if _accepts(model, "logits_to_keep") else {}  # only the logits read below
+    # Every position's logits, though only the last is read: transformers' logits_to_keep=1 slices the hidden
+    # states into a strided view whose head matmul rounded differently between two identical models in one
+    # process (a LoRA stack resumed from disk against the one kept in memory), so it is not used.
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, **last)
+    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
     first = torch.log_softmax(out.logits[:, -1].float(), dim=-1)  # predicts each option's first token
     owners = [(row, index, target) for row, (_, options) in enumerate(members) for index, target in options]
     rows = torch.tensor([row for row, _, _ in owners], device=device)

@@ -65,7 +65,9 @@ RENAMED = {"contamination_gap": "paraphrase_gap"}
 LOG_SCALE = frozenset({"perplexity"})
 """Metrics spanning orders of magnitude: plotted on a logarithmic axis."""
 
-NOT_METRICS = frozenset({"k", "samples", "threshold", "flagged", "mixed_precision", "eval_precision", "tokens"})
+NOT_METRICS = frozenset(
+    {"k", "samples", "threshold", "flagged", "mixed_precision", "eval_precision", "tokens", "bootstrap"}
+)
 """Keys of a row that are settings or descriptions of the evaluation, not measurements."""
 
 
