@@ -6,6 +6,7 @@
     python scripts/bench.py --retrieval-only --demo-run runs/demo   # only the open-book evaluator's share
     python scripts/bench.py --part pretrained      # a 135M Llama, fp32 vs bf16 (scripts/bench_pretrained.py)
     python scripts/bench.py --part memory          # peak memory, chunked vs unchunked loss (scripts/bench_memory.py)
+    python scripts/bench.py --part data            # preparing ~100 MB and ~1 GB of text (scripts/bench_data.py)
 
 Prints a table, then (last line) one JSON object with the keys loop_vs_torch, lora_vs_full,
 packing_efficiency, clm_packing_efficiency, eval_speedup, eval_share, tokens_per_s_by_size, eval_growth,
@@ -427,12 +428,17 @@ def main(argv=None) -> None:
     )
     parser.add_argument(
         "--part",
-        choices=["default", "pretrained", "memory"],
+        choices=["default", "pretrained", "memory", "data"],
         default="default",
         help="default: the figures above on the demo's model; pretrained: a 135M Llama from "
         "SmolLM2's config, fp32 vs bf16 training and evaluation tokens/s and peak fractions; memory: peak "
-        "memory of a Llama-shaped 128k-vocabulary step and of scoring, chunked vs unchunked loss",
+        "memory of a Llama-shaped 128k-vocabulary step and of scoring, chunked vs unchunked loss; data: preparing "
+        "~100 MB and ~1 GB of text against plain tokenizers, bytes per token, peak memory",
     )
+    parser.add_argument(
+        "--data-size", choices=["bench", "tiny"], default="bench", help="corpora of --part data (tiny: seconds)"
+    )
+    parser.add_argument("--workers", type=int, default=2, help="tokenizer threads of --part data")
     parser.add_argument(
         "--memory-size", choices=["bench", "tiny"], default="bench", help="model of --part memory (tiny: seconds)"
     )
@@ -444,6 +450,13 @@ def main(argv=None) -> None:
     )
     parser.add_argument("overrides", nargs="*", help="Hydra overrides of the benchmarked config, e.g. model.n_layer=2")
     args = parser.parse_args(argv)
+    if args.part == "data":
+        from bench_data import data_part, print_data
+
+        result = data_part(args.data_size, args.workers)
+        print_data(result)
+        print(json.dumps({"data": result}))
+        return
     if args.part == "memory":
         from bench_memory import memory_part, print_memory
 

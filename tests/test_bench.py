@@ -104,3 +104,24 @@ def test_bench_memory_part_prints_peaks_and_ratios():
     assert all(v > 0 for v in figures["peak_gib"].values())
     assert figures["train_ratio"] > 0 and figures["score_ratio"] > 0 and figures["preflight_gib"] > 0
     assert "training step, chunked / unchunked" in result.stdout
+
+
+@pytest.mark.slow
+def test_bench_data_part_prints_throughput_bytes_per_token_and_memory():
+    result = subprocess.run(
+        [sys.executable, "scripts/bench.py", "--part", "data", "--data-size", "tiny"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    figures = json.loads(result.stdout.strip().splitlines()[-1])["data"]
+    assert len(figures["sizes"]) == 2
+    for size in figures["sizes"].values():
+        assert size["prepare"]["tokens"] > 0 and size["prepare"]["id_type"] == "uint16"
+        assert size["plain"]["tokens"] > 0 and size["prepare_vs_plain"] > 0
+        assert 0 < size["prepare"]["bytes_per_token"] < 8  # uint16 ids and their offsets
+        assert size["train"]["peak_rss_gib"] > 0
+    assert figures["prepare_rss_ratio"] > 0 and figures["train_rss_ratio"] > 0
+    assert "peak RSS, large / small corpus" in result.stdout
