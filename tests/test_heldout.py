@@ -9,6 +9,7 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from evolve_train.config import EvalConfig
+from evolve_train.evaluation.context import Shards
 from evolve_train.errors import ConfigError
 from evolve_train.evaluation.evaluators.heldout import (
     GENERAL_FILE,
@@ -58,6 +59,7 @@ def test_evaluator_rows_and_config_errors(tokenizer, tmp_path):
         text_format=make_text_format(tokenizer, False),
         checkpoint=2,
         cfg=EvalConfig(heldout_text=["general", str(custom)], heldout_window=32),
+        shards=Shards(),
     )
     rows = heldout_evaluator(ctx)
     assert [r["set_name"] for r in rows] == ["heldout_general", "news"]

@@ -17,6 +17,7 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from evolve_train.config import EvalConfig
+from evolve_train.evaluation.context import Shards
 from evolve_train.evaluation.evaluators.heldout import (
     GENERAL_FILE,
     SHIPPED,
@@ -108,7 +109,11 @@ def test_every_heldout_row_carries_its_interval_over_documents(setup, tmp_path):
     custom = tmp_path / "news.txt"
     custom.write_text("The bridge opened.\n\nThe river rose.\n\nThe town voted on Monday.\n")
     ctx = SimpleNamespace(
-        model=lm, text_format=text_format, checkpoint=1, cfg=EvalConfig(heldout_text=["general", str(custom)])
+        model=lm,
+        text_format=text_format,
+        checkpoint=1,
+        cfg=EvalConfig(heldout_text=["general", str(custom)]),
+        shards=Shards(),
     )
     rows = heldout_evaluator(ctx)
     assert [r["set_name"] for r in rows] == ["heldout_general", "news"]
@@ -118,3 +123,47 @@ def test_every_heldout_row_carries_its_interval_over_documents(setup, tmp_path):
         assert low <= row["loss"] <= high and row["bootstrap"] == 2000
         assert row["perplexity_ci"] == pytest.approx([math.exp(low), math.exp(high)])
         assert np.isfinite(row["perplexity_ci"]).all()
+
+
+class LockedModel:
+    """``model`` whose forward calls take ``lock`` (one forward at a time, as in a process of its own)."""
+
+    def __init__(self, model, lock):
+        self.model, self.lock = model, lock
+
+    def __call__(self, *args, **kwargs):
+        with self.lock:
+            return self.model(*args, **kwargs)
+
+    def eval(self):
+        return self
+
+    def parameters(self):
+        return self.model.parameters()
+
+
+@pytest.mark.parametrize("count", [2, 3])
+def test_processes_score_shares_of_the_windows_and_sum_bit_for_bit_as_one(setup, count):
+    import threading
+
+    from test_eval_shards import ThreadShards, World
+
+    text_format, lm = setup
+    windows, owners = document_windows(text_format, GENERAL_FILE.read_text(encoding="utf-8"), 16)
+    reference = document_nll(lm, windows, owners, batch_size=3)
+    world = World(count)
+    shards = [ThreadShards(i, count, world=world) for i in range(count)]
+    results = [None] * count
+
+    def process(index: int) -> None:
+        results[index] = document_nll(LockedModel(lm, world.model_lock), windows, owners, 3, shards[index])
+
+    threads = [threading.Thread(target=process, args=(index,)) for index in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for sums, counts in results:
+        assert sums.tolist() == reference[0].tolist() and counts.tolist() == reference[1].tolist()  # exact
+    loads = shards[0].done_per_process()
+    assert sum(loads) == len(windows) and min(loads) > 0 and max(loads) - min(loads) <= 3  # whole batches each

@@ -363,7 +363,8 @@ def train_sharded(accelerator, model: torch.nn.Module, train):
     skeleton = meta_skeleton(model)
     result = train(model)
     local, total = shard_sizes(model)
-    log.info("FSDP2: process %d held %d of %d parameter values while training", accelerator.process_index, local, total)
+    held = accelerator.gather(torch.tensor([local], device=accelerator.device)).tolist()  # the main process logs
+    log.info("FSDP2: processes held %s of %d parameter values while training", held, total)
     plain = unsharded_copy(model, skeleton)
     plain.train(model.training)
     return plain, result

@@ -9,7 +9,8 @@ length (at most ``eval.heldout_window`` tokens) and scored with the language-mod
 ``set_name`` = the file's stem, ``loss`` (mean negative log-likelihood per predicted token, nats),
 ``perplexity`` = exp(loss), ``n`` = predicted tokens, ``n_documents``, and 95 % bootstrap intervals over the
 documents (``loss_ci``, ``perplexity_ci``, ``bootstrap`` resamples; each predicted token counts for the document
-it belongs to). Decoder-only models only (a seq2seq model gets no row, with a warning).
+it belongs to). With several processes each scores whole batches of windows and the sums equal one
+process's. Decoder-only models only (a seq2seq model gets no row, with a warning).
 """
 
 from __future__ import annotations
@@ -22,9 +23,10 @@ import numpy as np
 import torch
 
 from evolve_train.errors import ConfigError
-from evolve_train.evaluation.context import EvalContext
+from evolve_train.evaluation.context import EvalContext, Shards
 from evolve_train.evaluation.metrics.stats import bootstrap_ratio_ci
 from evolve_train.evaluation.registry import register_evaluator
+from evolve_train.models.batching import AutoBatchSize
 from evolve_train.models.text_format import CausalLMFormat, TextFormat
 
 log = logging.getLogger(__name__)
@@ -66,16 +68,13 @@ def token_windows(text_format: TextFormat, text: str, window: int) -> list[list[
 
 
 @torch.no_grad()
-def document_nll(
-    model, windows: list[list[int]], owners: list[list[int]], batch_size: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """Per document (the indices of ``owners``): summed negative log-likelihood and predicted tokens of
-    ``windows`` under the causal ``model`` — the training loss, position t predicting token t + 1, which
-    counts for token t + 1's document."""
-    size = 1 + max((max(o) for o in owners if o), default=-1)
-    sums, counts = np.zeros(size), np.zeros(size, dtype=np.int64)
+def window_nll(model, windows: list[list[int]], owners: list[list[int]], batch_size: int) -> list[tuple]:
+    """Per window of ``windows`` (in batches of ``batch_size``): ``(document of each predicted token, its
+    negative log-likelihood)`` under the causal ``model`` — the training loss, position t predicting token
+    t + 1, which counts for token t + 1's document."""
     model.eval()
     device = next(model.parameters()).device
+    scored = []
     for start in range(0, len(windows), batch_size):
         chunk, chunk_owners = windows[start : start + batch_size], owners[start : start + batch_size]
         width = max(len(w) for w in chunk)
@@ -93,8 +92,31 @@ def document_nll(
             logits.float().transpose(1, 2), target, ignore_index=IGNORE, reduction="none"
         ).cpu()
         counted = target.cpu() != IGNORE
-        who = owner[:, 1:][counted].numpy()
-        np.add.at(sums, who, nll[counted].double().numpy())
+        for row in range(len(chunk)):
+            keep = counted[row]
+            scored.append((owner[row, 1:][keep].numpy(), nll[row][keep].double().numpy()))
+    return scored
+
+
+def document_nll(
+    model, windows: list[list[int]], owners: list[list[int]], batch_size: int, shards: Shards | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per document (the indices of ``owners``): summed negative log-likelihood and predicted tokens of
+    ``windows`` (:func:`window_nll`). With ``shards`` (a multi-process evaluation: a collective, every process
+    calls it) each process scores whole batches of the one-process plan and the windows' results are
+    gathered, then summed in window order: the same sums as one process."""
+    shards = shards or Shards()
+    batch = AutoBatchSize(batch_size)
+    scored = shards.run(
+        list(range(len(windows))),
+        lambda items, size: [items[i : i + size] for i in range(0, len(items), size)],
+        lambda share: window_nll(model, [windows[i] for i in share], [owners[i] for i in share], batch.size),
+        batch,
+    )
+    size = 1 + max((max(o) for o in owners if o), default=-1)
+    sums, counts = np.zeros(size), np.zeros(size, dtype=np.int64)
+    for _, (who, nll) in scored:
+        np.add.at(sums, who, nll)
         np.add.at(counts, who, 1)
     return sums, counts
 
@@ -116,7 +138,7 @@ def heldout_evaluator(ctx: EvalContext) -> list[dict]:
     rows = []
     for path in heldout_files(list(ctx.cfg.heldout_text)):
         windows, owners = document_windows(ctx.text_format, path.read_text(encoding="utf-8"), window)
-        sums, counts = document_nll(ctx.model, windows, owners, max(1, ctx.cfg.batch_size // 8))
+        sums, counts = document_nll(ctx.model, windows, owners, max(1, ctx.cfg.batch_size // 8), ctx.shards)
         total, count = float(sums.sum()), int(counts.sum())
         loss = total / count if count else None
         loss_ci = bootstrap_ratio_ci(sums, counts, B=BOOTSTRAP, seed=0)
