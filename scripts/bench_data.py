@@ -8,7 +8,8 @@ For generated text of two sizes (about 100 MB and 1 GB of JSONL by default), eac
   ``evolve-data prepare`` and of a run), tokens/s of the tokenizing part, peak RSS of the process;
 - **plain tokenizers**: ``tokenizers``' ``encode_batch`` over the same documents (read from the same Arrow
   records, in the same batches) with the same number of threads, tokens/s, results discarded: the ratio
-  preparation/plain says what the framework costs over the library alone;
+  preparation/plain says what the framework costs over the library alone; and the same with
+  ``encode_batch_fast`` (no character offsets), the call the preparation makes: ratio ``prepare_vs_plain_fast``;
 - **bytes per token on disk**: the entry's ``rows.arrow`` over its tokens (uint16 ids under 65,536 ids);
 - **a training step that reads it**: the entry mapped (a cache hit), 20 batches of rows decoded, collated and
   trained on by a small GPT-2: peak RSS of that process.
@@ -114,17 +115,21 @@ def child_prepare(corpus: str, cache: str, tokenizer_dir: str) -> dict:
     }
 
 
-def child_plain(corpus: str, cache: str, tokenizer_dir: str) -> dict:
+def child_plain(corpus: str, cache: str, tokenizer_dir: str, method: str = "encode_batch") -> dict:
     from evolve_train.data.corpus import record_batches
     from evolve_train.models.text_format import ENCODE_BATCH
 
     step = _step(corpus, cache)  # the Arrow records written by the preparation run: read, not written again
-    backend = _text_format(tokenizer_dir).tokenizer.backend_tokenizer
+    encode = getattr(_text_format(tokenizer_dir).tokenizer.backend_tokenizer, method)
     start, tokens = time.perf_counter(), 0
     for batch in record_batches(step.texts, ["text"], ENCODE_BATCH):
-        tokens += sum(len(encoding.ids) for encoding in backend.encode_batch(batch["text"], add_special_tokens=False))
+        tokens += sum(len(encoding.ids) for encoding in encode(batch["text"], add_special_tokens=False))
     seconds = time.perf_counter() - start
     return {"seconds": seconds, "tokens": tokens, "tokens_per_s": tokens / seconds, "peak_rss_gib": _peak_rss_gib()}
+
+
+def child_plain_fast(corpus: str, cache: str, tokenizer_dir: str) -> dict:
+    return child_plain(corpus, cache, tokenizer_dir, "encode_batch_fast")
 
 
 def child_train(corpus: str, cache: str, tokenizer_dir: str) -> dict:
@@ -156,7 +161,7 @@ def child_train(corpus: str, cache: str, tokenizer_dir: str) -> dict:
     return {"seconds": time.perf_counter() - start, "rows": len(rows), "peak_rss_gib": _peak_rss_gib()}
 
 
-CHILDREN = {"prepare": child_prepare, "plain": child_plain, "train": child_train}
+CHILDREN = {"prepare": child_prepare, "plain": child_plain, "plain_fast": child_plain_fast, "train": child_train}
 
 
 def _run_child(kind: str, corpus: Path, cache: Path, tokenizer_dir: Path, workers: int) -> dict:
@@ -189,10 +194,13 @@ def data_part(size: str = "bench", workers: int = 2, keep: bool = False) -> dict
             docs = write_corpus(corpus, target)
             figures = {"bytes": corpus.stat().st_size, "documents": docs}
             figures["generate_seconds"] = time.perf_counter() - start
-            for kind in ("prepare", "plain", "train"):
+            for kind in CHILDREN:
                 figures[kind] = _run_child(kind, corpus, cache, work / "tokenizer", workers)
                 print(f"  {target / 1e6:,.0f} MB {kind}: {json.dumps(figures[kind])}", flush=True)
             figures["prepare_vs_plain"] = figures["prepare"]["tokens_per_s"] / figures["plain"]["tokens_per_s"]
+            figures["prepare_vs_plain_fast"] = (
+                figures["prepare"]["tokens_per_s"] / figures["plain_fast"]["tokens_per_s"]
+            )
             result["sizes"][str(target)] = figures
             corpus.unlink()
         small, large = (result["sizes"][str(t)] for t in SIZES[size])
@@ -206,7 +214,8 @@ def data_part(size: str = "bench", workers: int = 2, keep: bool = False) -> dict
 
 def print_data(result: dict) -> None:
     print(f"data preparation ({result['workers']} tokenizer threads, seq_len {result['seq_len']}):")
-    header = ("corpus", "tokens", "prepare tok/s", "plain tok/s", "ratio", "B/token", "prepare RSS", "train RSS")
+    header = ("corpus", "tokens", "prepare tok/s", "plain tok/s", "ratio", "fast tok/s", "ratio", "B/token")
+    header += ("prepare RSS", "train RSS")
     print("  " + "  ".join(f"{h:>13}" for h in header))
     for target, f in result["sizes"].items():
         cells = (
@@ -215,6 +224,8 @@ def print_data(result: dict) -> None:
             f"{f['prepare']['tokens_per_s']:,.0f}",
             f"{f['plain']['tokens_per_s']:,.0f}",
             f"{f['prepare_vs_plain']:.3f}",
+            f"{f['plain_fast']['tokens_per_s']:,.0f}",
+            f"{f['prepare_vs_plain_fast']:.3f}",
             f"{f['prepare']['bytes_per_token']:.3f}",
             f"{f['prepare']['peak_rss_gib']:.2f} GiB",
             f"{f['train']['peak_rss_gib']:.2f} GiB",

@@ -121,6 +121,7 @@ def test_bench_data_part_prints_throughput_bytes_per_token_and_memory():
     for size in figures["sizes"].values():
         assert size["prepare"]["tokens"] > 0 and size["prepare"]["id_type"] == "uint16"
         assert size["plain"]["tokens"] > 0 and size["prepare_vs_plain"] > 0
+        assert size["plain_fast"]["tokens"] == size["plain"]["tokens"] and size["prepare_vs_plain_fast"] > 0
         assert 0 < size["prepare"]["bytes_per_token"] < 8  # uint16 ids and their offsets
         assert size["train"]["peak_rss_gib"] > 0
     assert figures["prepare_rss_ratio"] > 0 and figures["train_rss_ratio"] > 0

@@ -316,3 +316,28 @@ def test_only_the_last_batch_of_an_epoch_is_short():
     assert sorted(map(len, batches)) == [10] * 100
     batches = TokenBudgetBatches(lengths[:995], 100, seed=1, group_factor=5).epoch(0)
     assert sorted(map(len, batches)) == [5] + [10] * 99
+
+
+@pytest.mark.parametrize("prefix", [(), (1,), (1, 2)])
+@pytest.mark.parametrize("seq_len", [1, 4, 7, 64])
+def test_the_array_packer_gives_the_rows_of_the_list_packer_and_stores_them_alike(prefix, seq_len):
+    import random
+
+    import pyarrow as pa
+
+    from evolve_train.models.packing import ArrayPacker, DocumentPacker
+    from evolve_train.training.compact_rows import compact_batch
+
+    rng = random.Random(seq_len * 10 + len(prefix))
+    batches = [
+        [[rng.randrange(3, 500) for _ in range(rng.choice([0, 1, 2, 5, 9, 30]))] for _ in range(n)]
+        for n in (3, 0, 7, 1)
+    ]
+    lists, arrays = DocumentPacker(seq_len, 9, prefix), ArrayPacker(seq_len, 9, prefix)
+    got = [arrays.add(batch) for batch in batches] + [arrays.flush()]
+    expected = [lists.add(batch) for batch in batches] + [lists.flush()]
+    assert sum(batch.n_rows for batch in got) > 1
+    for mine, theirs in zip(got, expected):
+        assert dict(mine) == theirs  # input_ids, labels and position_ids, row by row
+        if mine.n_rows:
+            assert compact_batch(mine, pa.uint16()).to_pydict() == compact_batch(theirs, pa.uint16()).to_pydict()

@@ -285,3 +285,19 @@ def test_no_function_outside_the_text_format_and_model_building_takes_seq2seq():
                 if any("seq2seq" in name for name in names):
                     offenders.append(f"{path.relative_to(package)}:{node.lineno}")
     assert not offenders
+
+
+@pytest.mark.parametrize("kind", ["bpe", "word"])
+def test_documents_encode_as_the_tokenizer_encodes_them(kind, llama_tokenizer):
+    """The backend's direct call (``encode_documents``) gives the ids of the tokenizer's own call, special-token
+    text included; with a backend left truncating by someone else, the tokenizer's own call (which resets it)."""
+    texts = ["The bridge opened in 2019.", "", "Acme hired Ann Lee.", "  spaced  words  "]
+    tokenizer = train_tokenizer(texts * 20, vocab_size=120) if kind == "bpe" else llama_tokenizer
+    texts.append(f"Acme {tokenizer.eos_token} hired Ann Lee.")
+    text_format = CausalLMFormat(tokenizer)
+    assert text_format.encode_documents(texts) == text_format.encode(texts)
+    tokenizer.backend_tokenizer.enable_truncation(3)
+    try:
+        assert text_format.encode_documents(texts) == text_format.encode(texts)
+    finally:
+        tokenizer.backend_tokenizer.no_truncation()

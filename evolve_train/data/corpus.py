@@ -219,7 +219,7 @@ def write_int_rows(batches: Iterable[dict[str, list]], sink) -> int:
     first = next(batches, None)
     schema = pa.schema([(name, pa.list_(pa.int64())) for name in (first or ROW_COLUMNS)])
     rest = () if first is None else itertools.chain([first], batches)
-    return write_stream((pa.RecordBatch.from_pydict(batch, schema=schema) for batch in rest), schema, sink)
+    return write_stream((pa.RecordBatch.from_pydict(dict(batch), schema=schema) for batch in rest), schema, sink)
 
 
 def rows_in_memory(batches: Iterable[dict[str, list]]) -> Dataset:

@@ -8,6 +8,9 @@
   (``transformers.masking_utils.find_packed_sequence_indices``) then makes attention block-diagonal. Labels are
   those of each document alone: a document's first token (its BOS, or without one its first text token) is
   never a target, so no loss term predicts one document from another.
+* :class:`ArrayPacker`: the same rows as :class:`DocumentPacker`, built with NumPy as flat arrays
+  (:class:`PackedBatch`: token ids, which positions are not targets, where documents start), which the
+  tokenized cache stores without ever making per-token Python lists.
 * :func:`chunk_documents`: the former layout (each document cut on its own, the last piece padded in its
   batch), kept for ``scripts/bench.py``'s packing-efficiency comparison.
 
@@ -17,7 +20,11 @@ token-budget batches.
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Mapping
 from typing import Iterable, Sequence
+
+import numpy as np
 
 IGNORE = -100
 """Label of a position the loss skips (the same value as ``models.text_format.IGNORE``)."""
@@ -98,3 +105,85 @@ def chunk_documents(
             rows["input_ids"].append(list(prefix) + row[start : start + width])
             rows["labels"].append(skip + row[start : start + width])
     return rows
+
+
+class PackedBatch(Mapping):
+    """Packed rows as flat arrays: ``ids`` (every row's token ids, end to end), ``offsets`` (row ``r`` is
+    ``ids[offsets[r]:offsets[r + 1]]``), ``skip`` (the position's label is ``IGNORE``; elsewhere it is the id)
+    and ``starts`` (a document starts at the position: position ids count up from 0 there). Read as a mapping
+    it is the batch :class:`DocumentPacker` gives (``input_ids``, ``labels``, ``position_ids`` as lists)."""
+
+    def __init__(self, ids: np.ndarray, offsets: np.ndarray, skip: np.ndarray, starts: np.ndarray):
+        self.ids, self.offsets, self.skip, self.starts = ids, offsets, skip, starts
+        self._lists: dict[str, list[list[int]]] = {}
+
+    def __len__(self) -> int:
+        return 3
+
+    def __iter__(self):
+        return iter(("input_ids", "labels", "position_ids"))
+
+    def __getitem__(self, name: str) -> list[list[int]]:
+        if name not in ("input_ids", "labels", "position_ids"):
+            raise KeyError(name)
+        if name not in self._lists:
+            self._lists[name] = [values.tolist() for values in self._rows(self._column(name))]
+        return self._lists[name]
+
+    @property
+    def n_rows(self) -> int:
+        return len(self.offsets) - 1
+
+    def _rows(self, values: np.ndarray) -> list[np.ndarray]:
+        return [values[a:b] for a, b in zip(self.offsets[:-1], self.offsets[1:])]
+
+    def _column(self, name: str) -> np.ndarray:
+        if name == "input_ids":
+            return self.ids
+        if name == "labels":
+            return np.where(self.skip, IGNORE, self.ids)
+        restart = self.starts.copy()
+        restart[self.offsets[:-1][self.offsets[:-1] < len(restart)]] = True  # a row starts its positions at 0
+        index = np.arange(len(restart))
+        return index - np.maximum.accumulate(np.where(restart, index, 0))
+
+
+class ArrayPacker:
+    """:class:`DocumentPacker` with NumPy: ``add`` returns the full rows as a :class:`PackedBatch`, ``flush``
+    the last, shorter one; less than one row is held between calls."""
+
+    def __init__(self, seq_len: int, eos_id: int, prefix: Sequence[int] = ()):
+        self.seq_len, self.eos_id, self.prefix = seq_len, eos_id, np.asarray(list(prefix), dtype=np.int64)
+        self.carry = (np.zeros(0, np.int64), np.zeros(0, bool), np.zeros(0, bool))
+
+    def add(self, documents: Sequence[Sequence[int]]) -> PackedBatch:
+        """Append ``prefix + ids + [eos_id]`` per document; the rows completed so far."""
+        lengths = np.fromiter((len(doc) for doc in documents), dtype=np.int64, count=len(documents))
+        pre = len(self.prefix)
+        sizes = lengths + pre + 1
+        first = np.zeros(len(documents), dtype=np.int64)
+        np.cumsum(sizes[:-1], out=first[1:])
+        total = int(sizes.sum())
+        ids, text = np.empty(total, dtype=np.int64), np.ones(total, dtype=bool)
+        if pre:
+            at = (first[:, None] + np.arange(pre)).ravel()
+            ids[at], text[at] = np.tile(self.prefix, len(documents)), False
+        ids[first + sizes - 1], text[first + sizes - 1] = self.eos_id, False
+        ids[text] = np.fromiter(itertools.chain.from_iterable(documents), dtype=np.int64, count=int(lengths.sum()))
+        skip, starts = np.zeros(total, dtype=bool), np.zeros(total, dtype=bool)
+        skip[(first[:, None] + np.arange(max(1, pre))).ravel()] = True  # the document's first token: no target
+        starts[first] = True
+        self.carry = tuple(np.concatenate([held, new]) for held, new in zip(self.carry, (ids, skip, starts)))
+        return self._rows(full_only=True)
+
+    def flush(self) -> PackedBatch:
+        """The last row (shorter than ``seq_len``), if any tokens are left."""
+        return self._rows(full_only=False)
+
+    def _rows(self, full_only: bool) -> PackedBatch:
+        total = len(self.carry[0])
+        stop = total - total % self.seq_len if full_only else total
+        offsets = np.append(np.arange(0, stop, self.seq_len, dtype=np.int64), stop) if stop else np.zeros(1, np.int64)
+        ids, skip, starts = (values[:stop] for values in self.carry)
+        self.carry = tuple(values[stop:] for values in self.carry)
+        return PackedBatch(ids, offsets, skip, starts)

@@ -34,7 +34,8 @@ out-of-memory errors). Build one with ``models.build.build_text_format`` (from t
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Iterator, Optional, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Optional, Sequence
 
 import torch
 from datasets import Dataset
@@ -50,7 +51,7 @@ from evolve_train.models.scoring import (
     causal_option_scores,
     seq2seq_option_scores,
 )
-from evolve_train.models.packing import DocumentPacker
+from evolve_train.models.packing import ArrayPacker
 
 if TYPE_CHECKING:
     from evolve_train.data.timeline import TimeStep
@@ -127,6 +128,23 @@ class TextFormat:
     def encode(self, texts: Sequence[str]) -> list[list[int]]:
         """Each text's token ids, without special tokens."""
         return self.tokenizer(list(texts), add_special_tokens=False)["input_ids"] if len(texts) else []
+
+    def encode_documents(self, texts: Sequence[str]) -> list[list[int]]:
+        """:meth:`encode` of many documents: the ``tokenizers`` backend called directly (``encode_batch_fast``:
+        the ids of the ``encode_batch`` :meth:`encode` ends in, without character offsets, nor per-text dicts)
+        where the backend is set as that call sets it (no truncation, no padding, special tokens as the
+        tokenizer splits them)."""
+        backend = getattr(self.tokenizer, "_tokenizer", None) if getattr(self.tokenizer, "is_fast", False) else None
+        direct = (
+            backend is not None
+            and backend.truncation is None
+            and backend.padding is None
+            and backend.encode_special_tokens == bool(getattr(self.tokenizer, "split_special_tokens", False))
+        )
+        if not direct or not len(texts):
+            return self.encode(texts)
+        encode = getattr(backend, "encode_batch_fast", backend.encode_batch)
+        return [encoding.ids for encoding in encode(list(texts), add_special_tokens=False)]
 
     def decode(self, tokens: torch.Tensor) -> list[str]:
         return self.tokenizer.batch_decode(tokens, skip_special_tokens=True)
@@ -365,9 +383,10 @@ class CausalLMFormat(TextFormat):
     def _documents(self, step: "TimeStep", seq_len: int) -> Iterator[dict[str, list]]:
         """``clm``: the documents packed into rows of ``seq_len`` ids (``training/packing.py``: each document is
         ``[BOS] tokens EOS``, the rows carry per-document ``position_ids``, only the last row is short)."""
-        packer = DocumentPacker(seq_len, self.eos_id, self.prefix)
-        for batch in _step_batches(step, step.texts, ["text"]):
-            yield packer.add(self.encode(batch["text"]))  # the packer carries a partial row across batches
+        packer = ArrayPacker(seq_len, self.eos_id, self.prefix)
+        texts = (batch["text"] for batch in _step_batches(step, step.texts, ["text"]))
+        for ids in ahead(self.encode_documents, texts):  # the next batch tokenizes while this one is packed
+            yield packer.add(ids)  # a partial row is carried across batches
         yield packer.flush()
 
     def encode_example(self, prompt: str, answer: str) -> dict[str, list[int]]:
@@ -495,6 +514,23 @@ def _step_batches(step: "TimeStep", records: Sequence[dict], columns: list[str])
         for batch in record_batches(records, columns, ENCODE_BATCH):
             yield batch
             bar.update(len(batch[columns[0]]))
+
+
+def ahead(function: Callable, items: Iterable) -> Iterator:
+    """``function(item)`` for each of ``items``, in order, the next one computed on a thread while the caller
+    works on the current one (``tokenizers`` encodes without holding the GIL)."""
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokenize") as pool:
+        pending = None
+        try:
+            for item in items:
+                submitted = pool.submit(function, item)
+                if pending is not None:
+                    yield pending.result()
+                pending = submitted
+            if pending is not None:
+                yield pending.result()
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
 
 
 def make_text_format(tokenizer, seq2seq: bool = False) -> TextFormat:

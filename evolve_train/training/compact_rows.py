@@ -24,6 +24,8 @@ from typing import Iterable, Iterator, Optional
 import numpy as np
 import pyarrow as pa
 
+from evolve_train.models.packing import PackedBatch
+
 IGNORE = -100
 SKIP, SEGMENTS = "label_skip", "segments"
 CHUNK = 32 << 20
@@ -57,7 +59,12 @@ def _skip_spans(ids: np.ndarray, labels: np.ndarray, offsets: np.ndarray) -> Opt
     skip = labels == IGNORE
     if not np.all(skip | (labels == ids)):
         return None
-    n = len(ids)
+    return _spans(skip, offsets)
+
+
+def _spans(skip: np.ndarray, offsets: np.ndarray) -> pa.Array:
+    """The ``label_skip`` column of rows (``offsets``) whose positions ``skip`` have no target."""
+    n = len(skip)
     row_start = np.zeros(n, dtype=bool)
     row_start[offsets[:-1][offsets[:-1] < n]] = True
     row_end = np.zeros(n, dtype=bool)
@@ -83,19 +90,40 @@ def _segments(positions: np.ndarray, offsets: np.ndarray) -> pa.Array:
     restart = positions == 0
     if not np.all(np.where(row_start, restart, restart | (positions == previous + 1))):
         raise ValueError("position ids that do not count up from 0 within each packed document")
+    return _starts(restart, offsets)
+
+
+def _starts(restart: np.ndarray, offsets: np.ndarray) -> pa.Array:
+    """The ``segments`` column of rows (``offsets``) whose position ids restart at 0 where ``restart``."""
+    n = len(restart)
+    row_start = np.zeros(n, dtype=bool)
+    row_start[offsets[:-1][offsets[:-1] < n]] = True
     starts = np.flatnonzero(restart & ~row_start)
     row = np.searchsorted(offsets, starts, side="right") - 1
     counts = np.bincount(row, minlength=len(offsets) - 1)
     return _list_array(starts - offsets[row], np.concatenate([[0], np.cumsum(counts)]), pa.uint32())
 
 
+def _check_fits(ids: np.ndarray, ids_type: pa.DataType) -> None:
+    if len(ids) and int(ids.max()) > np.iinfo(ids_type.to_pandas_dtype()).max:
+        raise ValueError(f"token id {int(ids.max())} does not fit {ids_type}")
+
+
 def compact_batch(batch: dict[str, list], ids_type: pa.DataType, derived: Optional[bool] = None) -> pa.RecordBatch:
     """A batch of rows (``{column: [[int, ...], ...]}`` with ``input_ids``, ``labels`` and maybe
     ``position_ids``) as a compact record batch. ``derived``: whether labels must be ``label_skip`` (True) or
-    an ``int32`` ``labels`` column (False); ``None``: ``label_skip`` where the labels allow it."""
+    an ``int32`` ``labels`` column (False); ``None``: ``label_skip`` where the labels allow it. A
+    :class:`PackedBatch` (flat arrays) is stored without being made into lists."""
+    if isinstance(batch, PackedBatch):
+        _check_fits(batch.ids, ids_type)
+        columns = {
+            "input_ids": _list_array(batch.ids, batch.offsets, ids_type),
+            SKIP: _spans(batch.skip, batch.offsets),
+            SEGMENTS: _starts(batch.starts, batch.offsets),
+        }
+        return pa.RecordBatch.from_pydict(columns)
     ids, offsets = _flat(batch["input_ids"])
-    if len(ids) and int(ids.max()) > np.iinfo(ids_type.to_pandas_dtype()).max:
-        raise ValueError(f"token id {int(ids.max())} does not fit {ids_type}")
+    _check_fits(ids, ids_type)
     columns = {"input_ids": _list_array(ids, offsets, ids_type)}
     labels, label_offsets = _flat(batch["labels"])
     skip = None
@@ -119,7 +147,7 @@ def compact_batch(batch: dict[str, list], ids_type: pa.DataType, derived: Option
 def compact_batches(batches: Iterable[dict[str, list]], vocab_size: int) -> tuple[Optional[pa.Schema], Iterator]:
     """``(schema, record batches)`` of ``batches`` of rows; the layout is fixed by the first batch that holds
     rows (``schema`` ``None`` when none does)."""
-    batches = (batch for batch in batches if len(batch.get("input_ids", ())))
+    batches = (batch for batch in batches if _has_rows(batch))
     first = next(batches, None)
     if first is None:
         return None, iter(())
@@ -128,6 +156,10 @@ def compact_batches(batches: Iterable[dict[str, list]], vocab_size: int) -> tupl
     derived = SKIP in head.schema.names
     rest = (compact_batch(batch, ids_type, derived) for batch in batches)
     return head.schema, itertools.chain([head], rest)
+
+
+def _has_rows(batch) -> bool:
+    return batch.n_rows > 0 if isinstance(batch, PackedBatch) else bool(len(batch.get("input_ids", ())))
 
 
 def empty_schema(vocab_size: int) -> pa.Schema:
