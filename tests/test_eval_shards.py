@@ -156,7 +156,7 @@ class Locked:
 
     def __getattr__(self, name):
         value = getattr(self._text_format, name)
-        if name not in ("generate", "score_options"):
+        if name not in ("generate", "score_options", "token_nll"):
             return value
 
         @functools.wraps(value)

@@ -178,3 +178,40 @@ def test_token_nll_of_a_seq2seq_model_is_its_own_loss():
         loss = float(model(**batch).loss)
     assert counts == [len(r["labels"]) for r in rows]
     assert sum(sums) / sum(counts) == pytest.approx(loss, rel=1e-5)
+
+
+@pytest.mark.parametrize("count", [2, 3])
+def test_processes_score_whole_batches_of_the_slices_bit_for_bit_as_one(count):
+    import threading
+
+    from test_eval_shards import Locked, ThreadShards, World, context
+    from test_generation import tiny_model
+
+    from evolve_train.data.schema import TimeStep
+    from evolve_train.evaluation.context import Shards
+    from evolve_train.evaluation.evaluators.slices import score_rows
+    from evolve_train.models.build import train_tokenizer
+    from evolve_train.models.text_format import CausalLMFormat
+
+    texts = [{"text": " ".join(["Acme hired Ann Lee in 2019."] * (1 + k % 5))} for k in range(23)]
+    tokenizer = train_tokenizer([t["text"] for t in texts], vocab_size=300)
+    text_format, model = CausalLMFormat(tokenizer), tiny_model("gpt2", tokenizer)
+    rows = as_array_rows(text_format.encode_step(TimeStep(0, "0", texts=texts), "clm", 24))
+    reference = score_rows(context(text_format, model, Shards()), rows)
+    world = World(count)
+    contexts = [
+        context(Locked(text_format, world.model_lock), model, ThreadShards(i, count, world=world)) for i in range(count)
+    ]
+    results = [None] * count
+
+    def process(index: int) -> None:
+        results[index] = score_rows(contexts[index], rows)
+
+    threads = [threading.Thread(target=process, args=(index,)) for index in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert all(result == reference for result in results)  # exact
+    loads = contexts[0].shards.done_per_process()
+    assert sum(loads) == len(rows) and min(loads) > 0

@@ -150,7 +150,7 @@ class EvalContext:
         """Raw greedy generations for ``prompts``, generating only those not asked before at this checkpoint."""
         missing = sorted({p for p in prompts if p not in self._answers})
         if missing:
-            self._answers.update(self._each_process(missing, self._generate, self.text_format.generation_batches))
+            self._answers.update(self.each_process(missing, self._generate, self.text_format.generation_batches))
         return [self._answers[p] for p in prompts]
 
     def _generate(self, prompts: list[str]) -> list[str]:
@@ -177,10 +177,10 @@ class EvalContext:
         missing = sorted({(p, o) for p, options in questions for o in options} - set(self._scores))
         if missing:
             score = functools.partial(self.text_format.score_options, self.model, batch_size=self.batch)
-            self._scores.update(self._each_process(missing, score, self.text_format.option_batches))
+            self._scores.update(self.each_process(missing, score, self.text_format.option_batches))
         return [[self._scores[(p, o)] for o in options] for p, options in questions]
 
-    def _each_process(
+    def each_process(
         self, items: list, compute: Callable[[list], list], plan: Callable[[list, int], list[list]]
     ) -> list[tuple]:
         """``(item, result)`` pairs: one process computes all ``items``; several split ``plan(items, size)``,

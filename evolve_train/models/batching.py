@@ -59,3 +59,8 @@ def spans(n_items: int, size: int, span_end: Optional[Callable[[int, int], int]]
     found: list[tuple[int, int]] = []
     AutoBatchSize(size).run(n_items, lambda start, stop: found.append((start, stop)), span_end)
     return found
+
+
+def in_batches(items: list, size: int) -> list[list]:
+    """``items`` ``size`` at a time, in order."""
+    return [items[i : i + size] for i in range(0, len(items), size)]

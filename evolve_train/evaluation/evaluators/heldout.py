@@ -26,7 +26,7 @@ from evolve_train.errors import ConfigError
 from evolve_train.evaluation.context import EvalContext, Shards
 from evolve_train.evaluation.metrics.stats import bootstrap_ratio_ci
 from evolve_train.evaluation.registry import register_evaluator
-from evolve_train.models.batching import AutoBatchSize
+from evolve_train.models.batching import AutoBatchSize, in_batches
 from evolve_train.models.text_format import CausalLMFormat, TextFormat
 
 log = logging.getLogger(__name__)
@@ -109,7 +109,7 @@ def document_nll(
     batch = AutoBatchSize(batch_size)
     scored = shards.run(
         list(range(len(windows))),
-        lambda items, size: [items[i : i + size] for i in range(0, len(items), size)],
+        in_batches,
         lambda share: window_nll(model, [windows[i] for i in share], [owners[i] for i in share], batch.size),
         batch,
     )

@@ -14,8 +14,8 @@ Rows (one per slice): ``group=slices``, ``set=slice``, ``set_name=slice_<j>``, `
 NLL per loss token, nats), ``perplexity`` = exp(nll), ``tokens`` (loss tokens), ``n`` (examples). With
 ``eval.save_predictions`` the per-example sums go to ``predictions/step_<i>/slices.jsonl`` (``slice``,
 ``index``, ``nll_sum``, ``tokens``): the bootstrap intervals over examples of the aggregates
-(``evaluation/metrics/timesliced.py``) are computed from them. In a multi-process run every process scores
-every slice (the pass is small).
+(``evaluation/metrics/timesliced.py``) are computed from them. In a multi-process run each process scores
+whole batches of the pass, and every process gets every score.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from evolve_train.data.objective import slice_objective
 from evolve_train.data.schema import TimeStep
 from evolve_train.evaluation.context import EvalContext, write_predictions
 from evolve_train.evaluation.registry import register_evaluator
+from evolve_train.models.batching import in_batches
 from evolve_train.training.examples import as_array_rows, collate
 
 log = logging.getLogger(__name__)
@@ -88,20 +89,25 @@ def _context_length(model) -> int:
 
 
 def score_rows(ctx: EvalContext, rows: list[dict]) -> list[tuple[float, int]]:
-    """``(summed NLL, loss tokens)`` of each row, rows batched by length (one pass)."""
+    """``(summed NLL, loss tokens)`` of each row, rows batched by length (one pass; with several processes each
+    scores whole batches of that pass: ``EvalContext.each_process``)."""
     order = sorted(range(len(rows)), key=lambda k: len(rows[k]["input_ids"]))
-    scores: list[tuple[float, int]] = [(0.0, 0)] * len(rows)
     ctx.model.eval()
 
-    def score_span(start: int, stop: int) -> None:
-        chunk = order[start:stop]
-        batch = collate([rows[k] for k in chunk], ctx.text_format.pad_id, ctx.training.attention_reset)
-        sums, counts = ctx.text_format.token_nll(ctx.model, batch)
-        for k, total, count in zip(chunk, sums, counts):
-            scores[k] = (float(total), int(count))
+    def score(share: list[int]) -> list[tuple[float, int]]:
+        scores: list[tuple[float, int]] = [(0.0, 0)] * len(share)
 
-    ctx.batch.run(len(order), score_span)
-    return scores
+        def score_span(start: int, stop: int) -> None:
+            batch = collate([rows[k] for k in share[start:stop]], ctx.text_format.pad_id, ctx.training.attention_reset)
+            sums, counts = ctx.text_format.token_nll(ctx.model, batch)
+            for at, total, count in zip(range(start, stop), sums, counts):
+                scores[at] = (float(total), int(count))
+
+        ctx.batch.run(len(share), score_span)
+        return scores
+
+    scored = dict(ctx.each_process(order, score, in_batches))
+    return [scored[k] for k in range(len(rows))]
 
 
 @register_evaluator(GROUP)
