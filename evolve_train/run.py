@@ -65,7 +65,7 @@ from evolve_train.training.examples import collate
 from evolve_train.training.loop import train_time_step
 from evolve_train.training.plan import StepPlan, StepResult
 from evolve_train.training.redact import redact_run
-from evolve_train.training.signals import SIGNAL_NAMES, DeferredSignals, submitit_signal
+from evolve_train.training.signals import REPEAT_WINDOW_S, SIGNAL_NAMES, DeferredSignals, submitit_signal
 from evolve_train.training.token_cache import step_tokenizer
 from evolve_train.training.train_state import StepStates, TrainingInterrupted, prune_states
 
@@ -368,8 +368,9 @@ class ContinualRun:
     def _on_signal(self, signum: int) -> None:
         log.warning(
             "%s: stopping at the next safe point (the end of the optimizer step in progress, or of the "
-            "checkpoint, evaluation or sampling in progress); a second signal stops at once",
+            "checkpoint, evaluation or sampling in progress); a second signal, more than %.0f s later, stops at once",
             SIGNAL_NAMES[signum],
+            REPEAT_WINDOW_S,
         )
 
     def _stop_if_signalled(self, where: str) -> None:

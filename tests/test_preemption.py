@@ -12,16 +12,20 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import random
 import signal
+import threading
+import time
 from pathlib import Path
 
 import pytest
 import torch
 
 from evolve_train.run import log_on_main_only, train
-from evolve_train.training import faults
+from evolve_train.training import faults, signals
 from evolve_train.training.examples import LengthGroupedBatches
+from evolve_train.training.signals import DeferredSignals
 from evolve_train.training.train_state import list_states
 from helpers import tiny_cfg, wall_clock
 from test_reliability import FAST, assert_same_as, metrics, train_log
@@ -193,3 +197,45 @@ def test_faults_parse_actions_and_ranks():
     ]
     with pytest.raises(ValueError, match="bad fault"):
         faults.parse("optimizer_step:5:explode")
+
+
+def test_a_pause_fault_holds_the_process_until_a_signal_handler_has_run(monkeypatch):
+    assert faults.parse("optimizer_step:3:pause@0") == [("optimizer_step", 3, faults.PAUSE, 0)]
+    monkeypatch.setenv(faults.ENV, "optimizer_step:2:pause")
+    monkeypatch.setattr(faults, "_arrivals", {})
+    handled = []
+    previous = signal.signal(signal.SIGUSR1, lambda signum, frame: handled.append(signum))
+    timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGUSR1))
+    try:
+        started = time.monotonic()
+        faults.point("optimizer_step")  # the first arrival passes
+        assert time.monotonic() - started < 0.2 and not handled
+        timer.start()
+        faults.point("optimizer_step")  # the second waits for the signal
+        assert handled == [signal.SIGUSR1] and time.monotonic() - started >= 0.25
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGUSR1, previous)
+
+
+def test_the_same_signal_twice_at_once_is_one_request_and_a_later_one_acts_at_once(monkeypatch):
+    """On a SLURM step every rank gets SIGTERM from the scheduler and again from torchrun, milliseconds apart:
+    that is one request (a state is still saved); a second signal after the window reaches the previous handler."""
+    previous_calls = []
+    previous = signal.signal(signal.SIGUSR1, lambda signum, frame: previous_calls.append(signum))
+    notified = []
+    deferred = DeferredSignals(notify=notified.append, extra=(signal.SIGUSR1,))
+    deferred.install()
+    try:
+        os.kill(os.getpid(), signal.SIGUSR1)
+        os.kill(os.getpid(), signal.SIGUSR1)  # the launcher's copy
+        time.sleep(0.05)
+        assert deferred.received == signal.SIGUSR1 and notified == [signal.SIGUSR1] and previous_calls == []
+        monkeypatch.setattr(signals, "REPEAT_WINDOW_S", 0.0)
+        os.kill(os.getpid(), signal.SIGUSR1)  # a second request
+        time.sleep(0.05)
+        assert previous_calls == [signal.SIGUSR1] and notified == [signal.SIGUSR1]
+        assert signal.getsignal(signal.SIGUSR1) != deferred._handle  # the previous handler is back
+    finally:
+        deferred.restore()
+        signal.signal(signal.SIGUSR1, previous)

@@ -1,4 +1,4 @@
-"""scripts/slurm/multinode.sbatch, run without SLURM: fake SLURM variables, and ``srun``/``scontrol``/``accelerate``
+"""scripts/slurm/multinode.sbatch, run without SLURM: fake SLURM variables, and ``srun``/``scontrol``/``scancel``/``accelerate``
 stubs on PATH that record their arguments (``srun`` runs its command once per fake node, as SLURM would on each
 node). Checks the ``accelerate launch`` line every node would run, and that USR1 (the time-limit warning the
 script asks for) stops the run with SIGTERM and requeues the job."""
@@ -25,6 +25,7 @@ if [ "$1 $2" = "show hostnames" ]; then printf 'gpu07\\ngpu08\\n'; exit 0; fi
     "srun": """#!/bin/bash
 { printf 'srun'; printf ' %q' "$@"; echo; } >> "$STUB_LOG"
 if [ -n "${STUB_HANG:-}" ]; then  # a run in progress: wait for a signal
+  echo $$ > "$STUB_LOG.srun"
   sleep 60 & sleeper=$!
   trap 'echo "srun SIGTERM" >> "$STUB_LOG"; kill $sleeper; exit 143' TERM
   wait $sleeper
@@ -32,6 +33,10 @@ if [ -n "${STUB_HANG:-}" ]; then  # a run in progress: wait for a signal
 fi
 while [ "$1" != bash ]; do shift; done
 for node in $(seq 0 $((SLURM_NNODES - 1))); do SLURM_NODEID=$node "$@" || exit $?; done
+""",
+    "scancel": """#!/bin/bash
+{ printf 'scancel'; printf ' %q' "$@"; echo; } >> "$STUB_LOG"
+kill -TERM "$(cat "$STUB_LOG.srun")"  # the step's processes (here the stub run) get SIGTERM
 """,
     "accelerate": """#!/bin/bash
 { printf 'accelerate'; printf ' %q' "$@"; echo; } >> "$STUB_LOG"
@@ -129,5 +134,8 @@ def test_the_time_limit_warning_stops_every_rank_and_requeues(fake_slurm):
     out, _ = job.communicate(timeout=30)
     assert job.returncode == 0, out
     names = [" ".join(c) for c in lines(log)]
-    assert names.index("srun SIGTERM") < names.index("scontrol requeue 4242")  # stopped first, then requeued
+    # SIGTERM to the steps' processes (not to srun, which would end its step at once), then the requeue
+    assert (
+        names.index("scancel --signal=TERM 4242") < names.index("srun SIGTERM") < names.index("scontrol requeue 4242")
+    )
     assert "requeueing job 4242" in out

@@ -2,8 +2,9 @@
 
 ``EVOLVE_TRAIN_FAULT=<point>:<count>[:<action>][@<rank>][,...]`` makes the ``count``-th arrival at
 ``point`` in this process do ``action``: send a signal to the process itself (a signal's name; default
-``SIGKILL``; ``SIGINT`` behaves as a Ctrl-C) or ``raise`` (a ``RuntimeError``, as an out-of-memory or a data
-error would). ``@<rank>`` limits the fault to the process of that global rank (``RANK``, set by torchrun and
+``SIGKILL``; ``SIGINT`` behaves as a Ctrl-C), ``raise`` (a ``RuntimeError``, as an out-of-memory or a data
+error would) or ``pause`` (wait there until a signal handler has run: a rank held at a known point until a
+scheduler's signal arrives, as in the SLURM tests). ``@<rank>`` limits the fault to the process of that global rank (``RANK``, set by torchrun and
 submitit's multi-task jobs; 0 in a single process). Unset (always, outside tests), :func:`point` is one
 dictionary lookup.
 
@@ -21,17 +22,21 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 
 ENV = "EVOLVE_TRAIN_FAULT"
 POINTS = ("optimizer_step", "train_state_write", "checkpoint_write", "checkpoint_saved", "evaluate", "sample")
 RAISE = -1
 """The action ``raise``: a ``RuntimeError`` instead of a signal."""
+PAUSE = -2
+"""The action ``pause``: ``signal.pause()``, which returns once a Python signal handler has run."""
+ACTIONS = {"raise": RAISE, "pause": PAUSE}
 _arrivals: dict[str, int] = {}
 
 
 def parse(spec: str) -> list[tuple[str, int, int, int | None]]:
     """``"evaluate:2,optimizer_step:7:raise@1"`` -> ``[("evaluate", 2, SIGKILL, None), ("optimizer_step", 7,
-    RAISE, 1)]`` (point, count, signal or :data:`RAISE`, rank or ``None`` for every rank)."""
+    RAISE, 1)]`` (point, count, signal, :data:`RAISE` or :data:`PAUSE`, rank or ``None`` for every rank)."""
     faults = []
     for part in filter(None, (p.strip() for p in spec.split(","))):
         part_, _, rank = part.partition("@")
@@ -42,14 +47,14 @@ def parse(spec: str) -> list[tuple[str, int, int, int | None]]:
             or fields[0] not in POINTS
             or not fields[1].isdigit()
             or int(fields[1]) < 1
-            or (action != "raise" and not isinstance(getattr(signal, action, None), signal.Signals))
+            or (action not in ACTIONS and not isinstance(getattr(signal, action, None), signal.Signals))
             or (rank and not rank.isdigit())
         ):
             raise ValueError(
-                f"{ENV}: bad fault {part!r}; expected <point>:<count>[:<signal>|raise][@<rank>] with point one "
-                f"of {', '.join(POINTS)} and count >= 1"
+                f"{ENV}: bad fault {part!r}; expected <point>:<count>[:<signal>|raise|pause][@<rank>] with point "
+                f"one of {', '.join(POINTS)} and count >= 1"
             )
-        signum = RAISE if action == "raise" else int(getattr(signal, action))
+        signum = ACTIONS[action] if action in ACTIONS else int(getattr(signal, action))
         faults.append((fields[0], int(fields[1]), signum, int(rank) if rank else None))
     return faults
 
@@ -65,4 +70,8 @@ def point(name: str) -> None:
         if where == name and count == _arrivals[name] and only in (None, rank):
             if signum == RAISE:
                 raise RuntimeError(f"fault injected by {ENV} at {name} #{count} in the process of rank {rank}")
+            if signum == PAUSE:
+                print(f"{ENV}: pausing at {name} #{count} in the process of rank {rank}", file=sys.stderr, flush=True)
+                signal.pause()
+                continue
             os.kill(os.getpid(), signum)

@@ -2,9 +2,12 @@
 
 :class:`DeferredSignals` records the first such signal instead of acting on it; the caller checks
 ``received`` where it can stop cleanly (the training loop: at the end of the optimizer step in progress, after
-saving a resumable state, ``training/train_state.py``). The first signal also puts the previous handlers
-back, so a second one acts at once. Handlers can only be installed in the main thread; elsewhere
-:meth:`DeferredSignals.install` does nothing.
+saving a resumable state, ``training/train_state.py``). A second signal more than :data:`REPEAT_WINDOW_S`
+after the first acts at once (the previous handler's action). One within that window is the same request
+arriving twice, and is ignored: on a SLURM step every process gets the scheduler's SIGTERM and torchrun passes
+its own copy on to each worker, and Ctrl-C at a terminal reaches the workers directly and through the launcher,
+milliseconds apart. Handlers can only be installed in the main thread; elsewhere :meth:`DeferredSignals.install`
+does nothing.
 
 submitit's handler of its preemption signal (SIGUSR2) checkpoints and requeues the job on global rank 0 only and
 exits there at once, in the middle of whatever it was doing; the other ranks only log it. Deferred here instead,
@@ -17,9 +20,12 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 from typing import Any, Callable, Optional
 
 DEFERRED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+REPEAT_WINDOW_S = 2.0
+"""A deferred signal within this many seconds of the first is the same request delivered twice."""
 SIGNAL_NAMES = {
     signal.SIGINT: "Ctrl-C",
     signal.SIGTERM: "SIGTERM",
@@ -42,6 +48,7 @@ class DeferredSignals:
 
     def __init__(self, notify: Optional[Callable[[int], None]] = None, extra: tuple[int, ...] = ()):
         self.received: Optional[int] = None
+        self._received_at = 0.0
         self._notify = notify
         self._signals = DEFERRED_SIGNALS + tuple(extra)
         self._previous: dict[int, Any] = {}
@@ -61,7 +68,11 @@ class DeferredSignals:
         self._previous = {}
 
     def _handle(self, signum, frame) -> None:
-        self.received = signum
-        if self._notify is not None:
-            self._notify(signum)
-        self.restore()
+        now = time.monotonic()
+        if self.received is None:
+            self.received, self._received_at = signum, now
+            if self._notify is not None:
+                self._notify(signum)
+        elif now - self._received_at > REPEAT_WINDOW_S:
+            self.restore()  # a second request: the previous handler acts on it now
+            os.kill(os.getpid(), signum)

@@ -23,7 +23,8 @@ matches; a state dir with missing or short files, or a different plan, is ignore
 Ctrl-C (SIGINT) and SIGTERM (what SLURM and most schedulers send before they kill a preempted or timed-out
 job) inside the loop are deferred to the end of the optimizer step in progress: a state is saved there
 (whatever ``save_every_n_steps``) and :class:`TrainingInterrupted` is raised; the run exits with 128 + the
-signal's number (130 for Ctrl-C, 143 for SIGTERM) and the same command resumes. A second signal stops at once.
+signal's number (130 for Ctrl-C, 143 for SIGTERM) and the same command resumes. A second signal (more than
+``signals.REPEAT_WINDOW_S`` after the first; the same signal arriving twice at once counts once) stops at once.
 With several processes the ranks agree at every optimizer step (one gather of an integer): a signal that
 reached any rank makes every rank save (the main process writes) and stop at the same step. A run stopped by a
 signal outside training (checkpoint, evaluation, sampling) stops at the next boundary (``run.py``).
@@ -55,7 +56,7 @@ import torch
 from evolve_train.training import faults
 from evolve_train.training.collectives import agreed_signal, set_collective_timeout
 from evolve_train.training.rng import rng_state, set_rng_state
-from evolve_train.training.signals import SIGNAL_NAMES, DeferredSignals
+from evolve_train.training.signals import REPEAT_WINDOW_S, SIGNAL_NAMES, DeferredSignals
 from evolve_train.training.tensor_json import join_tensors, split_tensors
 from evolve_train.utils.io import discard, publish, remove_stale_tmp, tmp_path
 
@@ -219,9 +220,10 @@ class StepStates:
 
     def _on_signal(self, signum: int) -> None:
         log.warning(
-            "%s: saving a resumable state at the end of this optimizer step (a second signal stops at "
-            "once, losing the step's progress since the last saved state)",
+            "%s: saving a resumable state at the end of this optimizer step (a second signal, more than "
+            "%.0f s later, stops at once, losing the step's progress since the last saved state)",
             SIGNAL_NAMES[signum],
+            REPEAT_WINDOW_S,
         )
 
     # -- the loop's hooks -------------------------------------------------------------------------
