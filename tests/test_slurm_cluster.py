@@ -179,3 +179,91 @@ def test_the_time_limit_warning_stops_every_rank_saves_requeues_and_resumes_to_t
     assert_stopped_at_step1_opt4_and_resumed(output, run_dir, info)
     assert rows(run_dir) == rows(reference_dir)
     assert losses(run_dir) == losses(reference_dir)
+
+
+# --- the submitit launchers through the real sbatch ------------------------------------------------------------
+
+SUBMITIT = [
+    "hydra.launcher.gpus_per_node=0",  # a CPU-only partition: no GPUs to ask for
+    "hydra.launcher.cpus_per_task=1",
+    "hydra.launcher.mem_gb=2",
+    "hydra.launcher.timeout_min=10",
+]
+
+
+def sweep(sweep_dir: Path, launcher: str, *overrides: str, **env: str) -> subprocess.Popen:
+    """``python train.py -m`` with a submitit launcher; it returns when every job has ended."""
+    command = [sys.executable, "train.py", "-m", *TINY, "data.world.n_steps=2", "trainer.save_every_n_steps=2"]
+    command += [f"hydra/launcher={launcher}", *SUBMITIT, *overrides, f"hydra.sweep.dir={sweep_dir}"]
+    log = open(sweep_dir.parent / f"{sweep_dir.name}.log", "w")  # noqa: SIM115 (closed with the process)
+    return subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, text=True, env=run_env(**env))
+
+
+def finished(process: subprocess.Popen, sweep_dir: Path) -> list[Path]:
+    """The sweep's run dirs, once its process has ended well."""
+    try:
+        process.wait(timeout=300)
+    finally:
+        process.kill()
+    output = (sweep_dir.parent / f"{sweep_dir.name}.log").read_text()
+    assert process.returncode == 0, output[-4000:]
+    return sorted(p.parent for p in sweep_dir.rglob("summary.json") if ".step0_cache" not in p.parts)
+
+
+def what_it_says(run_dir: Path) -> list[dict]:
+    flags = ("from_eval_cache", "from_step0_cache")
+    return [{k: v for k, v in r.items() if k not in flags} for r in rows(run_dir)]
+
+
+def test_a_submitit_slurm_sweep_runs_each_point_as_a_job(tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    runs = finished(sweep(sweep_dir, "submitit_slurm", "method=full,lora"), sweep_dir)
+    assert [run.relative_to(sweep_dir).parts[0] for run in runs] == ["full", "lora"]
+    for run in runs:
+        assert json.loads((run / "state.json").read_text())["evaluated"] == [0, 1]
+    jobs = [d.name for d in (sweep_dir / ".submitit").iterdir() if d.is_dir() and "_" in d.name]
+    assert len(jobs) == 2 and all(wait_ended(name)["JobState"] == "COMPLETED" for name in jobs)  # SLURM ran them
+
+
+def test_a_submitit_slurm_multi_sweep_runs_each_point_as_one_job_of_two_processes(tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    process = sweep(sweep_dir, "submitit_slurm_multi", "method=full,lora", "hydra.launcher.tasks_per_node=2")
+    runs = finished(process, sweep_dir)
+    assert [run.relative_to(sweep_dir).parts[0] for run in runs] == ["full", "lora"]
+    for run in runs:
+        assert json.loads((run / "state.json").read_text())["evaluated"] == [0, 1]
+        assert {r["num_processes"] for r in rows(run)} == {2}
+    jobs = [d for d in (sweep_dir / ".submitit").iterdir() if d.is_dir() and "_" in d.name]
+    assert len(jobs) == 2 and all(len(list(d.glob("*_result.pkl"))) == 2 for d in jobs)  # 2 jobs x 2 tasks
+    assert all(wait_ended(d.name)["JobState"] == "COMPLETED" for d in jobs)
+
+
+def test_a_preempted_submitit_job_of_two_processes_is_requeued_and_resumes_to_the_same_rows(tmp_path, reference):
+    """SIGUSR2 to every task (``scancel --signal=USR2``, what SLURM sends before a preemption or the time limit
+    under submitit): the ranks agree at the next optimizer step, save a state, task 0's submitit handler requeues
+    the job, and the requeued job resumes there, to the rows of the same point never interrupted."""
+    _, third_of_step1 = reference
+    multi = ("submitit_slurm_multi", "method=full", "hydra.launcher.tasks_per_node=2")
+    plain_dir, preempted_dir = tmp_path / "plain", tmp_path / "preempted"
+    (plain,) = finished(sweep(plain_dir, *multi), plain_dir)
+    process = sweep(preempted_dir, *multi, EVOLVE_TRAIN_FAULT=f"optimizer_step:{third_of_step1}:pause@0")
+    try:
+
+        def held_task():
+            for err in (preempted_dir / ".submitit").glob("*/*_log.err"):
+                if "EVOLVE_TRAIN_FAULT: pausing at optimizer_step" in err.read_text():
+                    return err.parent.name
+            return None
+
+        job_id = wait_for("rank 0 to be held in time step 1", held_task)
+        subprocess.run(["scancel", "--signal=USR2", job_id], check=True, timeout=30)
+        wait_for("the requeue", lambda: job(job_id)["Restarts"] == "1", timeout=120)
+        wait_ended(job_id)
+    finally:
+        (preempted,) = finished(process, preempted_dir)
+    logs = "".join(p.read_text() for p in (preempted_dir / ".submitit").glob("*/*_log.*"))
+    saved = f"resumable state saved to {preempted / 'train_state/step1-opt4'}"
+    assert logs.count(saved) == 2, logs[-4000:]  # both tasks stopped at the same optimizer step
+    assert f"resuming time step 1 from the training state {preempted / 'train_state/step1-opt4'}" in logs
+    assert what_it_says(preempted) == what_it_says(plain)
+    assert losses(preempted) == losses(plain)  # no optimizer update trained twice
