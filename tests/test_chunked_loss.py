@@ -141,3 +141,27 @@ def test_the_head_chunks_run_in_the_forwards_autocast():
     assert inputs.autocast == torch.bfloat16
     assert loss_module.head_inputs(model, model, batch).autocast is None
     assert float(chunked.detach()) == pytest.approx(float(dense.detach()), rel=1e-3)
+
+
+def test_the_shared_prefix_prefill_runs_the_head_on_each_prompts_last_position_only():
+    """Option scoring's prefill: the head's own matmul sees one position per prompt (not every prompt position's
+    128k-way logits), and the scores equal the full-sequence scoring of the same options."""
+    from evolve_train.models.scoring import causal_option_scores
+
+    model = llama().eval()
+    torch.manual_seed(2)
+    prompts = {
+        "a": torch.randint(3, SPARSE_MIN_VOCAB, (9,)).tolist(),
+        "b": torch.randint(3, SPARSE_MIN_VOCAB, (5,)).tolist(),
+    }
+    requests = [("a", "x"), ("a", "y"), ("b", "x"), ("b", "z")]
+    targets = [torch.randint(3, SPARSE_MIN_VOCAB, (n,)).tolist() for n in (1, 3, 2, 4)]
+    shapes = []
+    handle = model.lm_head.register_forward_hook(lambda m, args, out: shapes.append(tuple(args[0].shape)))
+    with torch.no_grad():
+        shared = causal_option_scores(model, requests, prompts, targets, pad=0, share_prefix=True)
+    handle.remove()
+    assert shapes[0][-2:] == (1, 32) and shapes[1] == (2, 32)  # the model's logits_to_keep=1, then ours: 2 prompts
+    with torch.no_grad():
+        full = causal_option_scores(model, requests, prompts, targets, pad=0, share_prefix=False)
+    assert shared == pytest.approx(full, rel=1e-5)

@@ -279,11 +279,14 @@ def test_fsdp2_step0_cache_is_stored_and_loaded(tmp_path):
 @pytest.mark.slow
 def test_fsdp2_keeps_the_optimizer_state_across_steps_like_ddp(tmp_path):
     """``trainer.optimizer_state=keep`` under FSDP2: the sharded AdamW state is gathered by parameter name at the
-    end of each step (train_state/carry/<k>/) and sharded again into the next step's optimizer, so FSDP2 trains
-    the weights DDP trains with the same setting."""
+    end of each step into the main process only (train_state/carry/<k>/; process 1 never holds the full state)
+    and broadcast shard by shard into the next step's optimizer, so FSDP2 trains the weights DDP trains with the
+    same setting."""
     sharded, ddp = tmp_path / "fsdp", tmp_path / "ddp"
     overrides = [*SMALL, "method=full", "trainer.batch_size=8", "trainer.optimizer_state=keep"]
-    run([*launch(), "train.py", *overrides, f"hydra.run.dir={sharded}"], ENV)
+    output = run([*launch(), "train.py", *overrides, f"hydra.run.dir={sharded}"], ENV)
+    held = re.findall(r"the AdamW state gathered to the main process; processes held \[(\d+), (\d+)\] values", output)
+    assert len(held) == 3 and all(int(main) > 0 and int(other) == 0 for main, other in held), held  # steps 0-2
     run([*launch(config=""), "train.py", *overrides, f"hydra.run.dir={ddp}"], ENV)
     carried = load_file(sharded / "train_state/carry/2/optimizer.safetensors")
     assert carried.keys() == load_file(ddp / "train_state/carry/2/optimizer.safetensors").keys()

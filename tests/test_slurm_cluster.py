@@ -14,6 +14,7 @@ minutes before it may start again (``Reason=BeginTime``); the tests move its sta
 
 from __future__ import annotations
 
+import getpass
 import json
 import os
 import re
@@ -42,8 +43,15 @@ ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEM
 pytestmark = pytest.mark.slow
 
 
-def _node_ready() -> bool:
+CLUSTER = "evolve-local"  # the ClusterName scripts/slurm/local_cluster.sh writes
+
+
+def _local_cluster_ready() -> bool:
+    """A node of the cluster local_cluster.sh made answers (never a real cluster this machine can submit to)."""
     if not shutil.which("sinfo") or not shutil.which("sbatch"):
+        return False
+    config = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True, timeout=30)
+    if not re.search(rf"^ClusterName\s*=\s*{CLUSTER}$", config.stdout, re.MULTILINE):
         return False
     out = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True, timeout=30)
     return out.returncode == 0 and any(s in out.stdout for s in ("idle", "mix", "alloc"))
@@ -51,8 +59,15 @@ def _node_ready() -> bool:
 
 @pytest.fixture(scope="module", autouse=True)
 def cluster():
-    if not _node_ready():
-        pytest.skip("no SLURM node answers here (start one as root: bash scripts/slurm/local_cluster.sh)")
+    if not _local_cluster_ready():
+        pytest.skip("no local SLURM cluster answers here (start one as root: bash scripts/slurm/local_cluster.sh)")
+
+
+@pytest.fixture(autouse=True)
+def no_job_left():
+    """A failed test leaves no job behind to hold the node (the cluster is this machine's own)."""
+    yield
+    subprocess.run(["scancel", "--user", getpass.getuser()], capture_output=True, timeout=30)
 
 
 def run_env(**extra: str) -> dict:
@@ -164,15 +179,17 @@ def test_scontrol_requeue_in_a_step_stops_every_rank_at_one_step_and_resumes_to_
 
 
 def test_the_time_limit_warning_stops_every_rank_saves_requeues_and_resumes_to_the_same_rows(tmp_path, reference):
-    """The template's own path: SLURM sends USR1 to the batch script (``--signal=B:USR1@N``, here 45 s before a
-    1-minute limit), its trap sends SIGTERM to the run and requeues the job. The requeued job gets a longer limit
-    so that its second run is not cut short in turn."""
+    """The template's own path: SLURM sends USR1 to the batch script (``--signal=B:USR1@N``, here 90 s before a
+    2-minute limit), its trap sends SIGTERM to the run and requeues the job. SLURM checks time limits about every
+    30 s, so the warning comes 30-60 s after the start, well after rank 0 is held (about 10 s). The requeued job
+    gets a longer limit so that its second run is not cut short in turn."""
     reference_dir, third_of_step1 = reference
     output, run_dir = tmp_path / "job.out", tmp_path / "run"
     fault = f"optimizer_step:{third_of_step1}:pause@0"
-    job_id = sbatch(output, run_dir, "--time=1", "--signal=B:USR1@45", EVOLVE_TRAIN_FAULT=fault)
+    job_id = sbatch(output, run_dir, "--time=2", "--signal=B:USR1@90", EVOLVE_TRAIN_FAULT=fault)
     wait_for("rank 0 to be held in time step 1", lambda: held(output))
-    wait_for("the requeue", lambda: job(job_id)["Restarts"] == "1", timeout=120)
+    assert job(job_id)["Restarts"] == "0", output.read_text()[-3000:]  # held before the warning, not after it
+    wait_for("the requeue", lambda: job(job_id)["Restarts"] == "1", timeout=150)
     subprocess.run(["scontrol", "update", f"JobId={job_id}", "TimeLimit=10"], check=True, timeout=30)
     info = wait_ended(job_id)
     assert "USR1: the time limit is near" in output.read_text()

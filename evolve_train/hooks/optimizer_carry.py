@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 
 from evolve_train.training import carry
+from evolve_train.training.distributed import is_fsdp2
 from evolve_train.training.hooks import Hook, register_hook
 
 log = logging.getLogger(__name__)
@@ -19,8 +20,10 @@ def optimizer_carry(cfg):
 class OptimizerCarryHook(Hook):
     def on_run_start(self, run) -> None:
         start, run_dir = run.start, run.run_dir
-        tensors = carry.load(run_dir, start - 1, carry.OPTIMIZER_FILE) if start > 0 else None
-        if start > 0 and tensors is None:
+        # under FSDP2 only the main process reads the state (it broadcasts it shard by shard: carry.py)
+        reads = start > 0 and (not is_fsdp2(run.accelerator) or run.accelerator.is_main_process)
+        tensors = carry.load(run_dir, start - 1, carry.OPTIMIZER_FILE) if reads else None
+        if reads and tensors is None:
             log.warning(
                 "trainer.optimizer_state=keep: no optimizer state of step %d in %s; step %d starts with "
                 "fresh AdamW moments",

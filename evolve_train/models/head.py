@@ -5,7 +5,7 @@ Training (``training/loss.py``), LwF's teacher (``methods/lwf.py``) and scoring 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 import torch.nn.functional as F
@@ -55,11 +55,11 @@ def chunk_capable(model) -> bool:
     return base is not None and base is not inner and isinstance(head, torch.nn.Linear)
 
 
-def head_inputs(model, unwrapped, batch: dict) -> HeadInputs:
-    """The model's last hidden states for ``batch`` (its forward called through ``model``, accelerate's wrapper,
-    so DDP and FSDP hooks run), with one position's logits instead of all of them."""
-    inner = _inner(unwrapped)
-    captured: dict[str, torch.Tensor] = {}
+def forward_keeping_hidden(model, unwrapped, **inputs) -> tuple[Any, dict]:
+    """``model(**inputs, logits_to_keep=1)`` (one position's logits instead of all of them) and what the base
+    model computed: ``{"hidden": last hidden states, "autocast": the dtype its forward ran under or None}``.
+    ``model`` may be accelerate's wrapper (so DDP and FSDP hooks run) around ``unwrapped``."""
+    captured: dict[str, Any] = {}
 
     def keep(module, args, output):
         hidden = output.last_hidden_state if hasattr(output, "last_hidden_state") else output[0]
@@ -67,13 +67,34 @@ def head_inputs(model, unwrapped, batch: dict) -> HeadInputs:
         captured["hidden"] = hidden
         captured["autocast"] = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else None
 
-    handle = inner.base_model.register_forward_hook(keep)
+    handle = _inner(unwrapped).base_model.register_forward_hook(keep)
     try:
-        inputs = {key: value for key, value in batch.items() if key != "labels"}
-        model(**inputs, use_cache=False, logits_to_keep=1)
+        output = model(**inputs, logits_to_keep=1)
     finally:
         handle.remove()
-    return HeadInputs(captured["hidden"], inner.get_output_embeddings(), batch["labels"], captured["autocast"])
+    return output, captured
+
+
+def head_inputs(model, unwrapped, batch: dict) -> HeadInputs:
+    """The model's last hidden states for ``batch`` (its forward called through ``model``, accelerate's wrapper,
+    so DDP and FSDP hooks run), with one position's logits instead of all of them."""
+    inputs = {key: value for key, value in batch.items() if key != "labels"}
+    _, captured = forward_keeping_hidden(model, unwrapped, **inputs, use_cache=False)
+    head = _inner(unwrapped).get_output_embeddings()
+    return HeadInputs(captured["hidden"], head, batch["labels"], captured["autocast"])
+
+
+def last_position_logprobs(model, **inputs) -> tuple[Any, torch.Tensor]:
+    """``model(**inputs)``'s output and the float32 log-probabilities at each row's last position. A
+    :func:`chunk_capable` model applies its head to those positions only, copied out of the hidden states first
+    (a dense ``[rows, hidden]`` matrix, so identical models round identically, which transformers'
+    ``logits_to_keep=1`` on a strided view did not); other models compute every position's logits."""
+    if not chunk_capable(model):
+        output = model(**inputs)
+        return output, torch.log_softmax(output.logits[:, -1].float(), dim=-1)
+    output, captured = forward_keeping_hidden(model, model, **inputs)
+    last = captured["hidden"][:, -1].contiguous()
+    return output, torch.log_softmax(_inner(model).get_output_embeddings()(last).float(), dim=-1)
 
 
 def labelled_rows(hidden: torch.Tensor, labels: torch.Tensor, shift: bool = True) -> tuple[torch.Tensor, torch.Tensor]:

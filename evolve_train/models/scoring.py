@@ -30,7 +30,7 @@ import torch
 
 from evolve_train.models.batching import AutoBatchSize, as_auto, spans
 from evolve_train.models.generation import cache_of, padded_batch
-from evolve_train.models.head import IGNORE, chunk_capable, chunked_token_nll, head_inputs
+from evolve_train.models.head import IGNORE, chunk_capable, chunked_token_nll, head_inputs, last_position_logprobs
 
 
 def prompt_groups(requests: Sequence[tuple[str, str]]) -> list[list[int]]:
@@ -108,12 +108,11 @@ def _shared_prefix_batch(model, members, pad: int, device):
     """Each prompt once (left padded, KV cache kept), then every option on the cache rows of its prompt."""
     ids, mask = padded_batch([context for context, _ in members], pad, left=True)
     ids, mask = ids.to(device), mask.to(device)
-    # Every position's logits, though only the last is read: transformers' logits_to_keep=1 slices the hidden
-    # states into a strided view whose head matmul rounded differently between two identical models in one
-    # process (a LoRA stack resumed from disk against the one kept in memory), so it is not used.
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
-    first = torch.log_softmax(out.logits[:, -1].float(), dim=-1)  # predicts each option's first token
+    # the last position's log-probabilities predict each option's first token (the head on that position only)
+    out, first = last_position_logprobs(
+        model, input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True
+    )
     owners = [(row, index, target) for row, (_, options) in enumerate(members) for index, target in options]
     rows = torch.tensor([row for row, _, _ in owners], device=device)
     cache = cache_of(out)

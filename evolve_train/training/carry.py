@@ -13,6 +13,7 @@ are separate: inside a step they hold the optimizer as before.
 
 from __future__ import annotations
 
+import logging
 import shutil
 from pathlib import Path
 from typing import Optional
@@ -25,6 +26,7 @@ from evolve_train.utils.io import atomic_dir
 CARRY_DIR = "carry"
 OPTIMIZER_FILE = "optimizer.safetensors"
 RAW_FILE = "raw.safetensors"
+log = logging.getLogger(__name__)
 
 
 def carry_dir(run_dir: Path, step: int) -> Path:
@@ -69,16 +71,18 @@ def optimizer_state(model, optimizer, sharded: bool = False) -> dict[str, torch.
     """``{"<param name>/<key>": tensor}`` of every parameter with a state (full tensors, on the CPU).
 
     ``sharded`` (FSDP2): gathered through ``torch.distributed.checkpoint.state_dict`` (a collective: every
-    process calls it); otherwise read from the optimizer by the model's parameter names."""
+    process calls it) into the main process's host memory, one tensor at a time; the other processes get an
+    empty dict (no process but the main one ever holds the full state). Otherwise read from the optimizer by
+    the model's parameter names."""
     if sharded:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
 
         full = get_optimizer_state_dict(
             model,
-            _torch_optimizer(optimizer),  # every process gets the full state
-            options=StateDictOptions(full_state_dict=True, cpu_offload=False),
+            _torch_optimizer(optimizer),
+            options=StateDictOptions(full_state_dict=True, cpu_offload=True),  # rank 0 only, on its CPU
         )
-        states = full["state"]
+        states = full.get("state", {}) if full else {}
     else:
         torch_optimizer = _torch_optimizer(optimizer)
         states = {
@@ -103,7 +107,8 @@ def _by_name(tensors: dict[str, torch.Tensor]) -> dict[str, dict[str, torch.Tens
 
 def load_optimizer_state(model, optimizer, tensors: dict[str, torch.Tensor], sharded: bool = False) -> int:
     """Start ``optimizer`` from :func:`optimizer_state`'s ``tensors`` (parameters matched by name; the others
-    start fresh); returns how many parameters got a state."""
+    start fresh); returns how many parameters got a state. ``sharded`` (FSDP2, a collective): the main
+    process's ``tensors`` are broadcast one at a time and each process keeps its shard; the others pass ``{}``."""
     grouped = _by_name(tensors)
     torch_optimizer = _torch_optimizer(optimizer)
     if sharded:
@@ -118,8 +123,8 @@ def load_optimizer_state(model, optimizer, tensors: dict[str, torch.Tensor], sha
         set_optimizer_state_dict(
             model,
             torch_optimizer,
-            {"state": state, "param_groups": groups},
-            options=StateDictOptions(full_state_dict=True),
+            {"state": state, "param_groups": groups} if state else {},
+            options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True),
         )
         return len(state)
     index = {p: i for i, p in enumerate(p for group in torch_optimizer.param_groups for p in group["params"])}
@@ -137,8 +142,24 @@ class OptimizerCarry:
         self.tensors = tensors
 
     def restore(self, model, optimizer, sharded: bool) -> None:
-        if self.tensors:
-            load_optimizer_state(model, optimizer, self.tensors, sharded=sharded)
+        if sharded:  # the main process holds the state; every process takes part when it has one
+            import torch.distributed as dist
+
+            present = [bool(self.tensors)]
+            dist.broadcast_object_list(present, src=0)
+            if present[0]:
+                load_optimizer_state(model, optimizer, self.tensors or {}, sharded=True)
+        elif self.tensors:
+            load_optimizer_state(model, optimizer, self.tensors, sharded=False)
 
     def capture(self, model, optimizer, sharded: bool) -> None:
         self.tensors = optimizer_state(model, optimizer, sharded=sharded)
+        if sharded:
+            import torch.distributed as dist
+
+            held = [None] * dist.get_world_size()
+            dist.all_gather_object(held, sum(t.numel() for t in self.tensors.values()))
+            log.info(
+                "trainer.optimizer_state=keep: the AdamW state gathered to the main process; processes held %s values",
+                held,
+            )
