@@ -769,6 +769,11 @@ class TrainerConfig:
     fsdp_reduce_dtype: str = "float32"
     """Under FSDP2, the dtype gradients are reduce-scattered in: ``float32`` (default; as torchtitan and
     OLMo-core), ``bfloat16`` or ``param`` (the parameters' dtype, accelerate's default). docs/distributed.md."""
+    fsdp_sync_each_batch: bool = runtime(True)
+    """Under FSDP2 with ``grad_accum > 1``, reduce-scatter gradients after every micro-batch (accelerate's
+    ``sync_each_batch``), so each process keeps only its shard of the gradients between micro-batches; ``false``
+    keeps the unsharded gradients until the last micro-batch (less traffic, a full model's gradients more in
+    memory). docs/distributed.md."""
     memory_preflight: str = runtime("check")
     """Before the weights load, the estimated memory of a training step per device (``training/preflight.py``):
     ``check`` prints it and stops a run that cannot fit, naming settings that would; ``warn`` prints and warns

@@ -296,3 +296,18 @@ def test_fsdp2_keeps_the_optimizer_state_across_steps_like_ddp(tmp_path):
             load_file(ddp / f"steps/{k}/model.safetensors"), load_file(sharded / f"steps/{k}/model.safetensors")
         )
         assert difference < SAME_AS_DDP, (k, difference)
+
+
+@pytest.mark.slow
+def test_fsdp2_gradient_accumulation_syncing_every_micro_batch_trains_ddps_weights(tmp_path):
+    """``trainer.grad_accum=2`` under FSDP2 (gradients reduce-scattered after each micro-batch,
+    ``trainer.fsdp_sync_each_batch``) trains the weights DDP trains with the same accumulation."""
+    sharded, ddp = tmp_path / "fsdp", tmp_path / "ddp"
+    overrides = [*SMALL, "method=full", "trainer.batch_size=4", "trainer.grad_accum=2"]
+    run([*launch(), "train.py", *overrides, f"hydra.run.dir={sharded}"], ENV)
+    run([*launch(config=""), "train.py", *overrides, f"hydra.run.dir={ddp}"], ENV)
+    for k in (1, 2):
+        difference = relative_difference(
+            load_file(ddp / f"steps/{k}/model.safetensors"), load_file(sharded / f"steps/{k}/model.safetensors")
+        )
+        assert difference < SAME_AS_DDP, (k, difference)

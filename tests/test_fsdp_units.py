@@ -49,3 +49,18 @@ def test_unsharded_copy_rebuilds_weights_buffers_and_ties_from_a_skeleton():
     assert not copy.transformer.h[0].mlp.c_fc.weight.requires_grad
     ids = torch.randint(0, 50, (2, 8))
     assert torch.allclose(copy.eval()(ids).logits, model.eval()(ids).logits)  # eval: no dropout
+
+
+def test_fsdp2_gradient_accumulation_reduces_after_every_micro_batch_unless_configured_otherwise(monkeypatch):
+    from evolve_train.training import distributed
+
+    monkeypatch.delenv("ACCELERATE_USE_FSDP", raising=False)
+    monkeypatch.setattr(distributed, "enable_fsdp2_on_cpu", lambda accelerator: False)  # one process: no FSDP
+    settings = {}
+    for requested, configured in ((True, True), (True, False), (False, True)):
+        monkeypatch.setattr(distributed, "fsdp2_requested", lambda: requested)
+        trainer = TrainerConfig(fsdp_sync_each_batch=configured)
+        accelerator = build_accelerator(trainer, gradient_accumulation_steps=4)
+        assert accelerator.gradient_accumulation_steps == 4
+        settings[requested, configured] = accelerator.gradient_state.plugin_kwargs.get("sync_each_batch", False)
+    assert settings == {(True, True): True, (True, False): False, (False, True): False}

@@ -141,16 +141,23 @@ def announce_precision(trainer, device: torch.device, main: bool = True) -> str:
 
 def build_accelerator(trainer, **kwargs):
     """The run's ``Accelerator``: ``trainer.mixed_precision`` (``auto`` resolved for this device:
-    :func:`resolve_precision`), the process-group timeout ``trainer.dist_timeout_s`` (``InitProcessGroupKwargs``)
+    :func:`resolve_precision`), the process-group timeout ``trainer.dist_timeout_s`` (``InitProcessGroupKwargs``),
+    gradient accumulation (under FSDP2 gradients reduced after every micro-batch: ``trainer.fsdp_sync_each_batch``)
     and FSDP2 on CPU where asked for."""
     from accelerate import Accelerator
-    from accelerate.utils import InitProcessGroupKwargs
+    from accelerate.utils import GradientAccumulationPlugin, InitProcessGroupKwargs
 
     handler = InitProcessGroupKwargs(timeout=timedelta(seconds=trainer.dist_timeout_s))
     main = int(os.environ.get("RANK", 0)) == 0
     precision = announce_precision(trainer, launch_device(kwargs.get("cpu", False)), main)
     forget_single_process_state(precision)
-    accelerator = Accelerator(mixed_precision=precision, kwargs_handlers=[handler], **kwargs)
+    accumulation = GradientAccumulationPlugin(
+        num_steps=kwargs.pop("gradient_accumulation_steps", 1),
+        sync_each_batch=fsdp2_requested() and bool(getattr(trainer, "fsdp_sync_each_batch", True)),
+    )
+    accelerator = Accelerator(
+        mixed_precision=precision, kwargs_handlers=[handler], gradient_accumulation_plugin=accumulation, **kwargs
+    )
     enable_fsdp2_on_cpu(accelerator)
     plugin = getattr(accelerator.state, "fsdp_plugin", None)
     if plugin is not None and getattr(plugin, "fsdp_version", 1) == 2:
