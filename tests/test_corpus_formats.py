@@ -114,8 +114,7 @@ def test_a_truncated_corpus_stops_the_run_before_training(tmp_path):
     with pytest.raises(DataError, match="truncated or corrupt") as err:
         train(tiny_cfg(run_dir, *overrides))
     assert err.value.file == str(corpus)
-    written = [p.name for p in run_dir.rglob("*")] if run_dir.exists() else []
-    assert not {"steps", "metrics.jsonl", "train_log.jsonl"} & set(written)
+    assert not run_dir.exists() or not any(run_dir.iterdir())  # nothing written to the run dir
 
 
 @pytest.mark.parametrize("name", ["docs.jsonl", "docs.parquet", "saved"])
