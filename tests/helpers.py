@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
@@ -58,3 +59,17 @@ def deadline(seconds: int):
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def rows(run_dir: Path) -> list[dict]:
+    """A run's metric rows without their wall-clock fields."""
+    return [{k: v for k, v in r.items() if not wall_clock(k)} for r in read_jsonl(run_dir / "metrics.jsonl")]
+
+
+def losses(run_dir: Path) -> list[tuple]:
+    """``(time step, optimizer step, loss)`` of every line of a run's training log."""
+    return [(r["time_step"], r["optimizer_step"], r.get("loss")) for r in read_jsonl(run_dir / "train_log.jsonl")]

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import TINY, wall_clock
+from helpers import TINY, losses, rows
 
 ROOT = Path(__file__).resolve().parents[1]
 OVERRIDES = [*TINY, "method=full", "data.world.n_steps=2", "trainer.save_every_n_steps=2"]
@@ -38,18 +38,6 @@ def launch(run_dir: Path, fault: str | None = None) -> subprocess.CompletedProce
     if fault:
         env["EVOLVE_TRAIN_FAULT"] = fault
     return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=400, env=env)
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def rows(run_dir: Path) -> list[dict]:
-    return [{k: v for k, v in r.items() if not wall_clock(k)} for r in read_jsonl(run_dir / "metrics.jsonl")]
-
-
-def losses(run_dir: Path) -> list[tuple]:
-    return [(r["time_step"], r["optimizer_step"], r.get("loss")) for r in read_jsonl(run_dir / "train_log.jsonl")]
 
 
 def log(run_dir: Path) -> str:

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import TINY, wall_clock
+from helpers import TINY, losses, rows
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = ROOT / "scripts" / "slurm" / "multinode.sbatch"
@@ -110,18 +110,6 @@ def wait_ended(job_id: str, timeout: float = 300) -> dict[str, str]:
         return info if info["JobState"] in ENDED else None
 
     return wait_for(f"job {job_id} to end", ended, timeout)
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def rows(run_dir: Path) -> list[dict]:
-    return [{k: v for k, v in r.items() if not wall_clock(k)} for r in read_jsonl(run_dir / "metrics.jsonl")]
-
-
-def losses(run_dir: Path) -> list[tuple]:
-    return [(r["time_step"], r["optimizer_step"], r.get("loss")) for r in read_jsonl(run_dir / "train_log.jsonl")]
 
 
 @pytest.fixture(scope="module")
