@@ -107,5 +107,5 @@ def test_format_matrix_prints_rows_and_metrics():
     text = format_matrix(matrix_summary(ROWS))
     lines = text.splitlines()
     assert "learned" in lines[0] and "avg_acc" in lines[1] and "fuar" in lines[1]
-    assert lines[2].startswith("init") and lines[-1].startswith("2 ")
+    assert lines[2].startswith("initial ") and lines[-1].startswith("2 ")
     assert "0.975" in lines[-1] and "0.067" in lines[-1]  # A[2][2] and fuar_2

@@ -80,7 +80,7 @@ def test_the_matrix_is_printed(run, capsys):
 
     _, summary, _, _ = run
     text = format_summary_table(summary)
-    assert "Continual-learning matrix 'learned'" in text and "\ninit " in text
+    assert "Continual-learning matrix 'learned'" in text and "\ninitial " in text
     assert "paired @ checkpoint 2" in text and "calibration @ checkpoint 2" in text
 
 

@@ -155,7 +155,7 @@ def open_book_table(runs: list[Run]) -> Optional[tuple[list[str], list[list[str]
                 out.append(
                     [
                         run.label,
-                        f"init @ {store}",
+                        f"initial @ {store}",
                         str(name),
                         str(base.get("n")),
                         _cell(base, "em"),

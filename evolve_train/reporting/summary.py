@@ -52,12 +52,12 @@ def format_summary_table(summary: dict) -> str:
     width = max([10] + [len(c) + 1 for c in columns])
     lines = [
         "EM by checkpoint (rows) and eval set (columns)",
-        "ckpt".ljust(6) + "".join(c.rjust(width) for c in columns),
+        "ckpt".ljust(8) + "".join(c.rjust(width) for c in columns),
     ]
     for checkpoint in sorted(table, key=int):
         cells = table[checkpoint]
         lines.append(
-            checkpoint.ljust(6)
+            ("initial" if int(checkpoint) < 0 else checkpoint).ljust(8)
             + "".join(("-" if cells.get(c) is None else f"{cells[c]:.3f}").rjust(width) for c in columns)
         )
     extra = [text for text in (format_evaluation(summary), format_timesliced(summary), format_compute(summary)) if text]

@@ -137,7 +137,7 @@ def format_matrix(summary: dict[str, Any], kind: str = LEARNED) -> str:
         return ""
     columns = sorted({int(j) for row in entry["A"].values() for j in row} | {int(j) for j in (entry["A_init"] or {})})
     head = (
-        "ckpt".ljust(6)
+        "ckpt".ljust(8)
         + "".join(f"j={j}".rjust(8) for j in columns)
         + "".join(name.rjust(9) for name in ("avg_acc", "bwt", "fwt", "fuar"))
     )
@@ -147,11 +147,11 @@ def format_matrix(summary: dict[str, Any], kind: str = LEARNED) -> str:
 
     lines = [f"Continual-learning matrix '{kind}' (EM; rows: checkpoint i, columns: set of step j)", head]
     if entry["A_init"]:
-        lines.append("init".ljust(6) + "".join(cell(entry["A_init"].get(str(j))).rjust(8) for j in columns))
+        lines.append("initial".ljust(8) + "".join(cell(entry["A_init"].get(str(j))).rjust(8) for j in columns))
     for i in sorted(entry["A"], key=int):
         metrics = entry["metrics"].get(i, {})
         lines.append(
-            i.ljust(6)
+            i.ljust(8)
             + "".join(cell(entry["A"][i].get(str(j))).rjust(8) for j in columns)
             + "".join(
                 cell(v).rjust(9)

@@ -122,12 +122,12 @@ def format_timesliced(summary: dict[str, Any]) -> str:
     columns = sorted({int(j) for row in entry["P"].values() for j in row})
     lines = [
         "Held-out NLL of each step's slice P[i][j] (nats; rows: checkpoint i, columns: slice j)",
-        "ckpt".ljust(6) + "".join(f"j={j}".rjust(8) for j in columns),
+        "ckpt".ljust(8) + "".join(f"j={j}".rjust(8) for j in columns),
     ]
     if entry.get("P_init"):
-        lines.append("init".ljust(6) + "".join(_fmt(entry["P_init"].get(str(j))).rjust(8) for j in columns))
+        lines.append("initial".ljust(8) + "".join(_fmt(entry["P_init"].get(str(j))).rjust(8) for j in columns))
     for i in sorted(entry["P"], key=int):
-        lines.append(i.ljust(6) + "".join(_fmt(entry["P"][i].get(str(j))).rjust(8) for j in columns))
+        lines.append(i.ljust(8) + "".join(_fmt(entry["P"][i].get(str(j))).rjust(8) for j in columns))
     ci = entry.get("ci") or {}
     cells = []
     for name in ("backward", "in_dist", "forward"):
