@@ -239,3 +239,22 @@ def test_the_same_signal_twice_at_once_is_one_request_and_a_later_one_acts_at_on
     finally:
         deferred.restore()
         signal.signal(signal.SIGUSR1, previous)
+
+
+def test_a_forked_worker_takes_sigterm_as_usual_not_as_the_runs_request():
+    """A library's worker pool forked during a run (lm-eval, datasets) stops its workers with SIGTERM: a worker
+    must end, not log the run's "stopping at the next safe point" and carry on."""
+    import multiprocessing
+
+    deferred = DeferredSignals()
+    deferred.install()
+    try:
+        child = multiprocessing.get_context("fork").Process(target=time.sleep, args=(30,))
+        child.start()
+        time.sleep(0.2)
+        os.kill(child.pid, signal.SIGTERM)
+        child.join(timeout=10)
+        assert child.exitcode == -signal.SIGTERM
+        assert deferred.received is None  # the run itself got nothing
+    finally:
+        deferred.restore()

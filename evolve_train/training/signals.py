@@ -6,7 +6,8 @@ saving a resumable state, ``training/train_state.py``). A second signal more tha
 after the first acts at once (the previous handler's action). One within that window is the same request
 arriving twice, and is ignored: on a SLURM step every process gets the scheduler's SIGTERM and torchrun passes
 its own copy on to each worker, and Ctrl-C at a terminal reaches the workers directly and through the launcher,
-milliseconds apart. Handlers can only be installed in the main thread; elsewhere :meth:`DeferredSignals.install`
+milliseconds apart. A process forked after :meth:`DeferredSignals.install` (a library's worker pool, which stops
+its workers with SIGTERM) takes the signal's default action instead. Handlers can only be installed in the main thread; elsewhere :meth:`DeferredSignals.install`
 does nothing.
 
 submitit's handler of its preemption signal (SIGUSR2) checkpoints and requeues the job on global rank 0 only and
@@ -49,6 +50,7 @@ class DeferredSignals:
     def __init__(self, notify: Optional[Callable[[int], None]] = None, extra: tuple[int, ...] = ()):
         self.received: Optional[int] = None
         self._received_at = 0.0
+        self._pid = os.getpid()
         self._notify = notify
         self._signals = DEFERRED_SIGNALS + tuple(extra)
         self._previous: dict[int, Any] = {}
@@ -57,6 +59,7 @@ class DeferredSignals:
 
     def install(self) -> None:
         if threading.current_thread() is threading.main_thread():
+            self._pid = os.getpid()
             for signum in self._signals:
                 self._previous[signum] = signal.getsignal(signum)
                 signal.signal(signum, self._handle)
@@ -68,6 +71,10 @@ class DeferredSignals:
         self._previous = {}
 
     def _handle(self, signum, frame) -> None:
+        if os.getpid() != self._pid:  # a forked child (a library's worker pool) inherited it: the default action
+            signal.signal(signum, signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
         now = time.monotonic()
         if self.received is None:
             self.received, self._received_at = signum, now
