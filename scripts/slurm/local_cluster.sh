@@ -29,6 +29,10 @@ if [ "$ACTION" = stop ]; then
   pkill -x slurmd 2>/dev/null || true
   pkill -x slurmctld 2>/dev/null || true
   pkill -x munged 2>/dev/null || true
+  for _ in $(seq 20); do  # gone before a start that follows
+    pgrep -x 'slurmd|slurmctld|munged' >/dev/null || break
+    sleep 0.5
+  done
   echo "local_cluster: stopped"
   exit 0
 fi
