@@ -36,6 +36,13 @@ POOLED_KINDS = ("unchanged", "new", "updated")
 """Split kinds pooled into ``all`` (Outdated, where lower is better, is reported on its own)."""
 WITHIN_STEP = "within_step"
 """``train_log.jsonl`` rows of the within-step probe (``evaluation/within_step.py``)."""
+
+
+def checkpoint_label(checkpoint: int) -> str:
+    """``initial`` for the model before any training (checkpoint -1, ``eval.eval_initial``), else the number."""
+    return "initial" if checkpoint < 0 else str(checkpoint)
+
+
 ROW_META = frozenset(
     {
         "group",

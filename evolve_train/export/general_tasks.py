@@ -24,12 +24,11 @@ import json
 import random
 import re
 from pathlib import Path
-from typing import Iterable
 
 import yaml
 
 from evolve_train.evaluation.evaluators.heldout import SHIPPED
-from evolve_train.utils.io import atomic_dir, remove_stale_tmp
+from evolve_train.utils.io import atomic_dir, jsonl_text, remove_stale_tmp
 
 MIN_WORDS = 8
 DISTRACTORS = 3
@@ -108,10 +107,6 @@ NEXT_SENTENCE = {
 }
 
 
-def _write_jsonl(path: Path, records: Iterable[dict]) -> None:
-    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
-
-
 def export_general_tasks(out: Path, texts: dict[str, Path] | None = None) -> dict:
     """Write the tasks of ``texts`` (default: the shipped ones) into ``out`` (replaced as a whole); the
     manifest."""
@@ -131,7 +126,7 @@ def export_general_tasks(out: Path, texts: dict[str, Path] | None = None) -> dic
                 if not records:
                     continue
                 task = f"general_{kind}_{text_name}"
-                _write_jsonl(staging / "data" / f"{task}.jsonl", records)
+                (staging / "data" / f"{task}.jsonl").write_text(jsonl_text(records), encoding="utf-8")
                 final_data = out / "data" / f"{task}.jsonl"  # the YAML names the path after the rename
                 (staging / f"{task}.yaml").write_text(_yaml(task, final_data, body), encoding="utf-8")
                 manifest["tasks"][task] = {"text": text_name, "documents": len(records)}

@@ -38,7 +38,7 @@ import yaml
 from evolve_train.data.qa_items import CONTRACT_FIELDS, QAItem
 from evolve_train.data.timeline import EvalSet, Timeline
 from evolve_train.errors import ConfigError, DataError
-from evolve_train.utils.io import atomic_dir, remove_stale_tmp
+from evolve_train.utils.io import atomic_dir, jsonl_text, remove_stale_tmp
 
 MANIFEST = "evolve_export.json"
 FILTER = "answer"
@@ -214,10 +214,6 @@ def group_configs(tasks: Sequence[ExportedTask], prefix: str) -> list[dict[str, 
     return groups
 
 
-def _write_jsonl(path: Path, records: list[dict]) -> None:
-    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
-
-
 def _write_yaml(path: Path, config: dict[str, Any]) -> None:
     path.write_text(
         yaml.dump(config, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=1000), encoding="utf-8"
@@ -259,7 +255,7 @@ def _write_tree(
 ) -> None:
     (target / "data").mkdir(parents=True)
     for task in tasks:
-        _write_jsonl(target / "data" / f"{task.name}.jsonl", task.records)
+        (target / "data" / f"{task.name}.jsonl").write_text(jsonl_text(task.records), encoding="utf-8")
         config = (
             generation_task_config(task, out, stop_strings, max_new_tokens)
             if task.output_type == "generate_until"

@@ -25,18 +25,13 @@ from evolve_train.evaluation.metrics.directions import (  # noqa: E402
     leaf,
     mark,
 )
-from evolve_train.evaluation.rows import ALL, ROW_META, SPLIT_ORDER, Run, column_key  # noqa: E402
+from evolve_train.evaluation.rows import ALL, ROW_META, SPLIT_ORDER, Run, checkpoint_label, column_key  # noqa: E402
 
 HIDDEN = ROW_META | {"n"}  # not drawn: a row's identity, its run, and its item count
 Series = dict[str, dict[str, tuple[list[float], list[float]]]]
 KIND_COLUMNS = ("new", "updated", "outdated")
 BAND = "seed-band"  # gid of the drawn 95% bands across seeds
 INITIAL = "_initial model"  # label of the dashed line of the model before training (hidden from legends)
-
-
-def checkpoint_label(checkpoint: int) -> str:
-    """``initial`` for the model before any training (checkpoint -1, ``eval.eval_initial``)."""
-    return "initial" if checkpoint < 0 else str(checkpoint)
 
 
 def _value(value) -> float:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from evolve_train.evaluation.rows import ALL, SPLIT_ORDER, Run, column_key
+from evolve_train.evaluation.rows import ALL, SPLIT_ORDER, Run, checkpoint_label, column_key
 
 GROUP = "retrieval"
 PANELS = (*SPLIT_ORDER, ALL)
@@ -155,7 +155,7 @@ def open_book_table(runs: list[Run]) -> Optional[tuple[list[str], list[list[str]
                 out.append(
                     [
                         run.label,
-                        f"initial @ {store}",
+                        f"{checkpoint_label(-1)} @ {store}",
                         str(name),
                         str(base.get("n")),
                         _cell(base, "em"),

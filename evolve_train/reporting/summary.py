@@ -6,7 +6,7 @@ from pathlib import Path
 
 from evolve_train.evaluation.evaluators.report import evaluation_summary, format_evaluation
 from evolve_train.evaluation.evaluators.slices_summary import format_timesliced, timesliced_summary
-from evolve_train.evaluation.rows import METRICS_FILE, SPLITS, column_key, column_name, read_metrics
+from evolve_train.evaluation.rows import METRICS_FILE, SPLITS, checkpoint_label, column_key, column_name, read_metrics
 from evolve_train.training.plan import training_budget
 from evolve_train.training.telemetry import compute_summary
 from evolve_train.utils.provenance import provenance
@@ -57,7 +57,7 @@ def format_summary_table(summary: dict) -> str:
     for checkpoint in sorted(table, key=int):
         cells = table[checkpoint]
         lines.append(
-            ("initial" if int(checkpoint) < 0 else checkpoint).ljust(8)
+            checkpoint_label(int(checkpoint)).ljust(8)
             + "".join(("-" if cells.get(c) is None else f"{cells[c]:.3f}").rjust(width) for c in columns)
         )
     extra = [text for text in (format_evaluation(summary), format_timesliced(summary), format_compute(summary)) if text]

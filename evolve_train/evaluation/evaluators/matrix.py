@@ -23,7 +23,7 @@ from evolve_train.evaluation.context import EvalContext
 from evolve_train.evaluation.evaluators.splits import splits_evaluator
 from evolve_train.evaluation.metrics.continual import continual_summary, fuar
 from evolve_train.evaluation.registry import register_evaluator
-from evolve_train.evaluation.rows import read_metrics
+from evolve_train.evaluation.rows import checkpoint_label, read_metrics
 
 LEARNED = "learned"
 INITIAL = -1
@@ -147,7 +147,9 @@ def format_matrix(summary: dict[str, Any], kind: str = LEARNED) -> str:
 
     lines = [f"Continual-learning matrix '{kind}' (EM; rows: checkpoint i, columns: set of step j)", head]
     if entry["A_init"]:
-        lines.append("initial".ljust(8) + "".join(cell(entry["A_init"].get(str(j))).rjust(8) for j in columns))
+        lines.append(
+            checkpoint_label(INITIAL).ljust(8) + "".join(cell(entry["A_init"].get(str(j))).rjust(8) for j in columns)
+        )
     for i in sorted(entry["A"], key=int):
         metrics = entry["metrics"].get(i, {})
         lines.append(

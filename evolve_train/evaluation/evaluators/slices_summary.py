@@ -21,7 +21,7 @@ from evolve_train.evaluation.evaluators.matrix import INITIAL, matrix_summary
 from evolve_train.evaluation.evaluators.slices import GROUP, PREDICTIONS
 from evolve_train.evaluation.metrics.continual import as_int_matrix
 from evolve_train.evaluation.metrics.timesliced import aggregate_intervals, aggregates, regret, with_perplexity
-from evolve_train.evaluation.rows import METRICS_FILE, read_metrics
+from evolve_train.evaluation.rows import METRICS_FILE, checkpoint_label, read_metrics
 
 log = logging.getLogger(__name__)
 BOOTSTRAP = 1000
@@ -125,7 +125,9 @@ def format_timesliced(summary: dict[str, Any]) -> str:
         "ckpt".ljust(8) + "".join(f"j={j}".rjust(8) for j in columns),
     ]
     if entry.get("P_init"):
-        lines.append("initial".ljust(8) + "".join(_fmt(entry["P_init"].get(str(j))).rjust(8) for j in columns))
+        lines.append(
+            checkpoint_label(INITIAL).ljust(8) + "".join(_fmt(entry["P_init"].get(str(j))).rjust(8) for j in columns)
+        )
     for i in sorted(entry["P"], key=int):
         lines.append(i.ljust(8) + "".join(_fmt(entry["P"][i].get(str(j))).rjust(8) for j in columns))
     ci = entry.get("ci") or {}
