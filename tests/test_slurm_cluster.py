@@ -127,6 +127,15 @@ def reference(tmp_path_factory):
     return run_dir, steps[0] + 3
 
 
+def seconds(slurm_time: str) -> int:
+    """``[D-]HH:MM:SS`` or ``MM:SS`` as SLURM prints a run time, in seconds."""
+    days, _, clock = slurm_time.rpartition("-")
+    total = 0
+    for part in clock.split(":"):
+        total = total * 60 + int(part)
+    return total + int(days or 0) * 86400
+
+
 def held(output: Path) -> bool:
     return output.exists() and "EVOLVE_TRAIN_FAULT: pausing at optimizer_step" in output.read_text()
 
@@ -167,16 +176,21 @@ def test_scontrol_requeue_in_a_step_stops_every_rank_at_one_step_and_resumes_to_
 
 
 def test_the_time_limit_warning_stops_every_rank_saves_requeues_and_resumes_to_the_same_rows(tmp_path, reference):
-    """The template's own path: SLURM sends USR1 to the batch script (``--signal=B:USR1@N``, here 90 s before a
-    2-minute limit), its trap sends SIGTERM to the run and requeues the job. SLURM checks time limits about every
-    30 s, so the warning comes 30-60 s after the start, well after rank 0 is held (about 10 s). The requeued job
-    gets a longer limit so that its second run is not cut short in turn."""
+    """The template's own path: SLURM sends USR1 to the batch script (``--signal=B:USR1@N``, here 90 s before the
+    limit), its trap sends SIGTERM to the run and requeues the job. The job starts with a 10-minute limit; once rank 0
+    is held, the limit is cut to 75 s from now, so the warning comes at SLURM's next time check (about every 30 s)
+    however long the start took. The requeued job gets a longer limit so that its second run is not cut short."""
     reference_dir, third_of_step1 = reference
     output, run_dir = tmp_path / "job.out", tmp_path / "run"
     fault = f"optimizer_step:{third_of_step1}:pause@0"
-    job_id = sbatch(output, run_dir, "--time=2", "--signal=B:USR1@90", EVOLVE_TRAIN_FAULT=fault)
+    job_id = sbatch(output, run_dir, "--time=10", "--signal=B:USR1@90", EVOLVE_TRAIN_FAULT=fault)
     wait_for("rank 0 to be held in time step 1", lambda: held(output))
-    assert job(job_id)["Restarts"] == "0", output.read_text()[-3000:]  # held before the warning, not after it
+    info = job(job_id)
+    assert info["Restarts"] == "0", output.read_text()[-3000:]
+    limit = seconds(info["RunTime"]) + 75
+    subprocess.run(
+        ["scontrol", "update", f"JobId={job_id}", f"TimeLimit={limit // 60}:{limit % 60:02d}"], check=True, timeout=30
+    )
     wait_for("the requeue", lambda: job(job_id)["Restarts"] == "1", timeout=150)
     subprocess.run(["scontrol", "update", f"JobId={job_id}", "TimeLimit=10"], check=True, timeout=30)
     info = wait_ended(job_id)
