@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from evolve_train.config import Config
+from evolve_train.config_renames import renamed_overrides
 from evolve_train.config_strict import check_overrides
 from evolve_train.errors import ConfigError
 
@@ -40,6 +41,7 @@ def compose_dict(overrides: Sequence[str] = (), config_dir: Optional[str | Path]
     directory = Path(config_dir) if config_dir is not None else CONFIG_DIR
     if not (directory / "config.yaml").is_file():
         raise ConfigError(f"no config.yaml in the config directory {directory} (pass --config-dir)")
+    overrides = renamed_overrides(overrides)  # a former key name as it is now, with a warning
     check_overrides(overrides, [directory, CONFIG_DIR])  # unknown keys, with or without '+'
     try:
         with initialize_config_dir(config_dir=str(directory.resolve()), version_base="1.3"):

@@ -23,6 +23,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
 from evolve_train.config_keys import label, later_steps, runtime
+from evolve_train.config_renames import current_evaluators
 from evolve_train.errors import ConfigError
 
 
@@ -582,7 +583,7 @@ class DyKnowConfig:
     state is every value valid on cut k; the cut as written is the step's name and its date in the texts."""
     train_wordings: list[str] = field(default_factory=lambda: ["contextualized", "generic"])
     """Prompt names whose wordings are trained; a fact's other prompts are held out (its ``extra.variants``:
-    flip rate, contamination). The first of these a fact has is the wording its questions are asked in; a
+    flip rate, paraphrase gap). The first of these a fact has is the wording its questions are asked in; a
     fact with none of them trains on its first prompt."""
     dates: DateForm = DateForm.inline
     """How the cut's date is written into the corpus and the questions (``data/dates.py``): ``inline``
@@ -905,7 +906,7 @@ class QAAdaptationConfig:
 
 
 @dataclass
-class ContaminationConfig:
+class ParaphraseGapConfig:
     variants: int = 3
     """Label-preserving perturbed variants per question (docs/metrics.md#8-statistics-and-hygiene; fewer when an item has fewer)."""
     rewrites: list[dict[str, str]] = field(default_factory=list)
@@ -913,13 +914,13 @@ class ContaminationConfig:
     (``re.sub`` on the question; not applicable when it does not match) or ``{template}`` (``str.format`` over
     the item's fields, e.g. ``"{question} Answer in a few words."``); an optional ``name``."""
     spotcheck: int = 20
-    """Original/perturbed pairs per checkpoint written to ``contamination_spotcheck.jsonl`` (seeded; 0 = none)."""
+    """Original/perturbed pairs per checkpoint written to ``paraphrase_spotcheck.jsonl`` (seeded; 0 = none)."""
     max_items_per_set: int = 0
-    """Items per split set asked with variants by ``contamination``/``flip_rate`` (seeded sample; 0 = all)."""
+    """Items per split set asked with variants by ``paraphrase_gap``/``flip_rate`` (seeded sample; 0 = all)."""
 
     def __post_init__(self):
         check_ranges(
-            "eval.contamination",
+            "eval.paraphrase_gap",
             {
                 "variants": (self.variants, AT_LEAST_ONE),
                 "spotcheck": (self.spotcheck, NON_NEGATIVE),
@@ -1037,8 +1038,9 @@ class RetrievalConfig:
 class GateConfig:
     flip_rate_max: Optional[float] = 0.10
     """Release gate: flip_rate (all splits, final checkpoint) must be <= this (null = no check)."""
-    contamination_gap_max: Optional[float] = 0.03
-    """Release gate: contamination_gap (all splits, final checkpoint) must be <= this (null = no check)."""
+    paraphrase_gap_max: Optional[float] = 0.03
+    """Release gate: paraphrase_gap (all splits, final checkpoint) must be <= this (null = no check; formerly
+    ``contamination_gap_max``)."""
     ci_low_min: Optional[float] = 0.0
     """Release gate: paired-bootstrap CI low of EM vs the baseline run must be > this (null = no check)."""
     slice_floors: dict[str, float] = field(default_factory=dict)
@@ -1120,8 +1122,9 @@ class EvalConfig:
     """Items per split set of the within-step probe (a fixed seeded sample)."""
     qa_adaptation: QAAdaptationConfig = field(default_factory=QAAdaptationConfig)
     """QA adaptation of each checkpoint before evaluation (off by default)."""
-    contamination: ContaminationConfig = field(default_factory=ContaminationConfig)
-    """``contamination``: perturbed variants and the spot-check sample (docs/hygiene.md)."""
+    paraphrase_gap: ParaphraseGapConfig = field(default_factory=ParaphraseGapConfig)
+    """``paraphrase_gap``: perturbed variants and the spot-check sample (docs/hygiene.md; formerly
+    ``eval.contamination``)."""
     flip_rate: FlipRateConfig = field(default_factory=FlipRateConfig)
     """``flip_rate``: K equivalent templates and n repeats (docs/hygiene.md)."""
     gate: GateConfig = runtime(default_factory=GateConfig, hashed=True)
@@ -1141,6 +1144,7 @@ class EvalConfig:
                 "eval.grad_norms is no longer a switch: add grad_norms to eval.evaluators instead (e.g. "
                 "eval.evaluators=[splits,grad_norms]; eval=full lists it) and drop eval.grad_norms=true"
             )
+        self.evaluators = current_evaluators(self.evaluators)  # a former name (contamination) as it is now
         self.greedy_decoder = as_choice("eval.greedy_decoder", GreedyDecoder, self.greedy_decoder)
         self.precision = as_choice("eval.precision", EvalPrecision, self.precision)
         for index, pattern in enumerate(self.stop_patterns):

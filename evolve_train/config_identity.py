@@ -13,7 +13,8 @@ What counts is each field's class (``evolve_train/config_keys.py``): every field
   every file of the dir untouched.
 
 This module sits next to the schema: ``config.py`` registers the resolvers with its :class:`Config` when it
-is imported, so this module imports no other module of the package but ``config_keys`` and ``utils``.
+is imported, so this module imports no other module of the package but ``config_keys``, ``config_renames``
+and ``utils``.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from types import SimpleNamespace
 from typing import Any, Iterable, Optional
 
 from evolve_train.config_keys import NONE, affects, keys_where, under
+from evolve_train.config_renames import current_flat
 from evolve_train.utils.secrets import is_secret_key
 
 DIR_KEYS = ("experiment", "method", "seed")
@@ -80,7 +82,9 @@ def result_config(cfg) -> dict[str, Any]:
 
 
 def config_diff(old: dict, new: dict) -> tuple[list[tuple[str, Any, Any]], list[str], list[str]]:
-    """(keys in both whose values differ with (key, old, new), keys only in ``old``, keys only in ``new``)."""
+    """(keys in both whose values differ with (key, old, new), keys only in ``old``, keys only in ``new``);
+    ``old`` (a recorded config) is read under the current names (``config_renames.py``)."""
+    old = current_flat(old)
     changed = [(key, old[key], new[key]) for key in sorted(old.keys() & new.keys()) if old[key] != new[key]]
     return changed, sorted(old.keys() - new.keys()), sorted(new.keys() - old.keys())
 

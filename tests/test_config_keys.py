@@ -62,7 +62,7 @@ OLD_SCHEMA = {
     "position_items position_rotations grad_norms grad_norm_items heldout_text heldout_window "
     "slice_max_examples oracle_run within_step_every within_step_items gate few_shot",
     "eval.qa_adaptation": "enabled train_file fields epochs steps lr batch_size max_items",
-    "eval.contamination": "variants rewrites spotcheck max_items_per_set",
+    "eval.paraphrase_gap": "variants rewrites spotcheck max_items_per_set",
     "eval.flip_rate": "templates samples temperature seed",
     "eval.retrieval": "k passages passage_files scope template passage_template separator initial_every_store paired",
 }

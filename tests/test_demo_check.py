@@ -25,7 +25,7 @@ def summary(unchanged0=0.99, new=(1.0, 1.0), updated=(1.0, 0.97), outdated=(0.0,
     groups = {
         "paired": {"2": {"update_adoption": 0.01}},
         "ablation": {"2": {"timestamp_reliance": 0.08}},
-        "contamination": {"2": {"all": {"contamination_gap": 0.4}, "unchanged": {"contamination_gap": 0.3}}},
+        "paraphrase_gap": {"2": {"all": {"paraphrase_gap": 0.4}, "unchanged": {"paraphrase_gap": 0.3}}},
     }
     return {"em": em, "groups": groups}
 
@@ -35,7 +35,7 @@ def test_figures_take_the_worst_step_of_each_kind():
     assert got["Unchanged@0"] == 0.99 and got["Updated_k@k"] == 0.97 and got["Outdated_k@k"] == 0.02
     assert got["New_k@k"] == 1.0 and got["Unchanged@last"] == 0.3
     assert got["update_adoption@last"] == 0.01 and got["timestamp_reliance@last"] == 0.08
-    assert got["contamination_gap@last"] == 0.4
+    assert got["paraphrase_gap@last"] == 0.4
 
 
 def test_inside_the_bands_passes_and_outside_names_the_figure_and_the_readme():

@@ -35,7 +35,7 @@ def test_train_py_builds_the_dyknow_timeline_and_runs_every_evaluator(tmp_path):
         "data.dyknow.cuts=[2000,2005,2010]",
         "trainer.epochs_step0=2",
         "trainer.epochs=1",
-        "eval.evaluators=[splits,paired,ablation,contamination,flip_rate]",
+        "eval.evaluators=[splits,paired,ablation,paraphrase_gap,flip_rate]",
         f"hydra.run.dir={run_dir}",
     ]
     env = {**os.environ, "PYTHONPATH": str(REPO), "WANDB_MODE": "disabled"}
@@ -47,13 +47,13 @@ def test_train_py_builds_the_dyknow_timeline_and_runs_every_evaluator(tmp_path):
     assert splits[(2, "unchanged")] == 1 and splits[(2, "updated_2")] == 2 and splits[(2, "outdated_1")] == 2
     assert splits[(1, "new_1")] == 1 and (0, "new_2") not in splits  # eval.forward_transfer: k+1 too
     groups = {r.get("group") for r in metrics}
-    assert {"splits", "paired", "ablation", "contamination", "flip_rate"} <= groups
+    assert {"splits", "paired", "ablation", "paraphrase_gap", "flip_rate"} <= groups
     at = {(r.get("group"), r["set_name"], r["checkpoint"]): r for r in metrics if "set_name" in r}
     assert at[("paired", "paired_2", 2)]["n_pairs"] == 2
     flips = [at[("flip_rate", "updated_1", 2)]]
     assert flips and flips[0]["n"] == 2  # both questions asked in their held-out wordings too
-    contamination = at[("contamination", "updated_1", 2)]
-    assert contamination["k"] == 2 and contamination["by_kind"]["heldout"]["n"] == 2  # 2 held-out wordings each
+    gap = at[("paraphrase_gap", "updated_1", 2)]
+    assert gap["k"] == 2 and gap["by_kind"]["heldout"]["n"] == 2  # 2 held-out wordings each
     prediction = json.loads((run_dir / "predictions" / "step_1" / "updated_1.jsonl").read_text().splitlines()[0])
     assert prediction["prompt"].startswith("As of 2005, the ")
 

@@ -50,7 +50,7 @@ def test_adds_rows_for_the_asked_checkpoints_leaves_the_training_rows_and_is_ide
     added = rows(out / "metrics.jsonl")
     assert {r["checkpoint"] for r in added} == {0, 2}
     groups = {r["group"] for r in added}
-    assert {"splits", "grad_norms", "contamination", "flip_rate", "paired"} <= groups  # eval=full's evaluators
+    assert {"splits", "grad_norms", "paraphrase_gap", "flip_rate", "paired"} <= groups  # eval=full's evaluators
     # the same checkpoint scored again gives the training run's own EM (same model, same greedy decoding)
     trained_em = {
         (r["checkpoint"], r["set_name"]): r["em"] for r in rows(trained / "metrics.jsonl") if r["group"] == "splits"

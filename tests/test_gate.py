@@ -39,12 +39,12 @@ def hygiene_rows(checkpoint: int, flip: float | None, gap: float | None) -> list
     if gap is not None:
         rows.append(
             {
-                "group": "contamination",
+                "group": "paraphrase_gap",
                 "checkpoint": checkpoint,
                 "set": "splits",
                 "set_name": "all",
                 "set_step": None,
-                "contamination_gap": gap,
+                "paraphrase_gap": gap,
                 "n": 10,
             }
         )
@@ -77,26 +77,26 @@ def runs(tmp_path):
 
 def test_default_thresholds_each_check_printed_and_exit_status(runs, capsys):
     run, base = runs
-    assert main([str(run)]) == 1  # contamination_gap 0.05 > 0.03
+    assert main([str(run)]) == 1  # paraphrase_gap 0.05 > 0.03
     out = capsys.readouterr().out
     assert check_line(out, "flip_rate") == ("PASS", "0.0800", "<=", "0.1")
-    assert check_line(out, "contamination_gap") == ("FAIL", "0.0500", "<=", "0.03")
+    assert check_line(out, "paraphrase_gap") == ("FAIL", "0.0500", "<=", "0.03")
     assert "SKIP  bootstrap_ci_low" in out and "FAILED: 1/2 checks pass" in out
-    assert main([str(run), "--contamination-gap-max", "0.06"]) == 0
+    assert main([str(run), "--paraphrase-gap-max", "0.06"]) == 0
     assert "PASSED: 2/2 checks pass" in capsys.readouterr().out
 
 
 def test_baseline_ci_low_must_exceed_the_threshold(runs, capsys):
     run, base = runs
-    assert main([str(run), "--baseline", str(base), "--contamination-gap-max", "0.06", "--bootstrap", "300"]) == 0
+    assert main([str(run), "--baseline", str(base), "--paraphrase-gap-max", "0.06", "--bootstrap", "300"]) == 0
     out = capsys.readouterr().out
     status, value, op, threshold = check_line(out, "bootstrap_ci_low")
     assert status == "PASS" and op == ">" and float(threshold) == 0.0 and float(value) > 0
     assert "diff +0.5652" in out  # all = unchanged + new: (36+1+3)/46 - (10+1+3)/46 = 26/46
     # the other way round the baseline is better: CI low < 0 fails
-    assert main([str(base), "--baseline", str(run), "--contamination-gap-max", "none", "--bootstrap", "300"]) == 1
+    assert main([str(base), "--baseline", str(run), "--paraphrase-gap-max", "none", "--bootstrap", "300"]) == 1
     out = capsys.readouterr().out
-    assert check_line(out, "bootstrap_ci_low")[0] == "FAIL" and "contamination_gap" not in out  # 'none' = off
+    assert check_line(out, "bootstrap_ci_low")[0] == "FAIL" and "paraphrase_gap" not in out  # 'none' = off
 
 
 def test_slice_floors_by_set_kind_and_all(runs, capsys):
@@ -106,7 +106,7 @@ def test_slice_floors_by_set_kind_and_all(runs, capsys):
         main(
             [
                 str(run),
-                "--contamination-gap-max",
+                "--paraphrase-gap-max",
                 "none",
                 "--slice-floor",
                 "new_1=0.5",
@@ -122,7 +122,7 @@ def test_slice_floors_by_set_kind_and_all(runs, capsys):
     assert check_line(out, "slice:new_1") == ("PASS", "0.5000", ">=", "0.5")
     assert check_line(out, "slice:new") == ("FAIL", "0.6667", ">=", "0.7")
     assert check_line(out, "slice:all") == ("FAIL", "0.8696", ">=", "0.87")  # 40/46 < 0.87
-    assert main([str(run), "--contamination-gap-max", "none", "--slice-floor", "unknown_9=0.1"]) == 1
+    assert main([str(run), "--paraphrase-gap-max", "none", "--slice-floor", "unknown_9=0.1"]) == 1
     assert check_line(capsys.readouterr().out, "slice:unknown_9")[:2] == ("FAIL", "not measured")
 
 
@@ -131,19 +131,19 @@ def test_thresholds_come_from_the_runs_config_and_flags_override(runs, capsys):
     hydra = Path(run) / ".hydra"
     hydra.mkdir()
     (hydra / "config.yaml").write_text(
-        "eval:\n  gate:\n    flip_rate_max: 0.05\n    contamination_gap_max: 0.1\n"
+        "eval:\n  gate:\n    flip_rate_max: 0.05\n    paraphrase_gap_max: 0.1\n"
         "    slice_floors:\n      unchanged: 0.95\n"
     )
     assert main([str(run)]) == 1
     out = capsys.readouterr().out
     assert check_line(out, "flip_rate") == ("FAIL", "0.0800", "<=", "0.05")
-    assert check_line(out, "contamination_gap")[0] == "PASS"
+    assert check_line(out, "paraphrase_gap")[0] == "PASS"
     assert check_line(out, "slice:unchanged") == ("FAIL", "0.9000", ">=", "0.95")
     assert main([str(run), "--flip-rate-max", "0.1", "--slice-floor", "unchanged=0.9"]) == 0
 
 
 def test_an_unmeasured_check_fails_and_bad_input_exits_2(tmp_path, capsys):
-    run = fake_run(tmp_path / "plain", good_outcomes(20))  # no flip_rate / contamination rows
+    run = fake_run(tmp_path / "plain", good_outcomes(20))  # no flip_rate / paraphrase_gap rows
     assert main([str(run)]) == 1
     out = capsys.readouterr().out
     assert check_line(out, "flip_rate")[:2] == ("FAIL", "not measured")
@@ -152,3 +152,21 @@ def test_an_unmeasured_check_fails_and_bad_input_exits_2(tmp_path, capsys):
     other = fake_run(tmp_path / "other", {"unchanged": {"x": 1}}, extra_rows=hygiene_rows(2, 0.0, 0.0))
     assert main([str(other), "--baseline", str(run)]) == 2
     assert "different question sets" in capsys.readouterr().err
+
+
+def test_a_run_written_under_the_former_names_is_gated_as_under_the_current_ones(tmp_path, capsys):
+    """Rows of group ``contamination`` with key ``contamination_gap``, ``contamination_gap_max`` in the saved config
+    and the former flag: read as the paraphrase gap."""
+    former = [
+        {**row, "group": "contamination", "contamination_gap": row.pop("paraphrase_gap")}
+        if row["group"] == "paraphrase_gap"
+        else row
+        for row in hygiene_rows(2, 0.08, 0.05)
+    ]
+    run = fake_run(tmp_path / "old", good_outcomes(36), extra_rows=former)
+    (run / ".hydra").mkdir()
+    (run / ".hydra" / "config.yaml").write_text("eval:\n  gate:\n    contamination_gap_max: 0.1\n")
+    assert main([str(run), "--flip-rate-max", "none"]) == 0
+    assert check_line(capsys.readouterr().out, "paraphrase_gap") == ("PASS", "0.0500", "<=", "0.1")
+    assert main([str(run), "--flip-rate-max", "none", "--contamination-gap-max", "0.04"]) == 1
+    assert check_line(capsys.readouterr().out, "paraphrase_gap") == ("FAIL", "0.0500", "<=", "0.04")

@@ -1,4 +1,4 @@
-"""``contamination`` and ``flip_rate`` (docs/metrics.md#8-statistics-and-hygiene) on hand-computed cases, and on a real tiny run."""
+"""``paraphrase_gap`` and ``flip_rate`` (docs/metrics.md#8-statistics-and-hygiene) on hand-computed cases, and on a real tiny run."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from evolve_train.evaluation.evaluator import EVALUATORS, EvalContext
 from evolve_train.evaluation.evaluators.hygiene import (
     check_config,
     check_rewrites,
-    contamination_evaluator,
+    paraphrase_gap_evaluator,
     flip_rate_evaluator,
     gap_stats,
     perturbations,
@@ -24,7 +24,7 @@ from helpers import tiny_cfg
 
 
 def test_the_evaluators_are_registered_by_name():
-    assert {"contamination", "flip_rate", "hygiene"} <= set(EVALUATORS)
+    assert {"paraphrase_gap", "flip_rate", "hygiene"} <= set(EVALUATORS)
 
 
 # ---------------------------------------------------------------- gap
@@ -35,15 +35,15 @@ def test_gap_with_equal_variants_is_acc_original_minus_mean_variant_accuracy():
     assert stats["acc_original"] == 0.75
     assert stats["acc_variants"] == [0.5, 0.25, 0.5]
     assert stats["acc_perturbed"] == pytest.approx(5 / 12)
-    assert stats["contamination_gap"] == pytest.approx(0.75 - 5 / 12)  # = 1/3
+    assert stats["paraphrase_gap"] == pytest.approx(0.75 - 5 / 12)  # = 1/3
     assert (stats["k"], stats["n"]) == (3, 4)
 
 
 def test_gap_with_unequal_variants_averages_each_question_first_and_empty_is_null():
     stats = gap_stats([1, 0], [[0, 1], [1]])  # per question: 0.5 and 1.0
-    assert stats["contamination_gap"] == pytest.approx(0.5 - 0.75)
+    assert stats["paraphrase_gap"] == pytest.approx(0.5 - 0.75)
     assert stats["acc_variants"] is None and stats["k"] == 1
-    assert gap_stats([], [])["contamination_gap"] is None
+    assert gap_stats([], [])["paraphrase_gap"] is None
 
 
 # ---------------------------------------------------------------- variants
@@ -88,7 +88,7 @@ def test_heldout_variants_come_first_and_rewrites_apply_to_items_without_them():
     ],
 )
 def test_bad_rewrites_fail_naming_the_entry(rewrites, message):
-    with pytest.raises(ConfigError, match=r"eval.contamination.rewrites\[0\].*" + message.replace("{", r"\{")):
+    with pytest.raises(ConfigError, match=r"eval.paraphrase_gap.rewrites\[0\].*" + message.replace("{", r"\{")):
         check_rewrites(rewrites)
 
 
@@ -151,19 +151,19 @@ def scripted(tmp_path, cfg=None):
     return ScriptedContext(timeline=tl, checkpoint=1, cfg=cfg or EvalConfig(), run_dir=tmp_path, script=script)
 
 
-def test_contamination_per_split_and_pooled_by_hand(tmp_path):
-    rows = {r["set_name"]: r for r in contamination_evaluator(scripted(tmp_path))}
+def test_paraphrase_gap_per_split_and_pooled_by_hand(tmp_path):
+    rows = {r["set_name"]: r for r in paraphrase_gap_evaluator(scripted(tmp_path))}
     assert "updated_2" not in rows  # a later step's set is not evaluated at checkpoint 1
     u = rows["unchanged"]
     assert (u["n"], u["n_skipped"], u["k"]) == (2, 1, 2)  # u3 has no variant
     assert u["acc_original"] == 1.0 and u["acc_variants"] == [0.5, 0.0]
-    assert u["contamination_gap"] == pytest.approx(0.75) and u["flagged"] is True and u["threshold"] == 0.03
-    assert rows["updated_1"]["contamination_gap"] == 0.0 and rows["updated_1"]["flagged"] is False
+    assert u["paraphrase_gap"] == pytest.approx(0.75) and u["flagged"] is True and u["threshold"] == 0.03
+    assert rows["updated_1"]["paraphrase_gap"] == 0.0 and rows["updated_1"]["flagged"] is False
     o = rows["outdated_1"]  # same prompts, the stale gold: never right
-    assert (o["acc_original"], o["contamination_gap"]) == (0.0, 0.0)
+    assert (o["acc_original"], o["paraphrase_gap"]) == (0.0, 0.0)
     pooled = rows["all"]  # unchanged + updated (3 questions; variant means 0.5, 0, 1): 1 - 1.5/3
-    assert pooled["n"] == 3 and pooled["contamination_gap"] == pytest.approx(0.5)
-    spot = [json.loads(line) for line in (tmp_path / "contamination_spotcheck.jsonl").read_text().splitlines()]
+    assert pooled["n"] == 3 and pooled["paraphrase_gap"] == pytest.approx(0.5)
+    spot = [json.loads(line) for line in (tmp_path / "paraphrase_spotcheck.jsonl").read_text().splitlines()]
     assert len(spot) == 6 and {r["set"] for r in spot} == {"unchanged", "updated_1"}  # outdated not spot-checked
     first = next(r for r in spot if r["id"] == "u1" and r["variant"] == "variant1")
     assert (
@@ -177,14 +177,14 @@ def test_contamination_per_split_and_pooled_by_hand(tmp_path):
 
 def test_spotcheck_keeps_other_checkpoints_and_its_size(tmp_path):
     cfg = EvalConfig()
-    cfg.contamination.spotcheck = 2
+    cfg.paraphrase_gap.spotcheck = 2
     ctx = scripted(tmp_path, cfg)
-    contamination_evaluator(ctx)
+    paraphrase_gap_evaluator(ctx)
     ctx.checkpoint = 2
-    contamination_evaluator(ctx)
+    paraphrase_gap_evaluator(ctx)
     ctx.checkpoint = 1
-    contamination_evaluator(ctx)  # a re-evaluation replaces its own checkpoint's sample
-    spot = [json.loads(line) for line in (tmp_path / "contamination_spotcheck.jsonl").read_text().splitlines()]
+    paraphrase_gap_evaluator(ctx)  # a re-evaluation replaces its own checkpoint's sample
+    spot = [json.loads(line) for line in (tmp_path / "paraphrase_spotcheck.jsonl").read_text().splitlines()]
     assert [r["checkpoint"] for r in spot] == [1, 1, 2, 2]
 
 
@@ -256,13 +256,13 @@ def test_a_run_reports_gap_and_flip_rate_per_split_per_checkpoint_and_records_pr
         tiny_cfg(
             run_dir,
             "data.world.n_steps=2",
-            "eval.evaluators=[splits,contamination,flip_rate]",
+            "eval.evaluators=[splits,paraphrase_gap,flip_rate]",
             "trainer.num_threads=1",
             "eval.forward_transfer=false",
         )
     )
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    for group, key in (("contamination", "contamination_gap"), ("flip_rate", "flip_rate")):
+    for group, key in (("paraphrase_gap", "paraphrase_gap"), ("flip_rate", "flip_rate")):
         got = {(r["checkpoint"], r["set_name"]) for r in rows if r["group"] == group and r[key] is not None}
         assert got == {
             (0, "unchanged"),
@@ -287,13 +287,13 @@ def test_a_run_reports_gap_and_flip_rate_per_split_per_checkpoint_and_records_pr
     for record in private:
         assert 0 < record["count"] <= splits[(record["checkpoint"], record["set"])] == record["n"]
     summary = json.loads((run_dir / "summary.json").read_text())
-    for group, key in (("contamination", "contamination_gap"), ("flip_rate", "flip_rate")):
+    for group, key in (("paraphrase_gap", "paraphrase_gap"), ("flip_rate", "flip_rate")):
         assert set(summary["groups"][group]["1"]) == {"unchanged", "new_1", "updated_1", "outdated_1", "all"}
         pooled = next(r for r in rows if r["group"] == group and r["checkpoint"] == 1 and r["set_name"] == "all")
         assert summary["groups"][group]["1"]["all"][key] == pooled[key]
     from evolve_train.reporting.summary import format_summary_table
 
     printed = format_summary_table(summary)
-    assert "contamination @ checkpoint 1: unchanged=" in printed and "flip_rate @ checkpoint 1: unchanged=" in printed
-    spot = (run_dir / "contamination_spotcheck.jsonl").read_text().splitlines()
+    assert "paraphrase_gap @ checkpoint 1: unchanged=" in printed and "flip_rate @ checkpoint 1: unchanged=" in printed
+    spot = (run_dir / "paraphrase_spotcheck.jsonl").read_text().splitlines()
     assert {json.loads(line)["checkpoint"] for line in spot} == {0, 1}

@@ -169,6 +169,7 @@ LAYERS: list[tuple[str, ...]] = [
         f"{PACKAGE}.errors",
         f"{PACKAGE}.config",
         f"{PACKAGE}.config_keys",
+        f"{PACKAGE}.config_renames",
         f"{PACKAGE}.config_identity",
         f"{PACKAGE}.config_strict",
         f"{PACKAGE}.compose",

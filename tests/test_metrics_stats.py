@@ -1,4 +1,4 @@
-"""docs/metrics.md#8-statistics-and-hygiene: paired bootstrap, kappa, flip rate, contamination gap, release gate."""
+"""docs/metrics.md#8-statistics-and-hygiene: paired bootstrap, kappa, flip rate, paraphrase gap, release gate."""
 
 import numpy as np
 import pytest
@@ -6,7 +6,7 @@ import pytest
 from evolve_train.evaluation.metrics import (
     bootstrap_ci_bounds,
     cohen_kappa,
-    contamination_gap,
+    paraphrase_gap,
     flip_rate,
     paired_bootstrap_diff,
     release_gate,
@@ -71,35 +71,35 @@ def test_flip_rate_normalizes_and_takes_majorities():
     assert flip_rate({}) is None
 
 
-def test_contamination_gap():
+def test_paraphrase_gap():
     # acc(original) = 3/4; variants 1/2, 1/2, 3/4 → mean 7/12; gap = 9/12 − 7/12 = 1/6
-    assert contamination_gap([1, 1, 1, 0], [[1, 0, 1, 0], [1, 1, 0, 0], [1, 1, 1, 0]]) == pytest.approx(1 / 6)
-    assert contamination_gap(0.8, [0.7, 0.75]) == pytest.approx(0.075)
+    assert paraphrase_gap([1, 1, 1, 0], [[1, 0, 1, 0], [1, 1, 0, 0], [1, 1, 1, 0]]) == pytest.approx(1 / 6)
+    assert paraphrase_gap(0.8, [0.7, 0.75]) == pytest.approx(0.075)
     with pytest.raises(ValueError):
-        contamination_gap(0.8, [])
+        paraphrase_gap(0.8, [])
 
 
 def test_release_gate_passes_and_reports_each_check():
-    gate = release_gate({"flip_rate": 0.05, "contamination_gap": 0.03, "bootstrap_ci_low": 0.01})
+    gate = release_gate({"flip_rate": 0.05, "paraphrase_gap": 0.03, "bootstrap_ci_low": 0.01})
     assert gate["passed"] is True
     assert [(c["name"], c["value"], c["threshold"], c["passed"]) for c in gate["checks"]] == [
         ("flip_rate", 0.05, 0.10, True),
-        ("contamination_gap", 0.03, 0.03, True),  # ≤ is inclusive
+        ("paraphrase_gap", 0.03, 0.03, True),  # ≤ is inclusive
         ("bootstrap_ci_low", 0.01, 0.0, True),
     ]
 
 
 def test_release_gate_fails_on_each_threshold():
-    base = {"flip_rate": 0.05, "contamination_gap": 0.0, "bootstrap_ci_low": 0.01}
+    base = {"flip_rate": 0.05, "paraphrase_gap": 0.0, "bootstrap_ci_low": 0.01}
     assert release_gate({**base, "flip_rate": 0.12})["passed"] is False
-    assert release_gate({**base, "contamination_gap": 0.031})["passed"] is False
+    assert release_gate({**base, "paraphrase_gap": 0.031})["passed"] is False
     assert release_gate({**base, "bootstrap_ci_low": 0.0})["passed"] is False  # CI low must be > 0
-    missing = release_gate({"flip_rate": 0.05, "contamination_gap": 0.0})
+    missing = release_gate({"flip_rate": 0.05, "paraphrase_gap": 0.0})
     assert missing["passed"] is False and missing["checks"][2]["value"] is None
 
 
 def test_release_gate_slice_floors_and_disabled_checks():
-    thresholds = {"contamination_gap_max": None, "ci_low_min": None, "slice_floors": {"2019": 0.5, "2020": 0.5}}
+    thresholds = {"paraphrase_gap_max": None, "ci_low_min": None, "slice_floors": {"2019": 0.5, "2020": 0.5}}
     gate = release_gate({"flip_rate": 0.0, "slices": {"2019": 0.4, "2020": 0.5}}, thresholds)
     assert [(c["name"], c["passed"]) for c in gate["checks"]] == [
         ("flip_rate", True),

@@ -21,7 +21,7 @@ def test_gate_and_report_give_the_same_difference_and_ci(tmp_path, capsys):
     run = make_run(tmp_path / "runs" / "lora", seed=0, method="lora", skill=0.7)
     base = make_run(tmp_path / "runs" / "full", seed=0, method="full", skill=0.5)
     flags = ["--bootstrap", "400", "--seed", "3"]
-    gate_main([str(run), "--baseline", str(base), "--flip-rate-max", "none", "--contamination-gap-max", "none", *flags])
+    gate_main([str(run), "--baseline", str(base), "--flip-rate-max", "none", "--paraphrase-gap-max", "none", *flags])
     gate_out = capsys.readouterr().out
     assert report_main([str(run), str(base), "--out", str(tmp_path / "report"), *flags]) == 0
     markdown = (tmp_path / "report" / "report.md").read_text()

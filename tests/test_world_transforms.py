@@ -131,6 +131,6 @@ def test_kind_stats_score_each_kind_against_the_original():
         return item["answers"][0] if (q == item["question"] or "  " in q or q == "held The head of A is") else "nobody"
 
     stats = kind_stats(plan, answer)
-    assert stats["spacing"] == {"contamination_gap": 0.0, "acc_perturbed": 1.0, "flip_rate": 0.0, "n": 2}
-    assert stats["case"]["contamination_gap"] == 1.0 and stats["case"]["flip_rate"] == 1.0
+    assert stats["spacing"] == {"paraphrase_gap": 0.0, "acc_perturbed": 1.0, "flip_rate": 0.0, "n": 2}
+    assert stats["case"]["paraphrase_gap"] == 1.0 and stats["case"]["flip_rate"] == 1.0
     assert stats["heldout"]["acc_perturbed"] == 0.5 and stats["heldout"]["flip_rate"] == 0.5

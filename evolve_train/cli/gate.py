@@ -1,12 +1,13 @@
 """`evolve-gate`: the release gate (docs/metrics.md#8-statistics-and-hygiene) on a finished run's final checkpoint.
 
-    evolve-gate RUN_DIR [--baseline RUN_DIR] [--flip-rate-max X] [--contamination-gap-max X]
+    evolve-gate RUN_DIR [--baseline RUN_DIR] [--flip-rate-max X] [--paraphrase-gap-max X]
                 [--ci-low-min X] [--slice-floor NAME=X ...] [--bootstrap B] [--seed S]
 
 Checks, each printed with its value, operator and threshold:
 
 * ``flip_rate`` <= ``flip_rate_max`` — the ``all`` row of group ``flip_rate`` at the final checkpoint;
-* ``contamination_gap`` <= ``contamination_gap_max`` — the ``all`` row of group ``contamination``;
+* ``paraphrase_gap`` <= ``paraphrase_gap_max`` — the ``all`` row of group ``paraphrase_gap`` (rows and configs
+  written under the former name ``contamination`` are read as well; ``--contamination-gap-max`` is accepted);
 * ``bootstrap_ci_low`` > ``ci_low_min`` — low end of the paired-bootstrap 95% CI of EM(run) − EM(baseline)
   over Unchanged + New + Updated (``evaluation/compare.py``); only with ``--baseline``;
 * ``slice:<name>`` >= floor — EM at the final checkpoint of a set (``new_2``), a split kind (``new``: every
@@ -66,11 +67,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="max flip rate (default: the run's eval.gate, else 0.10; 'none' = no check)",
     )
     parser.add_argument(
+        "--paraphrase-gap-max",
         "--contamination-gap-max",
+        dest="paraphrase_gap_max",
         type=_threshold,
         default=argparse.SUPPRESS,
         metavar="X",
-        help="max contamination gap (default: the run's eval.gate, else 0.03; 'none' = no check)",
+        help="max paraphrase gap (default: the run's eval.gate, else 0.03; 'none' = no check)",
     )
     parser.add_argument(
         "--ci-low-min",
@@ -103,6 +106,7 @@ def run_thresholds(run_dir: Path) -> dict:
     from omegaconf import OmegaConf
 
     from evolve_train.config import GateConfig
+    from evolve_train.config_renames import current_key
 
     gate = dataclasses.asdict(GateConfig())
     saved = run_dir / ".hydra" / "config.yaml"
@@ -110,6 +114,7 @@ def run_thresholds(run_dir: Path) -> dict:
         node = OmegaConf.select(OmegaConf.load(saved), "eval.gate")
         if node is not None:
             for key, value in OmegaConf.to_container(node, resolve=True).items():
+                key = (current_key(f"eval.gate.{key}") or key).rpartition(".")[2]  # a former name as it is now
                 if key in gate:
                     gate[key] = value
     return gate
@@ -155,7 +160,7 @@ def gate(run_dir: Path, baseline: Optional[Path] = None, overrides: Optional[dic
     checkpoint = run.final_checkpoint
     values = {
         "flip_rate": _final_value(run, "flip_rate", "flip_rate", checkpoint),
-        "contamination_gap": _final_value(run, "contamination", "contamination_gap", checkpoint),
+        "paraphrase_gap": _final_value(run, "paraphrase_gap", "paraphrase_gap", checkpoint),
         "slices": {name: slice_value(run, name, checkpoint) for name in floors},
     }
     comparison = None
@@ -211,9 +216,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from evolve_train.errors import EvolveTrainError
 
     overrides = {
-        key: getattr(args, key)
-        for key in ("flip_rate_max", "contamination_gap_max", "ci_low_min")
-        if hasattr(args, key)
+        key: getattr(args, key) for key in ("flip_rate_max", "paraphrase_gap_max", "ci_low_min") if hasattr(args, key)
     }
     if args.slice_floor:
         overrides["slice_floors"] = dict(args.slice_floor)

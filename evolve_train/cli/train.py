@@ -7,7 +7,8 @@ a built wheel carries), so the command needs no clone. Your own config folder jo
 ``--config-dir DIR`` (Hydra's flag; e.g. ``DIR/experiment/mine.yaml`` for ``experiment=mine``), or with the
 environment variable ``EVOLVE_TRAIN_CONFIG_DIR`` when no ``--config-dir`` is given. Relative paths (the run dir
 ``runs/...``, ``data.root``, ``data.mix_files``) are resolved against the directory you run in: the working
-directory is never changed. Unknown keys are refused before anything is written (``config_strict.py``).
+directory is never changed. Unknown keys are refused before anything is written (``config_strict.py``); a
+former key name is read as it is now, with a warning (``config_renames.py``).
 """
 
 from __future__ import annotations
@@ -102,7 +103,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     import evolve_train.config  # noqa: F401  (registers the typed schema as base_config)
     from evolve_train.compose import CONFIG_DIR
 
-    args = with_config_dir(list(sys.argv[1:] if argv is None else argv))
+    from evolve_train.config_renames import renamed_overrides
+
+    args = renamed_overrides(with_config_dir(list(sys.argv[1:] if argv is None else argv)))
     refuse_a_sweep_in_every_rank(["evolve-train", *args])
     refuse_unknown_keys(args, [CONFIG_DIR, *user_config_dirs(args)])
     run = hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="config")(task)

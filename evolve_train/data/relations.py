@@ -5,7 +5,7 @@ Every template ends with ``{v}`` (the value), so a template's text before ``{v}`
 sets ask in, the others give the knowledge augmentation of ``data.world.docs_per_entity``); ``heldout``
 wordings (3 per relation) never appear in any corpus — the private-leak preflight
 (``data/hygiene.py``) checks it on every run — and measure paraphrase robustness (flip rate and
-contamination gap). Every wording names the organisation in full.
+paraphrase gap). Every wording names the organisation in full.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@
   evaluated checkpoint, ``extra.answers_by_step``), and timestamped questions about a fixed sample of
   stable facts (``stable: true``) at the step's year;
 * ``extra.variants`` of every world item (:func:`add_split_variants` for the splits): the same prompt in
-  held-out wordings that never occur in a corpus (flip-rate and contamination checks).
+  held-out wordings that never occur in a corpus (flip-rate and paraphrase-gap checks).
 
 Timestamped prompts are asked in the world's date form (``data.world.dates``, ``data/dates.py``):
 ``"year: 2019 text: " + cloze`` (``prefix``) or ``"As of 2019, " + cloze`` (``inline``, and ``none``, whose

@@ -23,6 +23,7 @@ from typing import Optional, TypedDict
 
 from evolve_train.data.timeline import SET_KINDS
 from evolve_train.errors import EvolveTrainError
+from evolve_train.evaluation.metrics.directions import RENAMED
 from evolve_train.utils.io import JsonlError, iter_jsonl
 
 METRICS_FILE = "metrics.jsonl"
@@ -117,12 +118,31 @@ def column_key(name: str) -> tuple:
     return (int(step) if step else -1, SPLIT_ORDER.index(kind) if kind in SPLIT_ORDER else 99, name)
 
 
+FORMER_GROUPS = {"contamination": "paraphrase_gap"}
+"""Former group name -> current one: rows written under the former name are read under the current one."""
+
+
+def _current_names(row: dict) -> dict:
+    """``row`` with a former group name and former metric keys (also in ``by_kind``) spelled as they are now."""
+    if row.get("group") not in FORMER_GROUPS and not RENAMED.keys() & row.keys():
+        return row
+    row = {RENAMED.get(key, key): value for key, value in row.items()}
+    row["group"] = FORMER_GROUPS.get(row["group"], row["group"])
+    if isinstance(row.get("by_kind"), dict):
+        row["by_kind"] = {
+            kind: {RENAMED.get(k, k): v for k, v in stats.items()} if isinstance(stats, dict) else stats
+            for kind, stats in row["by_kind"].items()
+        }
+    return row
+
+
 def _check_row(row, path: Path, number: int) -> Row:
     if not isinstance(row, dict):
         raise ReportError(f"{path}, line {number}: expected a JSON object, got {type(row).__name__}")
     for key, (kind, described) in REQUIRED.items():
         if not isinstance(row.get(key), kind) or isinstance(row.get(key), bool):
             raise ReportError(f"{path}, line {number}: field '{key}' must be {described}, got {row.get(key)!r}")
+    row = _current_names(row)
     if row["group"] == SPLITS:
         for key in REQUIRED_SPLIT:
             if key not in row:
@@ -131,7 +151,8 @@ def _check_row(row, path: Path, number: int) -> Row:
 
 
 def read_metrics(path: Path | str) -> list[Row]:
-    """The rows of ``metrics.jsonl`` (``path``: the file or its run dir); ``[]`` when there is none yet.
+    """The rows of ``metrics.jsonl`` (``path``: the file or its run dir); ``[]`` when there is none yet. Rows
+    written under a former group or metric name are read under the current one (:data:`FORMER_GROUPS`).
 
     ReportError names the file, the line and the field of a malformed row.
     """

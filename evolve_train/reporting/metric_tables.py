@@ -22,7 +22,7 @@ SKIPPED_GROUPS = frozenset({SPLITS, "timing"})
 COUNTED_BY = {"update_adoption": "n_pairs", "confusion_index": "n_pairs", "pair_asymmetry": "n_pairs"}
 """Metrics whose n is another count of their row than ``n``."""
 
-GROUP_TITLES = {"contamination": "paraphrase gap", "flip_rate": "flip rate", "heldout": "held-out perplexity"}
+GROUP_TITLES = {"flip_rate": "flip rate", "heldout": "held-out perplexity"}
 """Readable titles of groups whose name says less than the metric (the group name follows in brackets)."""
 
 Entry = tuple[str, float, Optional[int], Optional[list]]

@@ -1,15 +1,15 @@
-"""``contamination`` and ``flip_rate`` (docs/metrics.md#8-statistics-and-hygiene), and ``hygiene`` = both; see docs/hygiene.md.
+"""``paraphrase_gap`` and ``flip_rate`` (docs/metrics.md#8-statistics-and-hygiene), and ``hygiene`` = both; see docs/hygiene.md.
 
 Both ask every question of the EvolvingQA split sets (Unchanged, New_k, Updated_k, Outdated_k) again in
 label-preserving **perturbed variants**: the item's ``extra.variants`` when it has them (the embedded world:
 the relation's held-out phrasings, never in any corpus), otherwise the configured rewrites
-(``eval.contamination.rewrites``: regex or template rewrites that keep the gold). An item with no variant is
+(``eval.paraphrase_gap.rewrites``: regex or template rewrites that keep the gold). An item with no variant is
 skipped (counted in ``n_skipped``).
 
-* ``contamination``: per split set, ``contamination_gap`` = acc(original) − mean over k of acc(variant k),
-  with up to ``eval.contamination.variants`` (3) variants per question (with unequal numbers of variants, the
-  per-question mean over its variants); ``flagged`` when above ``eval.gate.contamination_gap_max``. A seeded
-  sample of original/perturbed pairs with both predictions goes to ``<run_dir>/contamination_spotcheck.jsonl``
+* ``paraphrase_gap``: per split set, ``paraphrase_gap`` = acc(original) − mean over k of acc(variant k),
+  with up to ``eval.paraphrase_gap.variants`` (3) variants per question (with unequal numbers of variants, the
+  per-question mean over its variants); ``flagged`` when above ``eval.gate.paraphrase_gap_max``. A seeded
+  sample of original/perturbed pairs with both predictions goes to ``<run_dir>/paraphrase_spotcheck.jsonl``
   (``label_preserved: null``, for a human to confirm the gold still holds).
 * ``flip_rate``: per split set, the fraction of questions whose normalized prediction differs across K
   (``eval.flip_rate.templates`` = 4) equivalent templates: the original and K−1 variants. Greedy decoding
@@ -17,7 +17,7 @@ skipped (counted in ``n_skipped``).
 
 Each row also carries ``by_kind``: per perturbation kind — the surface kinds ``case``, ``spacing``,
 ``punctuation``, ``qa_frame`` (:func:`surface_variants`) and ``heldout`` (the variants above) —
-``contamination_gap``, ``acc_perturbed`` and ``flip_rate`` (the original against that kind, greedy), so a
+``paraphrase_gap``, ``acc_perturbed`` and ``flip_rate`` (the original against that kind, greedy), so a
 user sees which kind of surface form the model depends on.
 
 Each also writes an ``all`` row pooled over Unchanged, New and Updated (Outdated repeats Updated's questions
@@ -42,7 +42,7 @@ from evolve_train.evaluation.metrics.stats import flip_rate
 from evolve_train.evaluation.registry import register_evaluator
 from evolve_train.evaluation.rows import POOLED_KINDS  # pooled into the ``all`` rows
 
-SPOTCHECK = "contamination_spotcheck.jsonl"
+SPOTCHECK = "paraphrase_spotcheck.jsonl"
 
 
 # ---------------------------------------------------------------- config
@@ -53,10 +53,10 @@ def _setting(cfg, section: str, name: str, default):
 
 
 def check_rewrites(rewrites) -> list[dict]:
-    """Validate ``eval.contamination.rewrites``; ConfigError names the bad entry."""
+    """Validate ``eval.paraphrase_gap.rewrites``; ConfigError names the bad entry."""
     checked = []
     for k, rewrite in enumerate(rewrites or []):
-        key = f"eval.contamination.rewrites[{k}]"
+        key = f"eval.paraphrase_gap.rewrites[{k}]"
         rewrite = dict(rewrite)
         unknown = sorted(set(rewrite) - {"name", "pattern", "replacement", "template"})
         if unknown:
@@ -81,13 +81,13 @@ def check_rewrites(rewrites) -> list[dict]:
 
 def check_config(cfg) -> None:
     """Validate the hygiene settings of ``eval`` (called before training starts)."""
-    contamination, flips = getattr(cfg, "contamination", None), getattr(cfg, "flip_rate", None)
-    if contamination is not None:
-        check_rewrites(contamination.rewrites)
-        if contamination.variants < 1:
-            raise ConfigError(f"eval.contamination.variants must be >= 1, got {contamination.variants}")
-        if contamination.spotcheck < 0 or contamination.max_items_per_set < 0:
-            raise ConfigError("eval.contamination.spotcheck and max_items_per_set must be >= 0")
+    gap, flips = getattr(cfg, "paraphrase_gap", None), getattr(cfg, "flip_rate", None)
+    if gap is not None:
+        check_rewrites(gap.rewrites)
+        if gap.variants < 1:
+            raise ConfigError(f"eval.paraphrase_gap.variants must be >= 1, got {gap.variants}")
+        if gap.spotcheck < 0 or gap.max_items_per_set < 0:
+            raise ConfigError("eval.paraphrase_gap.spotcheck and max_items_per_set must be >= 0")
     if flips is not None:
         if flips.templates < 2:
             raise ConfigError(
@@ -157,7 +157,7 @@ def kind_variants(item: dict, rewrites: list[dict], limit: int) -> dict[str, lis
 
 
 def kind_stats(plan: list[tuple[dict, dict[str, list[str]]]], answer) -> dict:
-    """``by_kind`` of one row: per kind, contamination_gap / acc_perturbed / flip_rate over the questions that
+    """``by_kind`` of one row: per kind, paraphrase_gap / acc_perturbed / flip_rate over the questions that
     have that kind (greedy answers; ``answer(item, question)`` gives the prediction)."""
     out = {}
     for kind in SURFACE_KINDS + ("heldout",):
@@ -172,7 +172,7 @@ def kind_stats(plan: list[tuple[dict, dict[str, list[str]]]], answer) -> dict:
             templates.append([first] + predictions)
         stats = gap_stats(original, perturbed)
         out[kind] = {
-            "contamination_gap": stats["contamination_gap"],
+            "paraphrase_gap": stats["paraphrase_gap"],
             "acc_perturbed": stats["acc_perturbed"],
             "flip_rate": flip_rate(templates),
             "n": stats["n"],
@@ -198,12 +198,12 @@ def attach_by_kind(ctx: EvalContext, sets: list[EvalSet], rows: list[dict], limi
 
 
 def gap_stats(original: list[int], perturbed: list[list[int]]) -> dict:
-    """contamination_gap over questions: acc(original) − mean over questions of the mean over its variants
+    """paraphrase_gap over questions: acc(original) − mean over questions of the mean over its variants
     (= acc(original) − mean over k of acc(variant k) when every question has the same k variants)."""
     n = len(original)
     if n == 0:
         return {
-            "contamination_gap": None,
+            "paraphrase_gap": None,
             "acc_original": None,
             "acc_perturbed": None,
             "acc_variants": None,
@@ -215,7 +215,7 @@ def gap_stats(original: list[int], perturbed: list[list[int]]) -> dict:
     ks = {len(v) for v in perturbed}
     per_k = [sum(v[j] for v in perturbed) / n for j in range(ks.pop())] if len(ks) == 1 else None
     return {
-        "contamination_gap": acc_original - acc_perturbed,
+        "paraphrase_gap": acc_original - acc_perturbed,
         "acc_original": acc_original,
         "acc_perturbed": acc_perturbed,
         "acc_variants": per_k,
@@ -253,8 +253,8 @@ def _sampled(ctx: EvalContext, prompts: list[str]) -> dict[str, list[str]]:
 
 
 def hygiene_sets(ctx: EvalContext) -> list[EvalSet]:
-    """The checkpoint's split sets, each reduced to a seeded sample (``eval.contamination.max_items_per_set``)."""
-    cap = _setting(ctx.cfg, "contamination", "max_items_per_set", 0)
+    """The checkpoint's split sets, each reduced to a seeded sample (``eval.paraphrase_gap.max_items_per_set``)."""
+    cap = _setting(ctx.cfg, "paraphrase_gap", "max_items_per_set", 0)
     return [
         EvalSet(s.name, s.kind, s.step, sample(s.items, cap, f"hygiene-{s.name}"))
         for s in select(ctx, lambda item: True, kinds=SET_KINDS)
@@ -262,14 +262,14 @@ def hygiene_sets(ctx: EvalContext) -> list[EvalSet]:
 
 
 def _rewrites(ctx: EvalContext) -> list[dict]:
-    return check_rewrites(_setting(ctx.cfg, "contamination", "rewrites", []))
+    return check_rewrites(_setting(ctx.cfg, "paraphrase_gap", "rewrites", []))
 
 
-@register_evaluator("contamination")
-def contamination_evaluator(ctx: EvalContext) -> list[dict]:
-    """Rows of group ``contamination``: one per split set and one ``all`` (see the module docstring)."""
-    limit = _setting(ctx.cfg, "contamination", "variants", 3)
-    threshold = _setting(ctx.cfg, "gate", "contamination_gap_max", 0.03)
+@register_evaluator("paraphrase_gap")
+def paraphrase_gap_evaluator(ctx: EvalContext) -> list[dict]:
+    """Rows of group ``paraphrase_gap``: one per split set and one ``all`` (see the module docstring)."""
+    limit = _setting(ctx.cfg, "paraphrase_gap", "variants", 3)
+    threshold = _setting(ctx.cfg, "gate", "paraphrase_gap_max", 0.03)
     rewrites = _rewrites(ctx)
     sets = hygiene_sets(ctx)
     plans = [[(item, perturbations(item, rewrites, limit)) for item in s.items] for s in sets]
@@ -313,14 +313,14 @@ def contamination_evaluator(ctx: EvalContext) -> list[dict]:
         rows.append(
             row(
                 ctx,
-                "contamination",
+                "paraphrase_gap",
                 eval_set.kind,
                 eval_set.name,
                 eval_set.step,
                 **stats,
                 n_skipped=len(plan) - len(original),
                 threshold=threshold,
-                flagged=_flag(stats["contamination_gap"], threshold),
+                flagged=_flag(stats["paraphrase_gap"], threshold),
             )
         )
         if eval_set.kind in POOLED_KINDS:
@@ -331,14 +331,14 @@ def contamination_evaluator(ctx: EvalContext) -> list[dict]:
     rows.append(
         row(
             ctx,
-            "contamination",
+            "paraphrase_gap",
             "splits",
             ALL,
             None,
             **stats,
             n_skipped=skipped,
             threshold=threshold,
-            flagged=_flag(stats["contamination_gap"], threshold),
+            flagged=_flag(stats["paraphrase_gap"], threshold),
         )
     )
     attach_by_kind(ctx, sets, rows, limit)
@@ -347,7 +347,7 @@ def contamination_evaluator(ctx: EvalContext) -> list[dict]:
 
 
 def _write_spotcheck(ctx: EvalContext, checks: list[dict]) -> None:
-    count = _setting(ctx.cfg, "contamination", "spotcheck", 20)
+    count = _setting(ctx.cfg, "paraphrase_gap", "spotcheck", 20)
     if not ctx.writes or ctx.run_dir is None or count <= 0:
         return
     from evolve_train.utils.io import atomic_write_text
@@ -427,8 +427,8 @@ def flip_rate_evaluator(ctx: EvalContext) -> list[dict]:
 
 @register_evaluator("hygiene")
 def hygiene_evaluator(ctx: EvalContext) -> list[dict]:
-    """``contamination`` and ``flip_rate`` together."""
-    return contamination_evaluator(ctx) + flip_rate_evaluator(ctx)
+    """``paraphrase_gap`` and ``flip_rate`` together."""
+    return paraphrase_gap_evaluator(ctx) + flip_rate_evaluator(ctx)
 
 
 # ---------------------------------------------------------------- the hooks in ``train`` (run.py)

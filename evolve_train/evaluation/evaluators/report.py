@@ -9,10 +9,10 @@ from evolve_train.evaluation.evaluators.matrix import format_matrix, matrix_summ
 from evolve_train.evaluation.evaluators.retrieval import format_retrieval, retrieval_summary
 from evolve_train.evaluation.rows import ROW_META
 
-GROUPS = ("paired", "ablation", "dimensions", "calibration", "grad_norms", "contamination", "flip_rate", "heldout")
+GROUPS = ("paired", "ablation", "dimensions", "calibration", "grad_norms", "paraphrase_gap", "flip_rate", "heldout")
 PER_SET = {
     "grad_norms": "mean_grad_norm",
-    "contamination": "contamination_gap",
+    "paraphrase_gap": "paraphrase_gap",
     "flip_rate": "flip_rate",
     "heldout": "perplexity",
 }

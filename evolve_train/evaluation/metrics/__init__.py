@@ -38,7 +38,7 @@ from evolve_train.evaluation.metrics.registry import get_metric, list_metrics, r
 from evolve_train.evaluation.metrics.stats import (
     bootstrap_ci_bounds,
     cohen_kappa,
-    contamination_gap,
+    paraphrase_gap,
     flip_rate,
     paired_bootstrap_diff,
     release_gate,
@@ -200,7 +200,7 @@ __all__ = [
     "bootstrap_ci_bounds",
     "cohen_kappa",
     "flip_rate",
-    "contamination_gap",
+    "paraphrase_gap",
     "release_gate",
     "register_metric",
     "get_metric",

@@ -69,7 +69,7 @@ _BUILTIN = {
     "paired_bootstrap_diff": stats.paired_bootstrap_diff,
     "cohen_kappa": stats.cohen_kappa,
     "flip_rate": stats.flip_rate,
-    "contamination_gap": stats.contamination_gap,
+    "paraphrase_gap": stats.paraphrase_gap,
     "release_gate": stats.release_gate,
 }
 for _name, _function in _BUILTIN.items():

@@ -1,4 +1,4 @@
-"""Statistics and evaluation hygiene: paired bootstrap, kappa, flip rate, contamination gap and the
+"""Statistics and evaluation hygiene: paired bootstrap, kappa, flip rate, paraphrase gap and the
 release gate (docs/metrics.md#8-statistics-and-hygiene)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from evolve_train.evaluation.metrics.answer import normalize
 from evolve_train.evaluation.metrics.directions import gate_operator
 
 Outcomes = Union[Mapping[Hashable, int], Sequence[int]]
-DEFAULT_GATE = {"flip_rate_max": 0.10, "contamination_gap_max": 0.03, "ci_low_min": 0.0, "slice_floors": {}}
+DEFAULT_GATE = {"flip_rate_max": 0.10, "paraphrase_gap_max": 0.03, "ci_low_min": 0.0, "slice_floors": {}}
 
 
 def _aligned(a: Outcomes, b: Outcomes) -> tuple[np.ndarray, np.ndarray]:
@@ -141,7 +141,7 @@ def _accuracy(outcomes: Union[float, Sequence[int]]) -> float:
     return sum(outcomes) / len(outcomes)
 
 
-def contamination_gap(original: Union[float, Sequence[int]], variants: Sequence[Union[float, Sequence[int]]]) -> float:
+def paraphrase_gap(original: Union[float, Sequence[int]], variants: Sequence[Union[float, Sequence[int]]]) -> float:
     """docs/metrics.md#8-statistics-and-hygiene: acc(original) − mean over k of acc(perturbed variant k); each argument an accuracy
     or a list of per-question 0/1 outcomes. A hint of memorised surface form, never proof of a clean model."""
     if not variants:
@@ -160,8 +160,8 @@ def _check(name: str, value: Optional[float], threshold: float, op: str) -> dict
 def release_gate(values: Mapping[str, Any], thresholds: Optional[Mapping[str, Any]] = None) -> dict[str, Any]:
     """docs/metrics.md#8-statistics-and-hygiene: pass/fail and every check with its value and threshold.
 
-    values: flip_rate, contamination_gap, bootstrap_ci_low (paired-bootstrap CI low vs the baseline run)
-    and slices {name: accuracy}. thresholds (defaults DEFAULT_GATE): flip_rate_max (≤), contamination_gap_max
+    values: flip_rate, paraphrase_gap, bootstrap_ci_low (paired-bootstrap CI low vs the baseline run)
+    and slices {name: accuracy}. thresholds (defaults DEFAULT_GATE): flip_rate_max (≤), paraphrase_gap_max
     (≤), ci_low_min (strictly >), slice_floors {name: floor} (≥); a threshold set to None disables its
     check. A checked value that is missing or None fails.
     """
@@ -172,7 +172,7 @@ def release_gate(values: Mapping[str, Any], thresholds: Optional[Mapping[str, An
     checks = []
     for name, key, op in (
         ("flip_rate", "flip_rate_max", gate_operator("flip_rate")),
-        ("contamination_gap", "contamination_gap_max", gate_operator("contamination_gap")),
+        ("paraphrase_gap", "paraphrase_gap_max", gate_operator("paraphrase_gap")),
         ("bootstrap_ci_low", "ci_low_min", ">"),
     ):
         if limits.get(key) is not None:
