@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# GPU check: one prepared command, at most ~9.5 min on one H100/H200 (bench 150 s, fsdp 2 x 80 s, tokens
-# 2 x 80 s, memory 100 s, each time-boxed: a part that fails or hangs is logged and the next one runs; demo is opt-in,
-# +120 s). Writes everything into ${OUT:-gpu_out}/.
+# GPU check: one prepared command, at most ~9.5 min on one H100/H200 (memory 100 s, fsdp 4 x 90 s, bench 150 s,
+# each time-boxed: a part that fails or hangs is logged and the next one runs; tokens (+160 s) and demo (+120 s)
+# are opt-in). Writes everything into ${OUT:-gpu_out}/.
 #   bench   scripts/gpu_bench.py on a ~125M GPT-2 (matmul ceiling, loop vs plain torch, SDPA, generation)
 #   fsdp    FSDP2 through accelerate (accelerate_configs/fsdp.yaml, one process: the model is still sharded
-#           into DTensors) for method=full and method=lora on a GPT-2 built from config (~350M shape:
-#           24 layers, width 1024), bf16 autocast, a short run on the default world
+#           into DTensors) on the Llama-3.2-1B shape with its 128,256 vocabulary (model=llama_1b_random), bf16,
+#           a short run on a 50-organisation world: method=full and method=lora, then the full run again killed
+#           (SIGKILL) at the third optimizer step of time step 1 and run again in its dir, which resumes from its
+#           last saved training state; scripts/resume_check.py prints PASS/FAIL lines: resumed, losses and
+#           metric rows against the uninterrupted full run, the CUDA peak against the memory preflight's estimate
 #   tokens  masked-entity training on a ~1B-shaped GPT-2 (24 layers, width 2048): fixed rows per batch
 #           (trainer.batch_size) against a token budget per batch (trainer.tokens_per_batch)
 #   memory  scripts/gpu_memory_check.py: a Llama-3.2-1B-shaped model with a 128,256 vocabulary (random weights),
@@ -21,12 +24,13 @@
 # Usage on a GPU machine with the package installed:  bash scripts/gpu_check.sh
 #   PARTS="fsdp tokens" bash scripts/gpu_check.sh      # some parts only
 #   DRY=1 bash scripts/gpu_check.sh                     # CPU: tiny sizes, plain python instead of accelerate
+#                                                       # (the fsdp part: FSDP2 over 2 gloo processes, fp32)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu_out}
 DRY=${DRY:-0}
 NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
-DEFAULT_PARTS="memory bench fsdp tokens"
+DEFAULT_PARTS="memory fsdp bench"
 [ "${NGPU:-0}" -ge 2 ] && DEFAULT_PARTS="$DEFAULT_PARTS sweep"
 PARTS=${PARTS:-$DEFAULT_PARTS}
 PEAK_TFLOPS=${PEAK_TFLOPS:-989}   # H100/H200 bf16 datasheet
@@ -37,21 +41,37 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 WANDB_MOD
 if [ "$DRY" = 1 ]; then
   MID=(model.n_layer=1 model.n_embd=32 model.n_head=2 model.vocab_size=300)
   BIG=("${MID[@]}")
+  LLAMA=(model=llama_1b_random model.n_layer=1 model.n_embd=64 model.n_head=2 model.n_kv_head=1 model.n_inner=128
+         model.n_positions=512)   # the 128,256-row vocabulary kept
+  FSDP_WORLD=()
+  # the fsdp part as on CPU runs FSDP2: 2 gloo processes (accelerate launch with ACCELERATE_USE_CPU=1), fp32
+  FSDP_LAUNCH=(env ACCELERATE_USE_CPU=1 OMP_NUM_THREADS=1 python3 -m accelerate.commands.launch
+               --config_file accelerate_configs/fsdp.yaml --num_processes 2 --mixed_precision no --dynamo_backend no
+               --main_process_port 29713)
+  FSDP_PRECISION=trainer.mixed_precision=no
+  RESUME_BOUNDS=(--loss-rtol 0 --metric-atol 0 --metric-rtol 0)   # fp32 on CPU: the same computation, bit for bit
   WORLD=(data.world.n_entities=12 data.world.new_entities_per_step=4 data.world.n_people=10 data.world.n_cities=10
          data.world.n_steps=2 trainer.num_threads=1 eval.max_new_tokens=8)
   SHORT=(trainer.epochs_step0=1 trainer.epochs=1 trainer.batch_size=16 trainer.warmup_steps=2 trainer.log_every=2)
   LAUNCH=(python3)
   TOKENS_PER_BATCH=512
-  T=${T:-300}; T_BENCH=$T; T_DEMO=$T; T_SWEEP=$T; T_MEMORY=$T
+  T=${T:-300}; T_BENCH=$T; T_DEMO=$T; T_SWEEP=$T; T_MEMORY=$T; T_FSDP=$T
   SWEEP_GPUS=0   # the dry run's sweep: 2 gloo processes per point on CPU
 else
   MID=(model.n_layer=24 model.n_embd=1024 model.n_head=16 model.n_positions=512 model.vocab_size=8192)
   BIG=(model.n_layer=24 model.n_embd=2048 model.n_head=16 model.n_positions=512 model.vocab_size=8192)
+  LLAMA=(model=llama_1b_random)
+  FSDP_LAUNCH=("${LAUNCH[@]}")
+  FSDP_PRECISION=trainer.mixed_precision=bf16
+  FSDP_WORLD=(data.world.n_entities=50 data.world.new_entities_per_step=15)
+  # bf16 on a GPU: a few kernels are not deterministic, so a resumed run matches closely, not bit for bit
+  RESUME_BOUNDS=(--loss-rtol 2e-2 --metric-atol 0.05 --metric-rtol 2e-2)
   WORLD=(data.world.n_steps=2 eval.batch_size=512 eval.max_items_per_set=256)
   SHORT=(trainer=gpu trainer.epochs_step0=3 trainer.epochs=2 trainer.batch_size=64 trainer.warmup_steps=20)
   LAUNCH=(accelerate launch --config_file accelerate_configs/fsdp.yaml --num_processes 1)
   TOKENS_PER_BATCH=16384
   T=${T:-80}; T_BENCH=${T_BENCH:-150}; T_DEMO=${T_DEMO:-120}; T_SWEEP=${T_SWEEP:-120}; T_MEMORY=${T_MEMORY:-100}
+  T_FSDP=${T_FSDP:-90}
   SWEEP_GPUS=2
 fi
 COMMON=(logger.backends=[disk] method.step0_cache=null "${WORLD[@]}" "${SHORT[@]}")
@@ -76,12 +96,22 @@ peak_memory_sampler() {  # the GPU's peak memory over the whole check, whatever 
   SAMPLER=$!
 }
 
-part_fsdp() {
+part_fsdp() {  # the 1B shape under FSDP2: full, LoRA, and full killed in time step 1 and resumed
+  local args=("${LLAMA[@]}" "${COMMON[@]}" "${FSDP_WORLD[@]}" "$FSDP_PRECISION" trainer.save_every_n_steps=2
+              "eval.evaluators=[splits]" eval.max_items_per_set=32)   # the rows to compare, not every metric
   for method in full lora; do
-    timed "fsdp_$method" "$T" "${LAUNCH[@]}" train.py "hydra.run.dir=$OUT/fsdp_$method" "method=$method" \
-      "${MID[@]}" "${COMMON[@]}" trainer.mixed_precision=bf16
+    timed "fsdp_$method" "$T_FSDP" "${FSDP_LAUNCH[@]}" train.py "hydra.run.dir=$OUT/fsdp_$method" "method=$method" "${args[@]}"
   done
   figures fsdp "$OUT/fsdp_full" "$OUT/fsdp_lora"
+  local kill_at  # the optimizer steps of time step 0 in the full run, plus 3
+  kill_at=$(python3 -c 'import json, sys; rows = [json.loads(l) for l in open(sys.argv[1])]
+print(max(r["optimizer_step"] for r in rows if r.get("time_step") == 0 and "optimizer_step" in r) + 3)' \
+    "$OUT/fsdp_full/train_log.jsonl" 2>> "$OUT/status.txt") || { echo "FAIL resumed (no full run to compare with)" | tee -a "$OUT/status.txt"; return; }
+  timed fsdp_killed "$T_FSDP" env "EVOLVE_TRAIN_FAULT=optimizer_step:$kill_at" "${FSDP_LAUNCH[@]}" train.py \
+    "hydra.run.dir=$OUT/fsdp_resume" method=full "${args[@]}"
+  timed fsdp_resumed "$T_FSDP" "${FSDP_LAUNCH[@]}" train.py "hydra.run.dir=$OUT/fsdp_resume" method=full "${args[@]}"
+  python3 scripts/resume_check.py "$OUT/fsdp_full" "$OUT/fsdp_resume" "${RESUME_BOUNDS[@]}" \
+    --out "$OUT/resume_check.json" 2>&1 | tee -a "$OUT/status.txt"
 }
 
 part_tokens() {

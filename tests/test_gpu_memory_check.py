@@ -1,4 +1,5 @@
-"""scripts/gpu_check.sh's memory part in its CPU dry mode: one PASS/FAIL line per figure, the chunked loss passes."""
+"""scripts/gpu_check.sh in its CPU dry mode: the memory part (one PASS/FAIL line per figure, the chunked loss
+passes) and the fsdp part (FSDP2 over 2 gloo processes, a killed run resumed to the uninterrupted rows)."""
 
 from __future__ import annotations
 
@@ -28,3 +29,23 @@ def test_the_dry_memory_part_prints_one_judged_line_per_figure(tmp_path):
     assert f"PASS {FIGURES[0]} = " in status  # the loss is the one figure tiny CPU shapes decide
     figures = json.loads((tmp_path / "memory_check.json").read_text())
     assert figures["mfu_project"] > 0 and figures["peak_vs_preflight"] > 0
+
+
+@pytest.mark.slow
+def test_the_dry_fsdp_part_kills_a_run_and_resumes_it_to_the_uninterrupted_rows(tmp_path):
+    """The fsdp part on CPU: FSDP2 over 2 gloo processes on the Llama shape's 128,256 vocabulary (1 block, width
+    64), full and LoRA, then full killed in time step 1 and resumed: exact on CPU (fp32, the same computation)."""
+    env = {**os.environ, "DRY": "1", "PARTS": "fsdp", "OUT": str(tmp_path)}
+    done = subprocess.run(
+        ["bash", "scripts/gpu_check.sh"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    status = (tmp_path / "status.txt").read_text()
+    for name in ("fsdp_full", "fsdp_lora", "fsdp_resumed"):
+        assert f"{name} rc=0" in status, status + (tmp_path / f"{name}.log").read_text()[-3000:]
+    assert "fsdp_killed rc=0" not in status, status  # SIGKILL in time step 1
+    for figure in ("resumed", "resume_losses", "resume_metrics"):
+        assert f"\nPASS {figure} " in status, status
+    assert "INFO peak_vs_preflight not measured" in status  # no CUDA peak on CPU
+    log = (tmp_path / "fsdp_full" / "train.log").read_text()
+    assert "FSDP2: processes held" in log and "model: " in log
