@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU check: one prepared command, at most ~9.5 min on one H100/H200 (memory 100 s, fsdp 4 x 90 s, bench 150 s,
+# GPU check: one prepared command, at most ~9.7 min on one H100/H200 (memory 100 s, fsdp 4 x 90 s, bench 120 s,
 # each time-boxed: a part that fails or hangs is logged and the next one runs; tokens (+160 s) and demo (+120 s)
 # are opt-in). Writes everything into ${OUT:-gpu_out}/.
 #   bench   scripts/gpu_bench.py on a ~125M GPT-2 (matmul ceiling, loop vs plain torch, SDPA, generation)
@@ -70,7 +70,7 @@ else
   SHORT=(trainer=gpu trainer.epochs_step0=3 trainer.epochs=2 trainer.batch_size=64 trainer.warmup_steps=20)
   LAUNCH=(accelerate launch --config_file accelerate_configs/fsdp.yaml --num_processes 1)
   TOKENS_PER_BATCH=16384
-  T=${T:-80}; T_BENCH=${T_BENCH:-150}; T_DEMO=${T_DEMO:-120}; T_SWEEP=${T_SWEEP:-120}; T_MEMORY=${T_MEMORY:-100}
+  T=${T:-80}; T_BENCH=${T_BENCH:-120}; T_DEMO=${T_DEMO:-120}; T_SWEEP=${T_SWEEP:-120}; T_MEMORY=${T_MEMORY:-100}
   T_FSDP=${T_FSDP:-90}
   SWEEP_GPUS=2
 fi
