@@ -131,6 +131,8 @@ class EvalPrecision(Choice):
     fp32 = "fp32"
     bf16 = "bf16"
     fp16 = "fp16"
+    bf16_copy = "bf16_copy"
+    """A bfloat16 copy of the weights, evaluated without autocast (``evaluation/precision.py: evaluated_weights``)."""
     train = "train"
     """The autocast training used (``trainer.mixed_precision`` as resolved on this machine)."""
 
@@ -1060,9 +1062,10 @@ class EvalConfig:
     """The precision every checkpoint is evaluated in, chosen here rather than inherited from training: ``fp32``
     (the default: no autocast, so the same checkpoint scores the same on any machine and as lm-evaluation-harness
     scores it; weights stored in bfloat16, ``model.dtype``, stay bfloat16), ``bf16`` / ``fp16`` (autocast to that
-    dtype: less memory and time where the model does not fit in fp32) or ``train`` (the autocast of
-    ``trainer.mixed_precision`` as this machine resolved it). Every metric row records what was used
-    (``eval_precision``)."""
+    dtype), ``bf16_copy`` (a bfloat16 copy of the weights evaluated without autocast; on a GPU the fp32 weights
+    wait in host memory meanwhile, so the GPU holds 2 bytes per parameter during evaluation instead of 4 plus
+    autocast's bf16 copies) or ``train`` (the autocast of ``trainer.mixed_precision`` as this machine resolved
+    it). Every metric row records what was used (``eval_precision``)."""
     greedy_decoder: GreedyDecoder = GreedyDecoder.pruned
     """``pruned``: the evaluator's greedy loop, which drops each answer's row from the batch once it ends
     (decoder-only models; plain argmax, no ``generation_config`` processors); ``generate``: transformers'

@@ -64,3 +64,44 @@ def test_an_unknown_precision_is_refused(tmp_path):
 
     with pytest.raises(Exception, match="eval.precision"):
         OmegaConf.to_object(tiny_cfg(tmp_path, "eval.precision=fp8"))
+
+
+def tiny_lm():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    return GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=50, n_positions=32)).eval()
+
+
+def test_a_bf16_copy_is_the_model_cast_to_bf16_and_leaves_the_weights_untouched():
+    import copy
+
+    from evolve_train.evaluation.precision import evaluated_weights
+
+    model = tiny_lm()
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    objects = [id(p) for p in model.parameters()]
+    ids = torch.tensor([[1, 2, 3, 4, 5]])
+    expected = copy.deepcopy(model).to(torch.bfloat16)(ids).logits  # the same computation
+    with evaluated_weights("bf16_copy", model) as evaluated:
+        assert evaluated is not model
+        assert {p.dtype for p in evaluated.parameters()} == {torch.bfloat16}
+        assert evaluated.transformer.wte.weight is evaluated.lm_head.weight  # tied weights stay tied
+        context, used = eval_autocast("bf16_copy", None, evaluated)
+        with context:
+            assert not torch.is_autocast_enabled("cpu")
+            assert torch.equal(evaluated(ids).logits, expected)
+    assert used == "bf16_copy"
+    assert [id(p) for p in model.parameters()] == objects
+    assert all(torch.equal(p, before[name]) and p.dtype == torch.float32 for name, p in model.named_parameters())
+    with evaluated_weights("fp32", model) as evaluated:
+        assert evaluated is model
+
+
+def test_a_run_evaluated_on_a_bf16_copy_says_so_and_trains_as_in_fp32(tmp_path, monkeypatch):
+    rows, seen = watched_run(tmp_path / "copy", monkeypatch, "trainer.mixed_precision=no", "eval.precision=bf16_copy")
+    assert {r["eval_precision"] for r in rows} == {"bf16_copy"} and not any(enabled for enabled, _ in seen)
+    from helpers import losses
+
+    train(tiny_cfg(tmp_path / "fp32" / "run", *FAST, "trainer.mixed_precision=no"))
+    assert losses(tmp_path / "copy" / "run") == losses(tmp_path / "fp32" / "run")  # evaluation changed no weight

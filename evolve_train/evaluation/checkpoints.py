@@ -17,7 +17,7 @@ from evolve_train.evaluation.context import EvalContext, Shards, TrainingFormat
 from evolve_train.evaluation.evaluator import evaluate_checkpoint
 from evolve_train.evaluation.evaluators.hygiene import record_private
 from evolve_train.evaluation.evaluators.matrix import INITIAL
-from evolve_train.evaluation.precision import eval_autocast
+from evolve_train.evaluation.precision import eval_autocast, evaluated_weights
 from evolve_train.tracking.disk import DiskLogger
 from evolve_train.training import faults
 from evolve_train.training.distributed import sum_over_processes
@@ -79,7 +79,11 @@ class CheckpointEvaluation:
     def _run_evaluators(self, checkpoint: int, model) -> tuple[list[dict], float, dict]:
         # every checkpoint in eval.precision, whatever made the model: trained here (accelerate's autocast
         # wrapper is stripped), the step-0 cache, a resume, eval_initial (evaluation/precision.py)
-        plain = self.accelerator.unwrap_model(model, keep_fp32_wrapper=False)
+        unwrapped = self.accelerator.unwrap_model(model, keep_fp32_wrapper=False)
+        with evaluated_weights(self.cfg.eval.precision, unwrapped) as plain:  # itself, or a bf16 copy
+            return self._run_evaluators_on(checkpoint, plain)
+
+    def _run_evaluators_on(self, checkpoint: int, plain) -> tuple[list[dict], float, dict]:
         autocast, self.eval_precision = eval_autocast(self.cfg.eval.precision, self.accelerator, plain)
         ctx = EvalContext(
             model=plain,
