@@ -25,7 +25,7 @@ COPY_DTYPES = {"bf16_copy": torch.bfloat16}
 def _cast_copy(model: torch.nn.Module, dtype: torch.dtype, device: torch.device) -> torch.nn.Module:
     """A copy of ``model`` on ``device`` whose floating-point parameters and buffers are ``dtype`` (others, such
     as integer position ids, keep theirs), made tensor by tensor: no full-precision copy on ``device``."""
-    from evolve_train.training.distributed import meta_skeleton
+    from evolve_train.training.distributed import fill_skeleton, meta_skeleton
 
     copy = meta_skeleton(model)
     cast = {}
@@ -45,12 +45,7 @@ def _cast_copy(model: torch.nn.Module, dtype: torch.dtype, device: torch.device)
                     if isinstance(meta, torch.nn.Parameter)
                     else tensor
                 )
-    for module in copy.modules():
-        for table in (module._parameters, module._buffers):
-            for key, value in table.items():
-                if value is not None and id(value) in cast:
-                    table[key] = cast[id(value)]
-    return copy
+    return fill_skeleton(copy, cast)
 
 
 @contextlib.contextmanager

@@ -344,11 +344,17 @@ def unsharded_copy(sharded: torch.nn.Module, skeleton: torch.nn.Module) -> torch
             new[id(meta)] = torch.nn.Parameter(full, requires_grad=meta.requires_grad)
         for name, meta in skeleton.named_buffers():
             new[id(meta)] = _full(sharded.get_buffer(name))
+    return fill_skeleton(skeleton, new)
+
+
+def fill_skeleton(skeleton: torch.nn.Module, tensors: dict[int, torch.Tensor]) -> torch.nn.Module:
+    """``skeleton`` (:func:`meta_skeleton`) with each meta parameter or buffer replaced by ``tensors[id(meta)]``
+    (a tied tensor, one meta tensor, gets one replacement)."""
     for module in skeleton.modules():
         for table in (module._parameters, module._buffers):
             for key, value in table.items():
-                if value is not None and id(value) in new:
-                    table[key] = new[id(value)]
+                if value is not None and id(value) in tensors:
+                    table[key] = tensors[id(value)]
     return skeleton
 
 
