@@ -27,25 +27,10 @@ def _cast_copy(model: torch.nn.Module, dtype: torch.dtype, device: torch.device)
     as integer position ids, keep theirs), made tensor by tensor: no full-precision copy on ``device``."""
     from evolve_train.training.distributed import fill_skeleton, meta_skeleton
 
-    copy = meta_skeleton(model)
-    cast = {}
-    with torch.no_grad():
-        for source, target in (
-            (model.named_parameters, copy.named_parameters),
-            (model.named_buffers, copy.named_buffers),
-        ):
-            originals = dict(source(remove_duplicate=False))
-            for name, meta in target(remove_duplicate=False):
-                if id(meta) in cast:
-                    continue  # tied: cast once
-                tensor = originals[name].detach()
-                tensor = tensor.to(device, dtype if tensor.is_floating_point() else tensor.dtype)
-                cast[id(meta)] = (
-                    torch.nn.Parameter(tensor, requires_grad=meta.requires_grad)
-                    if isinstance(meta, torch.nn.Parameter)
-                    else tensor
-                )
-    return fill_skeleton(copy, cast)
+    def cast(tensor: torch.Tensor, _meta) -> torch.Tensor:
+        return tensor.detach().to(device, dtype if tensor.is_floating_point() else tensor.dtype)
+
+    return fill_skeleton(meta_skeleton(model), model, parameter=cast)
 
 
 @contextlib.contextmanager

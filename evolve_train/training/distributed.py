@@ -20,6 +20,7 @@ import logging
 import os
 from datetime import timedelta
 from pathlib import Path
+from typing import Callable, Optional
 
 import torch
 
@@ -337,24 +338,37 @@ def unsharded_copy(sharded: torch.nn.Module, skeleton: torch.nn.Module) -> torch
     gets back its dtype from before sharding: under mixed precision accelerate upcasts trainable bf16 weights to
     float32 masters for ``fully_shard``; the step ends, is checkpointed and continues in ``model.dtype``, as a
     resume or a step-0 cache hit reloads it."""
+    return fill_skeleton(
+        skeleton,
+        sharded,
+        parameter=lambda tensor, meta: _full(tensor).to(meta.dtype),
+        buffer=lambda tensor, _: _full(tensor),
+    )
+
+
+Convert = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def fill_skeleton(
+    skeleton: torch.nn.Module, source: torch.nn.Module, parameter: Convert, buffer: Optional[Convert] = None
+) -> torch.nn.Module:
+    """``skeleton`` (:func:`meta_skeleton`) with each meta parameter replaced by ``parameter(tensor, meta)`` of
+    ``source``'s parameter of the same name (keeping the meta's ``requires_grad``) and each buffer by ``buffer``
+    (default ``parameter``) of ``source``'s buffer, one tensor at a time. Tied weights are one meta tensor: listed
+    once, replaced once, still tied."""
+    buffer = buffer or parameter
     new: dict[int, torch.Tensor] = {}
     with torch.no_grad():
         for name, meta in skeleton.named_parameters():  # tied: listed once
-            full = _full(sharded.get_parameter(name)).to(meta.dtype)
-            new[id(meta)] = torch.nn.Parameter(full, requires_grad=meta.requires_grad)
+            tensor = parameter(source.get_parameter(name), meta)
+            new[id(meta)] = torch.nn.Parameter(tensor, requires_grad=meta.requires_grad)
         for name, meta in skeleton.named_buffers():
-            new[id(meta)] = _full(sharded.get_buffer(name))
-    return fill_skeleton(skeleton, new)
-
-
-def fill_skeleton(skeleton: torch.nn.Module, tensors: dict[int, torch.Tensor]) -> torch.nn.Module:
-    """``skeleton`` (:func:`meta_skeleton`) with each meta parameter or buffer replaced by ``tensors[id(meta)]``
-    (a tied tensor, one meta tensor, gets one replacement)."""
+            new[id(meta)] = buffer(source.get_buffer(name), meta)
     for module in skeleton.modules():
         for table in (module._parameters, module._buffers):
             for key, value in table.items():
-                if value is not None and id(value) in tensors:
-                    table[key] = tensors[id(value)]
+                if value is not None and id(value) in new:
+                    table[key] = new[id(value)]
     return skeleton
 
 
