@@ -17,7 +17,8 @@ KEYS = {
 }
 """Former dotted config key (or section) -> current one."""
 EVALUATORS = {"contamination": "paraphrase_gap"}
-"""Former evaluator name -> current one (``eval.evaluators``)."""
+"""Former evaluator name -> current one (``eval.evaluators``; also the group of the rows it wrote,
+``evaluation/rows.py``)."""
 
 
 def current_key(key: str) -> Optional[str]:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Optional, TypedDict
 
 from evolve_train.data.timeline import SET_KINDS
+from evolve_train.config_renames import EVALUATORS
 from evolve_train.errors import EvolveTrainError
 from evolve_train.evaluation.metrics.directions import RENAMED
 from evolve_train.utils.io import JsonlError, iter_jsonl
@@ -118,8 +119,9 @@ def column_key(name: str) -> tuple:
     return (int(step) if step else -1, SPLIT_ORDER.index(kind) if kind in SPLIT_ORDER else 99, name)
 
 
-FORMER_GROUPS = {"contamination": "paraphrase_gap"}
-"""Former group name -> current one: rows written under the former name are read under the current one."""
+FORMER_GROUPS = EVALUATORS
+"""Former group name -> current one (an evaluator's former name is that of the group of its rows): rows written
+under the former name are read under the current one."""
 
 
 def _current_names(row: dict) -> dict:
