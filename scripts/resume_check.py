@@ -28,8 +28,9 @@ import re
 import sys
 from pathlib import Path
 
+from evolve_train.evaluation.metrics.directions import is_wall_clock
+
 IDENTITY = ("checkpoint", "group", "set_name", "set_step")
-WALL_CLOCK = ("seconds", "_per_s", "time")
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -52,10 +53,7 @@ def metrics(run: Path) -> dict[tuple, dict[str, float]]:
         values = {
             k: float(v)
             for k, v in row.items()
-            if k not in IDENTITY
-            and isinstance(v, (int, float))
-            and not isinstance(v, bool)
-            and not any(w in k for w in WALL_CLOCK)
+            if k not in IDENTITY and isinstance(v, (int, float)) and not isinstance(v, bool) and not is_wall_clock(k)
         }
         out[tuple(row.get(k) for k in IDENTITY)] = values
     return out

@@ -9,6 +9,8 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
+from evolve_train.evaluation.metrics.directions import is_wall_clock as wall_clock  # noqa: F401 (tests import it)
+
 CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "configs")
 
 TINY = [
@@ -36,12 +38,6 @@ def tiny_cfg(run_dir: Path | str, *overrides: str) -> DictConfig:
     """The default config shrunk to run three time steps in a few seconds, writing to ``run_dir``."""
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         return compose(config_name="config", overrides=[*TINY, f"run_dir={run_dir}", *overrides])
-
-
-def wall_clock(key: str) -> bool:
-    """Keys of metric / training-log rows that measure time (seconds, tokens per second, memory, MFU): they
-    differ between two runs of the same command, everything else must not."""
-    return "seconds" in key or key.endswith("_per_s") or key in ("peak_mem_gb", "mfu")
 
 
 @contextlib.contextmanager

@@ -73,3 +73,13 @@ def test_within_the_bounds_passes_and_the_peak_is_judged(tmp_path):
     assert "PASS peak_vs_preflight = 1.10 " in done.stdout
     not_resumed = write_run(tmp_path / "plain", [3.0, 2.5, 2.0], 0.5, resumed=False)
     assert resume_check.main([str(ref), str(not_resumed)]) == 1
+
+
+def test_only_wall_clock_values_are_left_out_of_the_comparison(tmp_path):
+    ref = write_run(tmp_path / "ref", [3.0, 2.5, 2.0], 0.5, resumed=False)
+    res = write_run(tmp_path / "res", [3.0, 2.5, 2.0], 0.5)
+    row = {"group": "ablation", "checkpoint": 1, "set_name": "all", "set_step": None, "timestamp_reliance": 0.1}
+    for run, value, seconds in ((ref, 0.1, 3.0), (res, 0.2, 9.0)):
+        with (run / "metrics.jsonl").open("a") as out:
+            out.write(json.dumps({**row, "timestamp_reliance": value, "eval_seconds": seconds}) + "\n")
+    assert resume_check.main([str(ref), str(res)]) == 1  # a metric named after time is still a metric

@@ -101,6 +101,12 @@ def is_count(name: str) -> bool:
     return base == "n" or base.startswith("n_") or base.endswith("_n")
 
 
+def is_wall_clock(name: str) -> bool:
+    """Keys of metric / training-log rows that measure time or the machine (seconds, tokens per second, peak
+    memory, MFU): they differ between two runs of the same command; every other value must not."""
+    return "seconds" in name or name.endswith("_per_s") or name in ("peak_mem_gb", "mfu")
+
+
 def is_metric(name: str) -> bool:
     """Whether key ``name`` of a metric row (after the row's identity keys are removed) is a measurement:
     not a count, a timing, a confidence interval or a setting."""
@@ -126,6 +132,7 @@ __all__ = [
     "higher_is_better",
     "is_count",
     "is_metric",
+    "is_wall_clock",
     "leaf",
     "mark",
 ]
