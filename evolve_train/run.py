@@ -39,6 +39,7 @@ from evolve_train.methods import Method, TokenizedHistory
 from evolve_train.models.build import (
     build_model,
     build_text_format,
+    load_line,
     load_model,
     load_tokenizer,
     n_parameters,
@@ -67,6 +68,7 @@ from evolve_train.training.plan import StepPlan, StepResult
 from evolve_train.training.redact import redact_run
 from evolve_train.training.signals import REPEAT_WINDOW_S, SIGNAL_NAMES, DeferredSignals, submitit_signal
 from evolve_train.training.token_cache import step_tokenizer
+from evolve_train.utils.host_memory import resident_gib
 from evolve_train.training.train_state import StepStates, TrainingInterrupted, prune_states
 
 log = logging.getLogger(__name__)
@@ -289,25 +291,31 @@ class ContinualRun:
             DiskLogger(run_dir).truncate_after(self.last_complete, self.start - 1)  # rows of an interrupted attempt
 
     def _initial_model(self):
-        cfg = self.cfg
+        """The model the run starts from, on the run's device, with a log line of what it cost in host memory."""
+        cfg, device, before = self.cfg, self.accelerator.device, resident_gib()
         if self.start > 0:
-            return self.load_checkpoint(self.start - 1)
-        set_seed(cfg.seed)
-        tokenizer = run_tokenizer(cfg.model, self.timeline.steps[0])
-        model = build_model(cfg.model, tokenizer)
-        log.info("model: %.2fM parameters", n_parameters(model) / 1e6)
+            source = f"steps/{self.start - 1}"
+            model, tokenizer = self.load_checkpoint(self.start - 1)
+        else:
+            source = cfg.model.name_or_path or f"config (model.arch={cfg.model.arch})"
+            set_seed(cfg.seed)
+            tokenizer = run_tokenizer(cfg.model, self.timeline.steps[0])
+            model = build_model(cfg.model, tokenizer, device)
+        log.info("model: %.2fM parameters from %s", n_parameters(model) / 1e6, source)
+        log.info(load_line(model, device, before, resident_gib()))
         return model, tokenizer
 
     def initial_weights(self):
         """The model before step 0 again, as :meth:`_initial_model` built it (same seed, same tokenizer; a
         pretrained model loaded again): where a step planned ``from_initial`` starts."""
         set_seed(self.cfg.seed)
-        return build_model(self.cfg.model, self.tokenizer).to(self.accelerator.device)
+        return build_model(self.cfg.model, self.tokenizer, self.accelerator.device)
 
     def load_checkpoint(self, step: int):
-        """``(model, tokenizer)`` of the saved checkpoint ``steps/<step>/``."""
+        """``(model, tokenizer)`` of the saved checkpoint ``steps/<step>/``, read onto the run's device."""
         path = str(step_dir(self.run_dir, step))
-        return load_model(path, self.cfg.model), load_tokenizer(path, self.cfg.model)
+        model = load_model(path, self.cfg.model, device=self.accelerator.device)
+        return model, load_tokenizer(path, self.cfg.model)
 
     # ----------------------------------------------------------------------------------- the steps
 

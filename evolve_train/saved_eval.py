@@ -171,7 +171,7 @@ class SavedCheckpoints:
     def load(self, step: int):
         """The model and tokenizer scored as checkpoint ``step``."""
         path = str(step_dir(self.source, step)) if self.source else self.cfg.model.name_or_path
-        model = load_model(path, self.cfg.model).to(self.accelerator.device)
+        model = load_model(path, self.cfg.model, device=self.accelerator.device)
         return model, load_tokenizer(self.cfg.model.tokenizer or path, self.cfg.model)
 
     def close(self, ok: bool) -> None:
@@ -428,7 +428,7 @@ class CheckpointSeries(SavedCheckpoints):
         entry, model_cfg = self.entries[step], self.cfg.model
         log.info("checkpoint %d (%s): %s", step, self.timeline.steps[step].name, entry.label)
         try:
-            model = load_model(entry.model, model_cfg, revision=entry.revision).to(self.accelerator.device)
+            model = load_model(entry.model, model_cfg, revision=entry.revision, device=self.accelerator.device)
             if model_cfg.tokenizer:
                 tokenizer = load_tokenizer(model_cfg.tokenizer, model_cfg)
             else:

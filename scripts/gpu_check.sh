@@ -8,7 +8,8 @@
 #           a short run on a 50-organisation world: method=full and method=lora, then the full run again killed
 #           (SIGKILL) at the third optimizer step of time step 1 and run again in its dir, which resumes from its
 #           last saved training state; scripts/resume_check.py prints PASS/FAIL lines: resumed, losses and
-#           metric rows against the uninterrupted full run, the CUDA peak against the memory preflight's estimate
+#           metric rows against the uninterrupted full run, the CUDA peak against the memory preflight's estimate,
+#           the host memory the rerun's checkpoint load added against the weights' size (read onto the GPU)
 #   tokens  masked-entity training on a ~1B-shaped GPT-2 (24 layers, width 2048): fixed rows per batch
 #           (trainer.batch_size) against a token budget per batch (trainer.tokens_per_batch)
 #   memory  scripts/gpu_memory_check.py: a Llama-3.2-1B-shaped model with a 128,256 vocabulary (random weights),

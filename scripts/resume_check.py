@@ -12,7 +12,10 @@ again in the same run dir. Printed, each ``PASS``/``FAIL <figure> ...``:
 - ``resume_metrics``: every numeric metric of every metric row (matched by checkpoint, group and set) differs
   by at most ``--metric-atol`` + ``--metric-rtol`` x its magnitude, and the two runs have the same rows;
 - ``peak_vs_preflight`` (only where the loop logged a CUDA peak, ``peak_mem_gb``): REFERENCE's peak against
-  the memory preflight's per-device estimate in its ``train.log``, inside ``--preflight-band`` (else ``INFO``).
+  the memory preflight's per-device estimate in its ``train.log``, inside ``--preflight-band`` (else ``INFO``);
+- ``host_load_vs_weights`` (judged where the weights went to a GPU): what RESUMED's load of its checkpoint added
+  to the process's resident host memory, against the weights' size, at most ``--host-load-max`` (the weights are
+  read from the file straight onto the GPU; ``INFO`` on a CPU, where they live in host memory).
 
 Bounds: exact (``0``) where the same computation repeats bit for bit (fp32 on CPU); on a GPU in bf16 a few
 kernels are not deterministic, so gpu_check.sh passes looser bounds (docs/distributed.md). Exit 0 when every
@@ -115,6 +118,25 @@ def check_peak(reference: Path, band: tuple[float, float]) -> tuple[str, float |
     return _line(band[0] <= ratio <= band[1], "peak_vs_preflight", text), ratio
 
 
+LOAD_LINE = re.compile(
+    r"model: [\d.]+M parameters from steps/\d+\n.*?weights: ([\d.]+) GiB in \w+ on (\S+); "
+    r"host memory of this process ([+-][\d.]+) GiB while loading"
+)
+
+
+def check_host_load(resumed: Path, bound: float) -> tuple[str, float | None]:
+    log = resumed / "train.log"
+    found = LOAD_LINE.findall(log.read_text(errors="replace")) if log.is_file() else []
+    if not found:
+        return "INFO host_load_vs_weights not measured (no checkpoint load with host memory in train.log)", None
+    weights, device, host = float(found[-1][0]), found[-1][1], float(found[-1][2])
+    ratio = host / weights if weights else math.inf
+    text = f"= {ratio:.2f} (host {host:+.2f} GiB / weights {weights:.2f} GiB on {device}; at most {bound})"
+    if not device.startswith("cuda"):
+        return f"INFO host_load_vs_weights {text}", ratio
+    return _line(ratio <= bound, "host_load_vs_weights", text), ratio
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("reference", type=Path)
@@ -123,6 +145,7 @@ def main(argv=None) -> int:
     parser.add_argument("--metric-atol", type=float, default=0.0)
     parser.add_argument("--metric-rtol", type=float, default=0.0)
     parser.add_argument("--preflight-band", type=float, nargs=2, default=(0.75, 1.25))
+    parser.add_argument("--host-load-max", type=float, default=0.25)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
 
@@ -139,10 +162,12 @@ def main(argv=None) -> int:
     ok_m, text_m, metric_diff = check_metrics(args.reference, args.resumed, args.metric_atol, args.metric_rtol)
     lines += [_line(ok_l, "resume_losses", text_l), _line(ok_m, "resume_metrics", text_m)]
     peak_line, ratio = check_peak(args.reference, tuple(args.preflight_band))
-    lines.append(peak_line)
+    host_line, host_ratio = check_host_load(args.resumed, args.host_load_max)
+    lines += [peak_line, host_line]
     print("\n".join(lines))
     if args.out:
         figures = {"loss_max_rel_diff": loss_diff, "metric_max_abs_diff": metric_diff, "peak_vs_preflight": ratio}
+        figures["host_load_vs_weights"] = host_ratio
         args.out.write_text(json.dumps({k: (None if v == math.inf else v) for k, v in figures.items()}, indent=1))
     return 0 if all(not line.startswith("FAIL") for line in lines) else 1
 

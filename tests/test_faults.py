@@ -32,6 +32,7 @@ import torch
 from helpers import TINY
 from safetensors.torch import load_file
 from test_reliability import metrics, train_log  # a run's rows without the wall-clock figures
+from test_resume_check import resume_check  # scripts/resume_check.py
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMON = [*TINY, "eval.evaluators=[splits]", "trainer.num_threads=1"]
@@ -142,6 +143,8 @@ def test_killed_run_rerun_with_the_same_command_matches_the_uninterrupted_run(
     assert resumed in again.stdout, again.stdout[-3000:]
     assert_identical(reference, run_dir)
     assert_nothing_truncated(run_dir)
+    host_load, ratio = resume_check.check_host_load(run_dir, 0.25)  # the resume's load line, as gpu_check reads it
+    assert host_load.startswith("INFO host_load_vs_weights = ") and "on cpu" in host_load and ratio is not None
 
 
 def test_a_kill_during_a_state_write_is_reported_and_the_previous_state_used(references, tmp_path):

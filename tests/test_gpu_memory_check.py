@@ -47,5 +47,6 @@ def test_the_dry_fsdp_part_kills_a_run_and_resumes_it_to_the_uninterrupted_rows(
     for figure in ("resumed", "resume_losses", "resume_metrics"):
         assert f"\nPASS {figure} " in status, status
     assert "INFO peak_vs_preflight not measured" in status  # no CUDA peak on CPU
+    assert "INFO host_load_vs_weights = " in status and " on cpu" in status  # measured, judged on a GPU only
     log = (tmp_path / "fsdp_full" / "train.log").read_text()
     assert "FSDP2: processes held" in log and "model: " in log

@@ -9,7 +9,8 @@ from transformers import LlamaForCausalLM, Qwen2ForCausalLM
 from evolve_train.compose import compose_config
 from evolve_train.config import ModelConfig
 from evolve_train.errors import ConfigError
-from evolve_train.models.build import build_model, is_seq2seq, model_config, train_tokenizer
+from evolve_train.models import build
+from evolve_train.models.build import build_model, is_seq2seq, load_model, model_config, train_tokenizer
 
 TEXTS = ["The river rose over the old bridge in spring."] * 3
 
@@ -54,3 +55,22 @@ def test_the_1b_random_config_has_llama_3_2_1b_shape():
         model = LlamaForCausalLM(config)
     assert config.vocab_size == 128256
     assert sum(p.numel() for p in model.parameters()) == 1_235_814_400  # Llama-3.2-1B's count (tied head)
+
+
+def test_a_saved_model_is_read_straight_onto_the_run_device_with_the_same_weights(tokenizer, tmp_path):
+    """``device=`` passes ``device_map={"": device}`` to ``from_pretrained`` (on a GPU: no host copy); the weights,
+    the dtype and the tied head are those of the plain load; the log line names the size and the device."""
+    assert build._on_device(None) == {}
+    assert build._on_device("cuda:3") == {"device_map": {"": torch.device("cuda:3")}}
+    cfg = small("llama", vocab_size=512, dtype="bfloat16")
+    torch.manual_seed(0)
+    build_model(cfg, tokenizer).save_pretrained(tmp_path / "m")
+    plain = load_model(str(tmp_path / "m"), cfg)
+    placed = load_model(str(tmp_path / "m"), cfg, device=torch.device("cpu"))
+    assert placed.get_input_embeddings().weight is placed.get_output_embeddings().weight
+    assert {p.dtype for p in placed.parameters()} == {torch.bfloat16}
+    expected = plain.state_dict()
+    assert all(torch.equal(t, expected[k]) for k, t in placed.state_dict().items())
+    line = build.load_line(placed, torch.device("cpu"), 1.0, 1.5)
+    assert line.startswith(f"weights: {build.weight_gib(placed):.2f} GiB in bfloat16 on cpu; host memory")
+    assert "+0.50 GiB" in line and "n/a" in build.load_line(placed, "cpu", None, 1.0)

@@ -83,3 +83,28 @@ def test_only_wall_clock_values_are_left_out_of_the_comparison(tmp_path):
         with (run / "metrics.jsonl").open("a") as out:
             out.write(json.dumps({**row, "timestamp_reliance": value, "eval_seconds": seconds}) + "\n")
     assert resume_check.main([str(ref), str(res)]) == 1  # a metric named after time is still a metric
+
+
+def load_lines(path: Path, device: str, host_gib: float, weights_gib: float = 2.3) -> None:
+    """Append the lines a run logs when it loads its checkpoint (``run.py``'s ``_initial_model``)."""
+    with (path / "train.log").open("a") as log:
+        log.write("[2026-12-07 03:00:00][evolve_train.run][INFO] - model: 1235.81M parameters from steps/0\n")
+        log.write(
+            f"[2026-12-07 03:00:01][evolve_train.run][INFO] - weights: {weights_gib:.2f} GiB in bfloat16 on {device}; "
+            f"host memory of this process {host_gib:+.2f} GiB while loading\n"
+        )
+
+
+@pytest.mark.parametrize(
+    "device, host, verdict",
+    [("cuda:0", 0.12, "PASS"), ("cuda:0", 2.4, "FAIL"), ("cpu", 2.4, "INFO"), (None, 0.0, "INFO")],
+)
+def test_the_host_memory_of_a_checkpoint_load_is_judged_on_a_gpu_only(tmp_path, device, host, verdict):
+    res = write_run(tmp_path / "res", [3.0], 0.5)
+    if device is not None:
+        load_lines(res, device, host)
+    line, ratio = resume_check.check_host_load(res, 0.25)
+    assert line.startswith(f"{verdict} host_load_vs_weights"), line
+    assert (ratio is None) == (device is None)
+    if device is not None:
+        assert ratio == pytest.approx(host / 2.3)

@@ -87,11 +87,11 @@ def loads(monkeypatch) -> list[tuple[str, object]]:
     alive: list[weakref.ref] = []
     real = saved_eval.load_model
 
-    def counted(path, cfg, revision=None):
+    def counted(path, cfg, revision=None, device=None):
         gc.collect()
         assert all(ref() is None for ref in alive), "the previous entry's model is still in memory"
         seen.append((Path(path).name if Path(path).is_absolute() else path, revision))
-        model = real(path, cfg, revision=revision)
+        model = real(path, cfg, revision=revision, device=device)
         alive.append(weakref.ref(model))
         return model
 
@@ -129,10 +129,10 @@ def test_an_interrupted_series_goes_on_at_the_next_entry_and_a_second_call_chang
     out = tmp_path / "series"
     real = saved_eval.load_model
 
-    def failing(path, cfg, revision=None):
+    def failing(path, cfg, revision=None, device=None):
         if Path(path).name == "2":
             raise RuntimeError("interrupted at entry 2")
-        return real(path, cfg, revision=revision)
+        return real(path, cfg, revision=revision, device=device)
 
     monkeypatch.setattr(saved_eval, "load_model", failing)
     with pytest.raises(RuntimeError, match="entry 2"):

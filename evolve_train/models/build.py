@@ -104,16 +104,20 @@ def build_text_format(cfg: ModelConfig, tokenizer: PreTrainedTokenizerFast) -> T
     return make_text_format(tokenizer, is_seq2seq(cfg))
 
 
-def load_model(path: str, cfg: ModelConfig, *, revision: Optional[str] = None) -> PreTrainedModel:
+def load_model(
+    path: str, cfg: ModelConfig, *, revision: Optional[str] = None, device: Optional[torch.device] = None
+) -> PreTrainedModel:
     """Load a pretrained model or a saved checkpoint (safetensors only unless allowed) in ``model.dtype``,
     with the run's model settings (:func:`apply_model_settings`). A LoRA checkpoint saved without merged
     weights (``method.lora.save_merged=false``) is rebuilt from its chain (``models/lora_checkpoint.py``).
-    ``revision``: a hub branch, tag or commit of ``path`` (Pythia's ``step143000``)."""
+    ``revision``: a hub branch, tag or commit of ``path`` (Pythia's ``step143000``). ``device``: where the
+    weights go, read from the file straight onto it (:func:`_from_pretrained`)."""
     from evolve_train.models.lora_checkpoint import is_adapter_only, load_adapter_only
 
     if revision is None and is_adapter_only(path):
-        return apply_model_settings(load_adapter_only(path, cfg, _from_pretrained), cfg)
-    return apply_model_settings(_from_pretrained(path, cfg, revision=revision), cfg)
+        model = load_adapter_only(path, cfg, _from_pretrained)
+        return apply_model_settings(model if device is None else model.to(device), cfg)
+    return apply_model_settings(_from_pretrained(path, cfg, revision=revision, device=device), cfg)
 
 
 def _revision(revision: Optional[str]) -> dict:
@@ -121,7 +125,16 @@ def _revision(revision: Optional[str]) -> dict:
     return {"revision": revision} if revision else {}
 
 
-def _from_pretrained(path: str, cfg: ModelConfig, *, revision: Optional[str] = None) -> PreTrainedModel:
+def _on_device(device: Optional[torch.device]) -> dict:
+    """``from_pretrained``'s ``device_map`` placing every weight on ``device`` as it is read: on a GPU no process
+    holds a host copy of the model (8 processes of a node would hold 8), and the file's pages, shared by the
+    node's processes through the page cache, are read from disk once."""
+    return {} if device is None else {"device_map": {"": torch.device(device)}}
+
+
+def _from_pretrained(
+    path: str, cfg: ModelConfig, *, revision: Optional[str] = None, device: Optional[torch.device] = None
+) -> PreTrainedModel:
     check_safe_weights(path, cfg.allow_pickle)
     auto = AutoModelForSeq2SeqLM if is_seq2seq(cfg) else AutoModelForCausalLM
     return auto.from_pretrained(
@@ -131,6 +144,7 @@ def _from_pretrained(path: str, cfg: ModelConfig, *, revision: Optional[str] = N
         use_safetensors=None if cfg.allow_pickle else True,
         dtype=weight_dtype(cfg),
         **_revision(revision),
+        **_on_device(device),
     )
 
 
@@ -158,16 +172,17 @@ def with_loss_type(model: PreTrainedModel) -> PreTrainedModel:
     return model
 
 
-def build_model(cfg: ModelConfig, tokenizer: PreTrainedTokenizerFast) -> PreTrainedModel:
-    """A fresh model from config (``name_or_path=null``) or the pretrained one."""
-    return apply_model_settings(_build_model(cfg, tokenizer), cfg)
-
-
-def _build_model(cfg: ModelConfig, tokenizer: PreTrainedTokenizerFast) -> PreTrainedModel:
+def build_model(
+    cfg: ModelConfig, tokenizer: PreTrainedTokenizerFast, device: Optional[torch.device] = None
+) -> PreTrainedModel:
+    """A fresh model from config (``name_or_path=null``) or the pretrained one, on ``device`` (default: host).
+    A pretrained model is read straight onto ``device``; one built from config is initialised on the host in
+    float32 (the same weights for a seed on any device), then cast and moved."""
     if cfg.name_or_path:
-        return _from_pretrained(cfg.name_or_path, cfg)
+        return apply_model_settings(_from_pretrained(cfg.name_or_path, cfg, device=device), cfg)
     config = model_config(cfg, len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id)
-    return CLASSES[str(cfg.arch)](config)
+    model = apply_model_settings(CLASSES[str(cfg.arch)](config), cfg)
+    return model if device is None else model.to(device)
 
 
 CLASSES = {
@@ -228,6 +243,23 @@ def model_config(cfg: ModelConfig, vocab: int, pad_id: Optional[int] = 0, eos_id
         )
     config._attn_implementation = cfg.attn_implementation
     return config
+
+
+def weight_gib(model: torch.nn.Module) -> float:
+    """The bytes of the model's parameters and buffers in GiB (tied tensors counted once)."""
+    tensors = {id(t): t for t in itertools.chain(model.parameters(), model.buffers())}
+    return sum(t.numel() * t.element_size() for t in tensors.values()) / 2**30
+
+
+def load_line(model: torch.nn.Module, device, before: Optional[float], after: Optional[float]) -> str:
+    """The log line of a model made ready on ``device``: its weights' size and what it added to this process's
+    resident host memory (``before``/``after``: :func:`~evolve_train.utils.host_memory.resident_gib`).
+    ``scripts/resume_check.py`` reads it."""
+    dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+    host = "n/a" if before is None or after is None else f"{after - before:+.2f} GiB"
+    return (
+        f"weights: {weight_gib(model):.2f} GiB in {dtype} on {device}; host memory of this process {host} while loading"
+    )
 
 
 def n_parameters(model: torch.nn.Module, trainable_only: bool = False) -> int:

@@ -167,7 +167,7 @@ class Step0Cache:
         if not hit[0]:
             return None
         meta = json.loads((self.path / META).read_text(encoding="utf-8"))
-        model = load_model(str(self.path), model_cfg).to(accelerator.device)
+        model = load_model(str(self.path), model_cfg, device=accelerator.device)
         for row in meta.get("train_rows", []):
             if log_fn is not None:
                 log_fn({**row, "from_step0_cache": True})
