@@ -921,6 +921,10 @@ class ParaphraseGapConfig:
     """Items per split set asked with variants by ``paraphrase_gap``/``flip_rate`` (seeded sample; 0 = all)."""
 
     def __post_init__(self):
+        self.check()
+
+    def check(self) -> None:
+        """Range checks; the hygiene preflight runs them again on a config changed after it was built."""
         check_ranges(
             "eval.paraphrase_gap",
             {
@@ -943,6 +947,10 @@ class FlipRateConfig:
     """Seed of sampled decoding (plus the checkpoint)."""
 
     def __post_init__(self):
+        self.check()
+
+    def check(self) -> None:
+        """Range checks; the hygiene preflight runs them again on a config changed after it was built."""
         check_ranges(
             "eval.flip_rate",
             {

@@ -211,7 +211,7 @@ def pretrained_part(size_name: str = "135m", quick: bool = False) -> dict:
             }
             continue
         try:
-            peak = matmul_peak(dtype)
+            peak = matmul_peak(dtype, n=512, seconds=0.2) if size_name == "tiny" else matmul_peak(dtype)
             train = train_tokens_per_s(size, precision, steps)
             plain = plain_tokens_per_s(size, precision, steps) if precision == chosen else None
             evaluation = eval_tokens_per_s(size, precision, windows)

@@ -80,23 +80,14 @@ def check_rewrites(rewrites) -> list[dict]:
 
 
 def check_config(cfg) -> None:
-    """Validate the hygiene settings of ``eval`` (called before training starts)."""
+    """Validate the hygiene settings of ``eval`` (called before training starts): the rewrites, and the
+    sections' own range checks again (a config may have changed since it was built)."""
     gap, flips = getattr(cfg, "paraphrase_gap", None), getattr(cfg, "flip_rate", None)
     if gap is not None:
         check_rewrites(gap.rewrites)
-        if gap.variants < 1:
-            raise ConfigError(f"eval.paraphrase_gap.variants must be >= 1, got {gap.variants}")
-        if gap.spotcheck < 0 or gap.max_items_per_set < 0:
-            raise ConfigError("eval.paraphrase_gap.spotcheck and max_items_per_set must be >= 0")
+        gap.check()
     if flips is not None:
-        if flips.templates < 2:
-            raise ConfigError(
-                f"eval.flip_rate.templates must be >= 2 (the original and a variant), got {flips.templates}"
-            )
-        if flips.samples < 1:
-            raise ConfigError(f"eval.flip_rate.samples must be >= 1 (1 = greedy), got {flips.samples}")
-        if flips.samples > 1 and not flips.temperature > 0:
-            raise ConfigError(f"eval.flip_rate.temperature must be > 0 when sampling, got {flips.temperature}")
+        flips.check()
 
 
 # ---------------------------------------------------------------- variants
