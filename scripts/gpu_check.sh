@@ -14,7 +14,8 @@
 #           (trainer.batch_size) against a token budget per batch (trainer.tokens_per_batch)
 #   memory  scripts/gpu_memory_check.py: a Llama-3.2-1B-shaped model with a 128,256 vocabulary (random weights),
 #           bf16, one GPU: chunked vs the model's own loss, peak memory vs the memory preflight's estimate,
-#           tokens/s and MFU vs a plain PyTorch step; one PASS/FAIL line per figure (docs/distributed.md)
+#           tokens/s and MFU vs a plain PyTorch step, evaluation's peak as eval.precision=bf16_copy vs bf16
+#           autocast; one PASS/FAIL line per figure (docs/distributed.md)
 #   demo    the embedded demo end to end in bf16
 #   sweep   with >= 2 GPUs (nvidia-smi -L) only, and then in the default parts (+120 s): a method=full,lora sweep
 #           whose points are 2-process NCCL runs (hydra/launcher=submitit_local_multi, both points on GPUs 0,1),

@@ -10,7 +10,11 @@ One line per figure, ``PASS`` or ``FAIL`` against its bound (docs/distributed.md
 * ``peak_chunked_vs_unchunked``: the project's step's peak over the same step with the model's own loss, <= 0.6;
 * ``throughput_vs_plain``: the project's step's tokens/s over a plain PyTorch step (``model(**batch).loss``,
   AdamW) on the same batches, >= 0.85 (the chunked loss recomputes the head's logits in the backward), with
-  each one's MFU (6 N FLOPs per token over ``--peak-tflops``).
+  each one's MFU (6 N FLOPs per token over ``--peak-tflops``);
+* ``eval_bf16_copy_vs_autocast``: the peak of scoring a batch (no gradients) with float32 weights evaluated as
+  ``eval.precision=bf16_copy`` (``evaluation/precision.py``: a bf16 copy, the float32 weights parked in host
+  memory) over the same scoring under bf16 autocast on the float32 weights, <= 0.7, with the seconds the copy
+  and the weights' way back cost.
 
     python scripts/gpu_memory_check.py                 # GPU, ~2 min on an H100
     python scripts/gpu_memory_check.py --dry           # CPU, tiny shapes: the same code in seconds
@@ -32,6 +36,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from evolve_train.compose import compose_config  # noqa: E402
+from evolve_train.evaluation.precision import eval_autocast, evaluated_weights  # noqa: E402
 from evolve_train.models.build import model_config  # noqa: E402
 from evolve_train.training.loss import batch_loss  # noqa: E402
 from evolve_train.training.preflight import estimate, shape_of  # noqa: E402
@@ -41,6 +46,7 @@ BOUNDS = {
     "peak_vs_preflight": ("in", (0.75, 1.25)),
     "peak_chunked_vs_unchunked": ("<=", 0.6),
     "throughput_vs_plain": (">=", 0.85),
+    "eval_bf16_copy_vs_autocast": ("<=", 0.7),
 }
 
 
@@ -98,6 +104,24 @@ def train_steps(model, batches, chunked: bool, device, dtype, steps: int):
     return seconds, peak_bytes(device) - before, first
 
 
+def eval_peak(model, batch, device, choice: str) -> tuple[int, float]:
+    """(peak memory of scoring ``batch`` without gradients under ``eval.precision=choice``, counted from when the
+    evaluated weights are ready; seconds of the whole evaluation, the copy and the weights' way back included)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    with evaluated_weights(choice, model) as evaluated:
+        context, _ = eval_autocast(choice, None, evaluated)
+        reset_peak(device)
+        with torch.no_grad(), context:
+            batch_loss(evaluated, evaluated, batch)
+        peak = peak_bytes(device)
+        del evaluated
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return peak, time.perf_counter() - start
+
+
 def judge(name: str, value: float) -> bool:
     kind, bound = BOUNDS[name]
     ok = bound[0] <= value <= bound[1] if kind == "in" else (value <= bound if kind == "<=" else value >= bound)
@@ -133,6 +157,12 @@ def main(argv=None) -> int:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         results[chunked] = train_steps(model, batches, chunked, device, dtype, args.steps)
         del model
+    torch.manual_seed(0)
+    with torch.device(device):  # float32 weights, as a run with model.dtype=float32 evaluates them
+        model = LlamaForCausalLM(config)
+    evaluation = {choice: eval_peak(model, batches[0], device, choice) for choice in ("bf16", "bf16_copy")}
+    del model
+    figures["eval_bf16_copy_vs_autocast"] = evaluation["bf16_copy"][0] / max(1, evaluation["bf16"][0])
     tokens = rows * width * (args.steps - 1)
     shape = shape_of(config)
     bytes_ = 2 if dtype == torch.bfloat16 else 4
@@ -151,6 +181,8 @@ def main(argv=None) -> int:
         print(
             f"INFO {label} step: {speed[chunked]:.0f} tokens/s, MFU {mfu:.3f}, peak {results[chunked][1] / 2**30:.2f} GiB"
         )
+    for choice, (peak, seconds) in evaluation.items():
+        print(f"INFO evaluation as eval.precision={choice}: peak {peak / 2**30:.2f} GiB, {seconds:.2f} s")
     print(f"INFO preflight estimate {estimated.lines()}")
     BOUNDS.update(bounds)
     if args.out:

@@ -11,7 +11,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-FIGURES = ("chunked_loss", "peak_vs_preflight", "peak_chunked_vs_unchunked", "throughput_vs_plain")
+FIGURES = (
+    "chunked_loss",
+    "peak_vs_preflight",
+    "peak_chunked_vs_unchunked",
+    "throughput_vs_plain",
+    "eval_bf16_copy_vs_autocast",
+)
 
 
 @pytest.mark.slow
@@ -29,6 +35,7 @@ def test_the_dry_memory_part_prints_one_judged_line_per_figure(tmp_path):
     assert f"PASS {FIGURES[0]} = " in status  # the loss is the one figure tiny CPU shapes decide
     figures = json.loads((tmp_path / "memory_check.json").read_text())
     assert figures["mfu_project"] > 0 and figures["peak_vs_preflight"] > 0
+    assert figures["eval_bf16_copy_vs_autocast"] > 0
 
 
 @pytest.mark.slow
