@@ -68,8 +68,8 @@ from evolve_train.training.plan import StepPlan, StepResult
 from evolve_train.training.redact import redact_run
 from evolve_train.training.signals import REPEAT_WINDOW_S, SIGNAL_NAMES, DeferredSignals, submitit_signal
 from evolve_train.training.token_cache import step_tokenizer
-from evolve_train.utils.host_memory import resident_gib
 from evolve_train.training.train_state import StepStates, TrainingInterrupted, prune_states
+from evolve_train.utils.host_memory import resident_gib
 
 log = logging.getLogger(__name__)
 

@@ -32,13 +32,6 @@ SIZES = {
 }
 
 
-def _rss() -> int:
-    with open("/proc/self/statm") as statm:
-        import os
-
-        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
 def llama_config(size: dict):
     from transformers import LlamaConfig
 
@@ -61,6 +54,7 @@ def worker(variant: str, size: dict, checkpointing: bool = False) -> dict:
 
     from evolve_train.models import scoring
     from evolve_train.training.loss import batch_loss
+    from evolve_train.utils.host_memory import resident_bytes
 
     part, kind = variant.split("_")
     if kind == "unchunked":
@@ -71,7 +65,7 @@ def worker(variant: str, size: dict, checkpointing: bool = False) -> dict:
         ids = torch.randint(3, size["vocab"], (size["rows"], size["width"]))
         batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids.clone()}
         nonlocal before
-        before = _rss()
+        before = resident_bytes()
         model = LlamaForCausalLM(llama_config(size))
         if checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})

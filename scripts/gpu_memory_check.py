@@ -40,6 +40,7 @@ from evolve_train.evaluation.precision import eval_autocast, evaluated_weights  
 from evolve_train.models.build import model_config  # noqa: E402
 from evolve_train.training.loss import batch_loss  # noqa: E402
 from evolve_train.training.preflight import estimate, shape_of  # noqa: E402
+from evolve_train.utils.host_memory import resident_bytes  # noqa: E402
 
 BOUNDS = {
     "chunked_loss": ("<=", 2e-3),
@@ -73,10 +74,7 @@ def reset_peak(device) -> int:
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
         return torch.cuda.memory_allocated(device)
-    with open("/proc/self/statm") as statm:  # CPU: resident memory now (the peak is the process's)
-        import os
-
-        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    return resident_bytes()  # CPU: resident memory now (the peak is the process's)
 
 
 def train_steps(model, batches, chunked: bool, device, dtype, steps: int):
