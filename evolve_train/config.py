@@ -1128,7 +1128,7 @@ class EvalConfig:
     checkpoint i): ``summary.json`` then gets ``regret_*`` = aggregate(run) − aggregate(oracle) (docs/metrics.md#9-time-sliced-perplexity)."""
     within_step_every: int = 0
     """Evaluate a fixed probe of every split set each N optimizer steps during training (0 = off): the
-    stability gap within a step (``within_step.jsonl``)."""
+    stability gap within a step (one row per probe in ``train_log.jsonl``, ``group: within_step``)."""
     within_step_items: int = 64
     """Items per split set of the within-step probe (a fixed seeded sample)."""
     qa_adaptation: QAAdaptationConfig = field(default_factory=QAAdaptationConfig)
@@ -1194,7 +1194,8 @@ class WandbConfig:
     tags: list[str] = field(default_factory=list)
     """Tags of the run."""
     group: Optional[str] = None
-    """Run group; ``null`` uses the experiment name."""
+    """Run group; ``null``: in a Hydra multirun the sweep dir (``hydra.sweep.dir``, one group per sweep), else
+    the experiment name."""
     predictions_sample: int = 16
     """Predictions per eval set sampled (seeded) into each checkpoint's ``predictions/step_<k>`` table (0 = none)."""
 
