@@ -1,0 +1,338 @@
+"""Which year does a checkpoint know? Knowledge-cutoff estimates with bootstrap intervals
+(docs/metrics.md#13-knowledge-cutoff). numpy only.
+
+Two kinds of evidence:
+
+* **A loss matrix over time slices** (:func:`slice_cutoff`): per row (a checkpoint or a model) a loss per slice,
+  slices in time order. The cutoff slice is the one before the largest increase of loss between consecutive
+  slices, taken on the loss minus a reference row's loss when a reference is given (e.g. the last checkpoint
+  or the most recent model: what is left is what the row has not learned), on the raw loss without one.
+* **Dated answers** (:func:`answer_year` and :func:`current_value_year`): per fact and prompt, the start year
+  of the value the model gave and whether it is the fact's current value.
+
+Intervals are percentile intervals (2.5th / 97.5th, docs/metrics.md#8-statistics-and-hygiene) of a bootstrap:
+over documents when per-document losses are given (paired with the reference's documents when both rows score
+the same documents), else a normal draw per cell from the slice's standard error over its items (the
+aggregate form of the same bootstrap), over facts for dated answers.
+
+"No cutoff found" (``estimate`` None, with ``reason``) when the change does not stand out: the one-sided lower
+bootstrap bound of the change at the chosen position, Bonferroni-corrected for having picked the largest of
+``m`` candidate positions (quantile 0.025 / m), is not above ``min_change`` (0). Without any noise estimate the
+point change must be above ``min_change``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Hashable, Iterable, Optional, Sequence
+
+import numpy as np
+
+
+Label = Hashable
+
+JUMP = "loss_jump"
+JUMP_REFERENCE = "loss_jump_vs_reference"
+ANSWER_MODE = "answered_year_mode"
+CURRENT_STEP = "current_value_step"
+
+OVER_DOCUMENTS = "documents"
+OVER_DOCUMENTS_PAIRED = "documents (paired with the reference)"
+OVER_ITEMS = "slice items (normal draw from each slice's standard error)"
+OVER_FACTS = "facts"
+OVER_NOTHING = "none (no per-document losses or standard errors)"
+
+
+@dataclass(frozen=True)
+class CutoffEstimate:
+    """One knowledge-cutoff estimate. ``estimate`` None means no cutoff found (``reason`` says why)."""
+
+    estimate: Optional[Label]
+    """The cutoff slice's label, or the year."""
+    lo: Optional[Label]
+    hi: Optional[Label]
+    """The 95 % bootstrap interval of the estimate (None without a bootstrap or without an estimate)."""
+    method: str
+    n: int
+    """Evidence: documents (or items) over all slices, or facts."""
+    reason: str
+    change: Optional[float] = None
+    """The loss jump (or the drop in the share of current values) at the chosen position."""
+    change_lo: Optional[float] = None
+    """Its Bonferroni-corrected one-sided lower bootstrap bound (the rule above)."""
+    before: Optional[Label] = None
+    after: Optional[Label] = None
+    """The two slices (years) between which the change is (the mode year as ``before`` for the mode), set
+    also when no cutoff is found: the position that was tested."""
+    over: str = OVER_NOTHING
+    """What the bootstrap resampled."""
+
+    @property
+    def found(self) -> bool:
+        return self.estimate is not None
+
+
+@dataclass
+class LossRow:
+    """One row of a loss matrix: the mean loss per slice (in slice order), optionally per-document losses
+    (``docs[j]``: slice j's documents, the same order at every row that scores the same documents) or the
+    standard error of each slice's mean over its items, and the item counts."""
+
+    name: str
+    means: np.ndarray
+    docs: Optional[list[np.ndarray]] = None
+    stderr: Optional[np.ndarray] = None
+    counts: Optional[np.ndarray] = None
+
+    def __post_init__(self) -> None:
+        self.means = np.asarray(self.means, dtype=float)
+        if self.docs is not None:
+            self.docs = [np.asarray(d, dtype=float) for d in self.docs]
+            self.means = np.array([d.mean() if len(d) else np.nan for d in self.docs])
+            self.counts = np.array([len(d) for d in self.docs])
+        if self.stderr is not None:
+            self.stderr = np.asarray(self.stderr, dtype=float)
+
+    @property
+    def n(self) -> int:
+        return int(np.sum(self.counts)) if self.counts is not None else 0
+
+
+@dataclass
+class LossMatrix:
+    """Rows over the same slices (labels in time order)."""
+
+    slices: list[Label]
+    rows: list[LossRow] = field(default_factory=list)
+
+    def row(self, name: str) -> LossRow:
+        for row in self.rows:
+            if row.name == name:
+                return row
+        raise KeyError(f"no row {name!r} (rows: {[r.name for r in self.rows]})")
+
+
+@dataclass(frozen=True)
+class DatedAnswer:
+    """One answer to one fact (one prompt): the start year of the value given (None: no dated value), whether
+    it is the fact's current value (None: not judged, or irrelevant) and the start year of the current value."""
+
+    fact: Hashable
+    year: Optional[int] = None
+    current: Optional[bool] = None
+    current_year: Optional[int] = None
+
+
+def _interval(draws: Sequence[int]) -> tuple[int, int]:
+    """2.5th / 97.5th percentiles of the draws, as :func:`~.stats.bootstrap_ci_bounds` takes them."""
+    ordered = sorted(int(d) for d in draws)
+    return ordered[int(len(ordered) * 0.025)], ordered[int(len(ordered) * 0.975) - 1]
+
+
+def _lower_bound(draws: np.ndarray, m: int) -> float:
+    """One-sided lower bootstrap bound at 0.025 / m (Bonferroni over ``m`` candidate positions)."""
+    ordered = np.sort(draws)
+    return float(ordered[int(len(ordered) * 0.025 / max(m, 1))])
+
+
+def _gap(row: LossRow, reference: Optional[LossRow]) -> np.ndarray:
+    return row.means - reference.means if reference is not None else row.means.copy()
+
+
+def _paired(row: LossRow, reference: Optional[LossRow]) -> bool:
+    if reference is None or reference.docs is None:
+        return False
+    return all(len(a) == len(b) for a, b in zip(row.docs, reference.docs))
+
+
+def _document_draws(row: LossRow, reference: Optional[LossRow], B: int, rng) -> np.ndarray:
+    """B × slices gaps recomputed from resampled documents (the same draw for both rows when paired)."""
+    paired = _paired(row, reference)
+    out = np.empty((B, len(row.docs)))
+    for j, docs in enumerate(row.docs):
+        picks = rng.integers(0, len(docs), size=(B, len(docs)))
+        out[:, j] = docs[picks].mean(axis=1)
+        if reference is not None:
+            ref = reference.docs[j]
+            ref_picks = picks if paired else rng.integers(0, len(ref), size=(B, len(ref)))
+            out[:, j] -= ref[ref_picks].mean(axis=1)
+    return out
+
+
+def _stderr_draws(row: LossRow, reference: Optional[LossRow], B: int, rng) -> np.ndarray:
+    """B × slices gaps with each cell drawn from N(mean, stderr²), rows independent (conservative for a gap
+    over the same items, whose shared difficulty would cancel)."""
+    out = row.means + rng.standard_normal((B, len(row.means))) * row.stderr
+    if reference is not None:
+        out -= reference.means + rng.standard_normal((B, len(reference.means))) * reference.stderr
+    return out
+
+
+def _draws(row: LossRow, reference: Optional[LossRow], B: int, seed: int) -> tuple[Optional[np.ndarray], str]:
+    rng = np.random.default_rng(seed)
+    if row.docs is not None and (reference is None or reference.docs is not None):
+        over = OVER_DOCUMENTS_PAIRED if _paired(row, reference) else OVER_DOCUMENTS
+        return _document_draws(row, reference, B, rng), over
+    if row.stderr is not None and (reference is None or reference.stderr is not None):
+        return _stderr_draws(row, reference, B, rng), OVER_ITEMS
+    return None, OVER_NOTHING
+
+
+def slice_cutoff(
+    row: LossRow,
+    slices: Sequence[Label],
+    reference: Optional[LossRow] = None,
+    B: int = 2000,
+    seed: int = 0,
+    min_change: float = 0.0,
+) -> CutoffEstimate:
+    """The cutoff slice of ``row``: the slice before the largest consecutive increase of its loss (minus the
+    reference's loss when given), with the interval and the rule of the module docstring."""
+    method = JUMP_REFERENCE if reference is not None else JUMP
+    n = row.n + (reference.n if reference is not None else 0)
+    if len(slices) != len(row.means) or (reference is not None and len(reference.means) != len(slices)):
+        raise ValueError(f"{len(slices)} slices but rows of {len(row.means)} values")
+    gap = _gap(row, reference)
+    if len(slices) < 2 or not np.all(np.isfinite(gap)):
+        return CutoffEstimate(None, None, None, method, n, "fewer than two slices with a finite loss")
+    jumps = np.diff(gap)
+    j = int(np.argmax(jumps))
+    before, after, m = slices[j], slices[j + 1], len(jumps)
+    draws, over = _draws(row, reference, B, seed)
+    if draws is None:
+        found = jumps[j] > min_change
+        reason = "" if found else f"the largest jump {jumps[j]:.4g} is not above {min_change:g} (no noise estimate)"
+        estimate = before if found else None
+        return CutoffEstimate(estimate, None, None, method, n, reason, float(jumps[j]), None, before, after, over)
+    boot_jumps = np.diff(draws, axis=1)
+    low = _lower_bound(boot_jumps[:, j], m)
+    if not low > min_change:
+        reason = (
+            f"the largest jump ({before} -> {after}: {jumps[j]:.4g}) has a lower bound {low:.4g} "
+            f"<= {min_change:g}: no jump stands out from the bootstrap noise"
+        )
+        return CutoffEstimate(None, None, None, method, n, reason, float(jumps[j]), low, before, after, over)
+    positions = np.argmax(boot_jumps, axis=1)
+    lo, hi = _interval(positions.tolist())
+    return CutoffEstimate(before, slices[lo], slices[hi], method, n, "", float(jumps[j]), low, before, after, over)
+
+
+def matrix_cutoffs(
+    matrix: LossMatrix, reference: Optional[str] = None, B: int = 2000, seed: int = 0
+) -> dict[str, CutoffEstimate]:
+    """:func:`slice_cutoff` of every row (the reference row itself included: its gap is 0, so none found)."""
+    ref = matrix.row(reference) if reference is not None else None
+    return {row.name: slice_cutoff(row, matrix.slices, ref, B=B, seed=seed) for row in matrix.rows}
+
+
+def _by_fact(answers: Iterable[DatedAnswer]) -> dict[Hashable, list[DatedAnswer]]:
+    facts: dict[Hashable, list[DatedAnswer]] = {}
+    for answer in answers:
+        facts.setdefault(answer.fact, []).append(answer)
+    return facts
+
+
+def _year_weights(facts: list[list[DatedAnswer]], years: list[int]) -> np.ndarray:
+    """facts × years: each fact's weight 1 split equally over its answers with a year."""
+    index = {y: k for k, y in enumerate(years)}
+    out = np.zeros((len(facts), len(years)))
+    for f, answers in enumerate(facts):
+        dated = [a.year for a in answers if a.year is not None]
+        for year in dated:
+            out[f, index[year]] += 1.0 / len(dated)
+    return out
+
+
+def _mode_margin(shares: np.ndarray, mode: int) -> np.ndarray:
+    """Share of the mode year minus the largest share of any other year (per bootstrap row)."""
+    others = np.delete(shares, mode, axis=-1)
+    return shares[..., mode] - (others.max(axis=-1) if others.shape[-1] else 0.0)
+
+
+def answer_year(answers: Iterable[DatedAnswer], B: int = 2000, seed: int = 0) -> CutoffEstimate:
+    """The year whose values the model gives most: the mode of the start years of the values given, each fact
+    weighing 1 (split over its dated answers); a tie goes to no year. Found when the mode's share minus the
+    runner-up's has a lower bound (0.025 / number of other years) above 0 under a bootstrap over facts."""
+    facts = [a for a in _by_fact(answers).values() if any(x.year is not None for x in a)]
+    if not facts:
+        return CutoffEstimate(None, None, None, ANSWER_MODE, 0, "no answer with a dated value", over=OVER_FACTS)
+    years = sorted({a.year for f in facts for a in f if a.year is not None})
+    weights = _year_weights(facts, years)
+    totals = weights.sum(axis=0)
+    mode = int(np.argmax(totals))
+    if np.sum(totals == totals[mode]) > 1:
+        return CutoffEstimate(None, None, None, ANSWER_MODE, len(facts), "a tie between years", over=OVER_FACTS)
+    rng = np.random.default_rng(seed)
+    boot = weights[rng.integers(0, len(facts), size=(B, len(facts)))].sum(axis=1)
+    low = _lower_bound(_mode_margin(boot, mode) / len(facts), max(len(years) - 1, 1))
+    margin = float(_mode_margin(totals, mode)) / len(facts)
+    if len(years) > 1 and not low > 0:
+        reason = f"the mode year {years[mode]} does not stand out (margin {margin:.3g}, lower bound {low:.3g})"
+        return CutoffEstimate(
+            None, None, None, ANSWER_MODE, len(facts), reason, margin, low, years[mode], over=OVER_FACTS
+        )
+    lo, hi = _interval([years[k] for k in np.argmax(boot, axis=1)])
+    return CutoffEstimate(years[mode], lo, hi, ANSWER_MODE, len(facts), "", margin, low, years[mode], over=OVER_FACTS)
+
+
+def _current_outcomes(answers: Iterable[DatedAnswer]) -> tuple[np.ndarray, np.ndarray]:
+    """(current value's start year, share of judged answers giving it) per fact with both."""
+    years, shares = [], []
+    for fact in _by_fact(answers).values():
+        judged = [a.current for a in fact if a.current is not None]
+        current_years = {a.current_year for a in fact if a.current_year is not None}
+        if judged and len(current_years) == 1:
+            years.append(current_years.pop())
+            shares.append(float(np.mean(judged)))
+    return np.asarray(years, dtype=int), np.asarray(shares, dtype=float)
+
+
+def _step_drops(years: np.ndarray, shares: np.ndarray, cuts: np.ndarray, min_side: int) -> np.ndarray:
+    """Per candidate cut c: mean share (years <= c) − mean share (years > c), NaN for a side under min_side."""
+    out = np.full(len(cuts), np.nan)
+    for k, cut in enumerate(cuts):
+        left, right = shares[years <= cut], shares[years > cut]
+        if len(left) >= min_side and len(right) >= min_side:
+            out[k] = left.mean() - right.mean()
+    return out
+
+
+def _step_fit(years: np.ndarray, shares: np.ndarray, cuts: np.ndarray, min_side: int) -> tuple[int, np.ndarray]:
+    """The least-squares single mean shift with the earlier mean higher: the cut maximising
+    n_left·n_right/n · drop² over cuts with a positive drop (-1: none)."""
+    drops = _step_drops(years, shares, cuts, min_side)
+    n_left = np.array([np.sum(years <= c) for c in cuts])
+    positive = np.isfinite(drops) & (drops > 0)
+    gain = np.where(positive, n_left * (len(years) - n_left) / len(years) * np.nan_to_num(drops) ** 2, -np.inf)
+    return (int(np.argmax(gain)) if np.isfinite(gain).any() else -1), drops
+
+
+def current_value_year(
+    answers: Iterable[DatedAnswer], B: int = 2000, seed: int = 0, min_side: int = 3
+) -> CutoffEstimate:
+    """The last year whose current values the model still gives: facts ordered by the start year of their
+    current value, each scored by the share of its judged answers that give it; the cut of the least-squares
+    single mean shift (higher before). ``after`` is the first year it stops giving current values. Found when
+    the drop's lower bound (0.025 / number of cuts, bootstrap over facts) is above 0."""
+    years, shares = _current_outcomes(answers)
+    cuts = np.unique(years)[:-1] if len(years) else np.array([], dtype=int)
+    cut, drops = _step_fit(years, shares, cuts, min_side)
+    if cut < 0:
+        reason = "no drop in the share of current values between two years (flat, empty or too few facts)"
+        return CutoffEstimate(None, None, None, CURRENT_STEP, len(years), reason, over=OVER_FACTS)
+    year, after = int(cuts[cut]), int(np.unique(years)[cut + 1])
+    rng = np.random.default_rng(seed)
+    boot_drops, boot_cuts = [], []
+    for _ in range(B):
+        pick = rng.integers(0, len(years), size=len(years))
+        k, d = _step_fit(years[pick], shares[pick], cuts, min_side)
+        boot_drops.append(d[cut] if np.isfinite(d[cut]) else 0.0)
+        if k >= 0:
+            boot_cuts.append(int(cuts[k]))
+    low = _lower_bound(np.asarray(boot_drops), len(cuts))
+    drop = float(drops[cut])
+    if not low > 0 or not boot_cuts:
+        reason = f"the drop after {year} ({drop:.3g}) has a lower bound {low:.3g} <= 0"
+        return CutoffEstimate(None, None, None, CURRENT_STEP, len(years), reason, drop, low, year, after, OVER_FACTS)
+    lo, hi = _interval(boot_cuts)
+    return CutoffEstimate(year, lo, hi, CURRENT_STEP, len(years), "", drop, low, year, after, OVER_FACTS)
