@@ -1,0 +1,138 @@
+"""Knowledge-cutoff estimators (evaluation/metrics/cutoff.py) on constructed evidence with a known answer."""
+
+import numpy as np
+import pytest
+
+from evolve_train.evaluation.metrics.cutoff import (
+    ANSWER_MODE,
+    CURRENT_STEP,
+    JUMP,
+    JUMP_REFERENCE,
+    OVER_DOCUMENTS,
+    OVER_DOCUMENTS_PAIRED,
+    OVER_ITEMS,
+    OVER_NOTHING,
+    DatedAnswer,
+    LossMatrix,
+    LossRow,
+    answer_year,
+    current_value_year,
+    matrix_cutoffs,
+    slice_cutoff,
+)
+
+SLICES = [str(y) for y in range(2014, 2024)]
+CUT = 4  # planted: the last known slice is 2018
+
+
+def docs_row(name: str, cut: int, rng, jump: float = 0.3, drift: float = 0.02, n: int = 150) -> LossRow:
+    """Per-document losses: a slow drift over slices, plus ``jump`` on every slice after ``cut``."""
+    return LossRow(
+        name, None, docs=[rng.normal(2.0 + drift * j + (jump if j > cut else 0.0), 0.4, n) for j in range(10)]
+    )
+
+
+def test_planted_jump_without_reference_is_found_inside_the_interval():
+    est = slice_cutoff(docs_row("a", CUT, np.random.default_rng(0)), SLICES, B=500)
+    assert est.found and est.method == JUMP and est.over == OVER_DOCUMENTS
+    assert est.estimate == "2018" and (est.before, est.after) == ("2018", "2019")
+    assert est.lo <= "2018" <= est.hi
+    assert est.change == pytest.approx(0.3, abs=0.15) and est.change_lo > 0
+    assert est.n == 1500
+
+
+def test_planted_jump_against_a_reference_pairs_the_documents():
+    rng = np.random.default_rng(1)
+    difficulty = [rng.normal(0, 0.5, 150) for _ in range(10)]
+    ref = LossRow("ref", None, docs=[2.0 + d for d in difficulty])
+    row = LossRow(
+        "a",
+        None,
+        docs=[2.0 + d + (0.1 if j > CUT else 0.0) + rng.normal(0, 0.05, 150) for j, d in enumerate(difficulty)],
+    )
+    est = slice_cutoff(row, SLICES, ref, B=500)
+    assert est.method == JUMP_REFERENCE and est.over == OVER_DOCUMENTS_PAIRED
+    assert est.estimate == "2018" and est.lo == est.hi == "2018"
+
+
+def test_reference_removes_a_harder_slice():
+    """A slice hard for every model makes the raw loss jump elsewhere; the gap to the reference does not."""
+    bump = np.zeros(10)
+    bump[7] = 0.5
+    ref = LossRow("ref", 2.0 + bump, stderr=np.full(10, 0.01))
+    row = LossRow("a", 2.0 + bump + np.where(np.arange(10) > CUT, 0.2, 0.0), stderr=np.full(10, 0.01))
+    assert slice_cutoff(row, SLICES, B=300).estimate == "2020"
+    with_ref = slice_cutoff(row, SLICES, ref, B=300)
+    assert with_ref.estimate == "2018" and with_ref.over == OVER_ITEMS
+
+
+def test_no_change_gives_no_cutoff():
+    est = slice_cutoff(docs_row("flat", 99, np.random.default_rng(2), drift=0.0), SLICES, B=500)
+    assert not est.found and est.estimate is None and est.lo is None
+    assert "no jump stands out" in est.reason
+
+
+def test_the_reference_row_itself_and_a_matrix():
+    rng = np.random.default_rng(3)
+    matrix = LossMatrix(SLICES, [docs_row("old", CUT, rng), docs_row("new", 99, rng)])
+    out = matrix_cutoffs(matrix, reference="new", B=200)
+    assert out["old"].estimate == "2018"
+    assert not out["new"].found
+
+
+def test_without_noise_estimate_only_the_threshold_decides():
+    est = slice_cutoff(LossRow("m", [1.0, 1.0, 1.5, 1.6]), list("abcd"))
+    assert est.estimate == "b" and est.lo is None and est.over == OVER_NOTHING
+    flat = slice_cutoff(LossRow("m", [1.0, 0.9, 0.8, 0.7]), list("abcd"))
+    assert not flat.found and "not above" in flat.reason
+
+
+def test_shape_mismatch_fails():
+    with pytest.raises(ValueError):
+        slice_cutoff(LossRow("m", [1.0, 2.0]), list("abc"))
+
+
+def planted_answers(year: int = 2019, facts: int = 80, seed: int = 0) -> list[DatedAnswer]:
+    """Facts whose current value began 2005..2024; the model gives it only when it began by ``year``, else the
+    previous value (which began 3 years before); two prompts per fact."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for f in range(facts):
+        began = 2005 + f % 20
+        knows = began <= year
+        given = began if knows else began - 3
+        for _ in range(2):
+            flip = rng.random() < 0.05
+            out.append(DatedAnswer(f, given, knows != flip, began))
+    return out
+
+
+def test_current_value_step_finds_the_planted_year():
+    est = current_value_year(planted_answers(2019), B=300)
+    assert est.found and est.method == CURRENT_STEP and est.n == 80
+    assert est.estimate == 2019 and est.after == 2020 and est.lo <= 2019 <= est.hi
+    assert est.change > 0.5 and est.change_lo > 0
+
+
+def test_current_value_step_flat_gives_none():
+    answers = [DatedAnswer(f, 2010, bool(f % 2), 2005 + (f // 2) % 20) for f in range(80)]
+    est = current_value_year(answers, B=300)
+    assert not est.found and est.estimate is None and est.reason
+
+
+def test_answered_year_mode_finds_the_planted_year():
+    answers = [DatedAnswer(f, 2019 if f % 4 else 2000 + f % 17) for f in range(100)]
+    est = answer_year(answers, B=300)
+    assert est.found and est.method == ANSWER_MODE and est.estimate == 2019 and est.lo <= 2019 <= est.hi
+
+
+def test_answered_year_mode_weighs_each_fact_once():
+    # fact 0 answers 2010 four times, facts 1 and 2 answer 2015 once: 2015 wins (weight 2 against 1)
+    answers = [DatedAnswer(0, 2010)] * 4 + [DatedAnswer(1, 2015), DatedAnswer(2, 2015)]
+    assert answer_year(answers, B=100).before == 2015
+
+
+def test_answered_year_mode_flat_or_empty_gives_none():
+    flat = [DatedAnswer(f, 2000 + f % 10) for f in range(100)]
+    assert answer_year(flat, B=200).estimate is None
+    assert answer_year([DatedAnswer(0, None)], B=10).reason == "no answer with a dated value"
