@@ -25,9 +25,10 @@ HIGHER_IS_BETTER: dict[str, Optional[bool]] = {
     "avg_acc": True,
     "bwt": True,
     "fwt": True,
-    "fuar": True,
+    "fuar": False,  # forgotten per gained (CKL): lower is better
     "forgetting": False,
     "forgetting_max": False,
+    "learned": True,  # the learned-knowledge matrix (evaluators/matrix.py): EM of what each step taught
     # temporal
     "update_adoption": True,
     "old_knowledge_retention": True,
