@@ -2,7 +2,7 @@
 # Set up the Python environment evolve-train runs in and install it (editable) with its test, slurm, gguf
 # (evolve-data fetch-model) and retrieval (bm25s) extras. Which environment:
 #   nothing set                   .venv, created if absent: a fresh venv, which does not see a torch installed
-#                                 elsewhere (on this kind of machine it gets the pinned CPU torch below)
+#                                 elsewhere (it gets the pinned torch below)
 #   VENV=path                     that environment, used as it is if it exists (a venv or a conda env:
 #                                 VENV=$CONDA_PREFIX), else created there as a venv
 #   an active venv ($VIRTUAL_ENV) that venv, when VENV is not set
@@ -12,9 +12,11 @@
 # torch: an importable torch of the environment (its own, or seen through its system site-packages or PYTHONPATH)
 # is kept and never replaced: the install runs under a constraint on that torch's version, so pip stops with a
 # conflict rather than swap it. Only where none is importable is torch installed, pinned to 2.13.0
-# (TORCH_VERSION=...): on this kind of machine that is a CPU build already on disk; a plain "torch" requirement
-# would pull a multi-GB CUDA build. On a GPU machine install your CUDA torch first, then run this from that
-# environment (activated, VENV=..., or VENV_SYSTEM_SITE_PACKAGES=1). The script prints which torch it uses.
+# (TORCH_VERSION=...), from pip's configured index: a CPU build where that index serves CPU wheels, a multi-GB
+# CUDA build where it serves CUDA ones (PyPI on Linux x86-64). For a CPU torch there, install it into the
+# environment first (`pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu`); on a GPU
+# machine install your CUDA torch first; then run this from that environment (activated, VENV=..., or
+# VENV_SYSTEM_SITE_PACKAGES=1). The script prints which torch it uses.
 # scripts/test.sh and scripts/demo.sh run in .venv: when the environment is another venv and .venv does not
 # exist, .venv becomes a link to it.
 set -euo pipefail

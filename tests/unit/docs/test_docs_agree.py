@@ -55,3 +55,84 @@ def test_every_page_says_the_slurm_template_ran_on_a_real_one_node_cluster():
     for page in ("docs/methods.md", "docs/distributed.md"):
         text = squash(read(page))
         assert "several nodes" in text and "test_slurm_cluster.py" in text, page
+
+
+# The demo's figures live in the README block; docs/results/demo.md explains every line of it and quotes none.
+
+FIGURE = re.compile(r"-?\d+\.\d{3}\b")
+TABLE_ROW = re.compile(r"^(ckpt|initial|\d+)\s{2,}")
+
+
+def readme_demo_block() -> list[str]:
+    section = read("README.md").split("## The demo's output", 1)[1]
+    return section.split("```\n", 2)[1].rstrip("\n").splitlines()
+
+
+def readme_demo_reading() -> str:
+    """The README's paragraph right after the demo block."""
+    section = read("README.md").split("## The demo's output", 1)[1]
+    return section.split("```\n", 2)[2].strip().split("\n\n")[0]
+
+
+def demo_page_lines_section() -> str:
+    text = read("docs/results/demo.md")
+    return text.split("## Every line of the demo output", 1)[1].split("\n## ", 1)[0]
+
+
+def printed_names(block: list[str]) -> set[str]:
+    """The line headings and the `name=` keys of the demo block (a step's number in a set name as `_k`)."""
+    names = set()
+    for line in block:
+        names |= {re.sub(r"_\d+$", "_k", key) for key in re.findall(r"([A-Za-z_]\w*)=", line)}
+        if not (line[:1].isspace() or line[:1].isdigit() or TABLE_ROW.match(line)):
+            names.add(re.split(r" @|:| \(|=", line, maxsplit=1)[0].strip())
+    return names
+
+
+def test_the_demo_page_explains_every_line_of_the_readme_block():
+    block = readme_demo_block()
+    assert block[0].startswith("EM by checkpoint") and block[-1].startswith("demo check")
+    names = printed_names(block)
+    assert {"EM by checkpoint", "paired", "update_adoption", "new_k", "heldout_general", "compute"} <= names
+    section = demo_page_lines_section()
+    missing = sorted(name for name in names if name not in section)
+    assert not missing, f"docs/results/demo.md 'Every line of the demo output' does not explain {missing}"
+    for unit in ("nats", "perplexity", "seconds", "FLOPs", "fractions from 0 to 1"):
+        assert unit in section, unit
+
+
+def test_the_demo_figures_are_in_one_place():
+    section = demo_page_lines_section()
+    assert not FIGURE.findall(section), "the demo page quotes figures of the run: they belong in the README block"
+    assert "README" in section
+    block = "\n".join(readme_demo_block())
+    quoted = FIGURE.findall(readme_demo_reading())
+    assert quoted and all(figure in block for figure in quoted), quoted
+    readme = squash(read("README.md"))
+    assert "docs/results/demo.md#every-line-of-the-demo-output" in readme
+
+
+# Installing torch: setup.sh's pin, and a CPU build only where the index serves one.
+
+
+def test_the_readme_states_the_torch_pin_and_how_to_choose_the_cpu_build():
+    pinned = re.search(r"TORCH_VERSION:-([\d.]+)", read("scripts/setup.sh")).group(1)
+    readme = squash(read("README.md"))
+    assert f"torch=={pinned}" in readme
+    assert f"pip install torch=={pinned} --index-url https://download.pytorch.org/whl/cpu" in readme
+    assert "CUDA build" in readme and f"pins `torch=={pinned}` (CPU" not in readme
+
+
+# Step 0 in a sweep: shared through a cache without a lock, so parallel jobs that miss it each train it.
+
+
+def test_the_readme_says_parallel_jobs_each_train_step_0():
+    import inspect
+
+    from evolve_train.training import step0_cache
+
+    assert "lock" not in inspect.getsource(step0_cache).lower(), "the step-0 cache locks now: update the docs"
+    readme = squash(read("README.md"))
+    assert "trains step 0 once" not in readme
+    assert "by each of the parallel jobs that start before it is stored" in readme
+    assert "Parallel jobs (SLURM) that both miss simply both train" in squash(read("docs/methods.md"))
