@@ -13,6 +13,7 @@ former key name is read as it is now, with a warning (``config_renames.py``).
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 from pathlib import Path
@@ -94,6 +95,18 @@ def with_config_dir(args: list[str], environ=os.environ) -> list[str]:
     if environ.get(CONFIG_DIR_ENV) and not user_config_dirs(out):
         return ["--config-dir", str(Path(environ[CONFIG_DIR_ENV]).resolve()), *out]
     return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line `evolve-train` takes: Hydra's own parser (the one ``hydra.main`` reads ``sys.argv`` with:
+    overrides, ``-m``, ``--cfg``, ``--config-dir``...) under this command's name, built without running anything
+    (docs/cli.md and the docs tests read it)."""
+    from hydra._internal.utils import get_args_parser
+
+    parser = get_args_parser()
+    parser.prog = "evolve-train"
+    parser.description = __doc__.splitlines()[0]
+    return parser
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
