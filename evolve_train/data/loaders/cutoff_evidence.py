@@ -188,9 +188,9 @@ def match_value(text: str, fact: Fact) -> Optional[Value]:
 def _judged(key: FactKey, prompt: str, text: str, fact: Fact) -> DatedAnswer:
     value = match_value(text, fact)
     if value is None:
-        return DatedAnswer(key, None, None, current_year(fact))
+        return DatedAnswer(key, None, None, current_year(fact), prompt)
     year = value.start.year if value.start is not None else None
-    return DatedAnswer(key, year, value.end is None, current_year(fact))
+    return DatedAnswer(key, year, value.end is None, current_year(fact), prompt)
 
 
 def _from_sheet(model_dir: Path, category: str, facts: dict[FactKey, Fact]) -> list[DatedAnswer]:
@@ -208,7 +208,7 @@ def _from_sheet(model_dir: Path, category: str, facts: dict[FactKey, Fact]) -> l
         except ValueError as err:
             raise DataError(str(err), file=str(dates_path)) from None
         fact = facts.get(key)
-        out.append(DatedAnswer(key, year, JUDGEMENTS[judgement], current_year(fact) if fact else None))
+        out.append(DatedAnswer(key, year, JUDGEMENTS[judgement], current_year(fact) if fact else None, prompt))
     return out
 
 

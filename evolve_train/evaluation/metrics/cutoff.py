@@ -121,6 +121,8 @@ class DatedAnswer:
     year: Optional[int] = None
     current: Optional[bool] = None
     current_year: Optional[int] = None
+    prompt: str = ""
+    """Which prompt (wording) of the fact was answered; informational."""
 
 
 def _interval(draws: Sequence[int]) -> tuple[int, int]:
@@ -336,3 +338,31 @@ def current_value_year(
         return CutoffEstimate(None, None, None, CURRENT_STEP, len(years), reason, drop, low, year, after, OVER_FACTS)
     lo, hi = _interval(boot_cuts)
     return CutoffEstimate(year, lo, hi, CURRENT_STEP, len(years), "", drop, low, year, after, OVER_FACTS)
+
+
+def timesliced_rows(P, B: int = 2000, seed: int = 0) -> list[dict]:
+    """Per-checkpoint estimate rows from a run's slice NLL matrix ``P[i][j]`` (docs/metrics.md#9-time-sliced-perplexity;
+    ``summary.json`` ``timesliced.nll.P``), the last checkpoint as the reference: ``{"checkpoint", "cutoff_slice",
+    "lo", "hi", "jump", "reason"}``. ``P`` holds means only, so no interval: the jump must be above 0. Slices a
+    checkpoint lacks are left out of its row and the reference's."""
+    rows = {int(i): {int(j): v for j, v in row.items() if v is not None} for i, row in P.items()}
+    if not rows:
+        return []
+    last = max(rows)
+    out = []
+    for i in sorted(rows):
+        slices = sorted(set(rows[i]) & set(rows[last]))
+        row = LossRow(str(i), np.array([rows[i][j] for j in slices]))
+        ref = LossRow(str(last), np.array([rows[last][j] for j in slices]))
+        est = slice_cutoff(row, slices, ref, B=B, seed=seed)
+        out.append(
+            {
+                "checkpoint": i,
+                "cutoff_slice": est.estimate,
+                "lo": est.lo,
+                "hi": est.hi,
+                "jump": est.change,
+                "reason": est.reason,
+            }
+        )
+    return out

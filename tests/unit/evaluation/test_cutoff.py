@@ -19,6 +19,7 @@ from evolve_train.evaluation.metrics.cutoff import (
     current_value_year,
     matrix_cutoffs,
     slice_cutoff,
+    timesliced_rows,
 )
 
 SLICES = [str(y) for y in range(2014, 2024)]
@@ -136,3 +137,12 @@ def test_answered_year_mode_flat_or_empty_gives_none():
     flat = [DatedAnswer(f, 2000 + f % 10) for f in range(100)]
     assert answer_year(flat, B=200).estimate is None
     assert answer_year([DatedAnswer(0, None)], B=10).reason == "no answer with a dated value"
+
+
+def test_timesliced_rows_of_a_run_matrix():
+    # checkpoint i has learned slices 0..i: its NLL is 2.0 there and 3.0 on later slices
+    P = {str(i): {str(j): (2.0 if j <= i else 3.0) for j in range(4)} for i in range(4)}
+    rows = {r["checkpoint"]: r for r in timesliced_rows(P)}
+    assert [rows[i]["cutoff_slice"] for i in range(3)] == [0, 1, 2]
+    assert rows[3]["cutoff_slice"] is None and rows[3]["reason"]
+    assert timesliced_rows({}) == []
