@@ -1,4 +1,4 @@
-"""Validate the knowledge-cutoff estimators (docs/metrics.md#13-knowledge-cutoff) on others' released evidence;
+"""Validate the knowledge-cutoff estimators (docs/metrics.md#14-knowledge-cutoff) on others' released evidence;
 nothing of it is bundled, every path is an argument. Prints Markdown tables (docs/results/knowledge_cutoff.md).
 
     python scripts/cutoff_validation.py --tic-lm OR/*/ppl_evals/aggregated_ppl_evals.jsonl

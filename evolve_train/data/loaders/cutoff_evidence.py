@@ -1,4 +1,4 @@
-"""Evidence for knowledge-cutoff estimates (``evaluation/metrics/cutoff.py``, docs/metrics.md#13-knowledge-cutoff)
+"""Evidence for knowledge-cutoff estimates (``evaluation/metrics/cutoff.py``, docs/metrics.md#14-knowledge-cutoff)
 read from others' released layouts. Nothing here is bundled: every reader takes the paths it reads.
 
 * **TiC-LM perplexity evaluations** (:func:`read_tic_lm_evals`): ``<model>/ppl_evals/aggregated_ppl_evals.jsonl``,

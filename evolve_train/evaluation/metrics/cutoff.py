@@ -1,5 +1,5 @@
 """Which year does a checkpoint know? Knowledge-cutoff estimates with bootstrap intervals
-(docs/metrics.md#13-knowledge-cutoff). numpy only.
+(docs/metrics.md#14-knowledge-cutoff). numpy only.
 
 Two kinds of evidence:
 
