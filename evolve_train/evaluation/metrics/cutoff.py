@@ -163,7 +163,7 @@ def _document_draws(row: LossRow, reference: Optional[LossRow], B: int, rng) -> 
 
 def _stderr_draws(row: LossRow, reference: Optional[LossRow], B: int, rng) -> np.ndarray:
     """B × slices gaps with each cell drawn from N(mean, stderr²), rows independent (conservative for a gap
-    over the same items, whose shared difficulty would cancel)."""
+    over the same items, whose common difficulty would cancel)."""
     out = row.means + rng.standard_normal((B, len(row.means))) * row.stderr
     if reference is not None:
         out -= reference.means + rng.standard_normal((B, len(reference.means))) * reference.stderr
