@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[3]
 
 
@@ -136,3 +138,65 @@ def test_the_readme_says_parallel_jobs_each_train_step_0():
     assert "trains step 0 once" not in readme
     assert "by each of the parallel jobs that start before it is stored" in readme
     assert "Parallel jobs (SLURM) that both miss simply both train" in squash(read("docs/methods.md"))
+
+
+# LoRA checkpoints: full weights at step 0 only (by default), so lm_eval needs an export for k >= 2.
+
+
+def lora_lm_eval_section() -> str:
+    return read("docs/evaluation.md").split("### LoRA checkpoints and `lm_eval`", 1)[1].split("\n## ", 1)[0]
+
+
+def test_a_lora_step_after_0_saves_no_weights_and_the_docs_say_so():
+    from types import SimpleNamespace
+
+    from evolve_train.methods.lora import LoRA
+
+    def saves(step: int, save_merged: bool) -> bool:
+        return LoRA.saves_weights(
+            SimpleNamespace(cfg=SimpleNamespace(lora=SimpleNamespace(save_merged=save_merged))), step
+        )
+
+    assert saves(0, False) and not saves(1, False) and not saves(2, False) and saves(2, True)
+    assert "save_merged: false" in read("configs/method/lora.yaml")
+    outputs = squash(read("docs/outputs.md"))
+    assert (
+        "a LoRA step after step 0 (`method.lora.save_merged=false`, the default) holds no `model.safetensors`"
+        in outputs
+    )
+    evaluation = squash(read("docs/evaluation.md"))
+    assert "pretrained=steps/<k-1>,peft=steps/<k>/adapter" not in evaluation
+    section = squash(lora_lm_eval_section())
+    assert "pretrained=RUN/steps/0,peft=RUN/steps/1/adapter" in section and "k ≥ 2" in section
+
+
+@pytest.mark.slow
+def test_the_documented_export_gives_the_model_the_run_held(tmp_path):
+    """A tiny LoRA run (3 steps; steps 1 and 2 adapter-only); docs/evaluation.md's export command, as written, on
+    its step 2; the exported dir loads with plain transformers to the weights the project's loader rebuilds."""
+    import os
+    import subprocess
+    import sys
+
+    import torch
+    from helpers import TINY
+    from transformers import AutoModelForCausalLM
+
+    from evolve_train.config import ModelConfig
+    from evolve_train.models.build import load_model
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled", "HF_HUB_OFFLINE": "1"}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    run = tmp_path / "run"
+    overrides = [*TINY, "method=lora", "eval.evaluators=[splits]", f"hydra.run.dir={run}"]
+    done = subprocess.run([sys.executable, "train.py", *overrides], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert not (run / "steps" / "2" / "model.safetensors").exists() and (run / "steps" / "2" / "adapter").is_dir()
+    block = lora_lm_eval_section().split("```bash\n", 1)[1].split("```", 1)[0]
+    export = block.split("\nlm_eval ", 1)[0].replace("\\\n", "").replace("RUN/", f"{run}/")
+    done = subprocess.run(["bash", "-c", export], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    exported = AutoModelForCausalLM.from_pretrained(tmp_path / "merged" / "2").state_dict()
+    rebuilt = load_model(str(run / "steps" / "2"), ModelConfig()).state_dict()
+    assert exported.keys() == rebuilt.keys() and all(torch.equal(exported[k], rebuilt[k]) for k in exported)
+    assert (tmp_path / "merged" / "2" / "tokenizer.json").is_file()
