@@ -201,37 +201,32 @@ def test_nonfinite_stops_naming_step_batch_and_last_good_checkpoint(reference, t
     assert_same_as(reference, run_dir)
 
 
-@pytest.mark.parametrize("host", [True, False], ids=["cpu-flags", "device-flags"])
-def test_guard_names_the_first_bad_batch_whether_flags_live_on_host_or_device(host):
+def test_guard_names_the_first_bad_batch_and_counts_skipped_windows_from_one_read():
     from evolve_train.training.nonfinite import NonFiniteGuard
 
-    def guard(mode, eager):
-        g = NonFiniteGuard(mode, 2, torch.device("cpu"), planned_micro_batches=20)
-        g.host, g.eager = host, eager  # the device path (GPU) runs here on CPU tensors
-        return g
-
-    lazy = guard("stop", eager=False)  # accelerator + stop: read only at check()
+    stop = NonFiniteGuard("stop", 2, torch.device("cpu"), planned_micro_batches=20)
     for micro, value in enumerate([1.0, 2.0, float("inf"), float("nan")]):
-        lazy.observe_loss(torch.tensor(value), 1, 10 + micro, micro)
-        lazy.observe_gradients(torch.tensor(0.5), [])
-        assert lazy.before_update(micro + 1) is False
+        stop.observe_loss(torch.tensor(value), 1, 10 + micro, micro)
+        stop.observe_gradients(torch.tensor(0.5), [])
+        assert stop.end_window() is None  # stop: every update is applied, the flags are read later
     with pytest.raises(NonFiniteLossError, match=r"non-finite loss \(inf\) at time step 2, epoch 1, batch 12"):
-        lazy.check(4)
+        stop.check(4)
 
-    skip = guard("skip", eager=True)
+    skip = NonFiniteGuard("skip", 2, torch.device("cpu"), planned_micro_batches=20)
     skip.observe_loss(torch.tensor(1.0), 0, 0, 0)
     skip.observe_gradients(torch.tensor(float("nan")), [])
-    assert skip.before_update(1) is True and skip.skipped == 1
+    assert skip.end_window().item() == 1.0  # the fused AdamW's found_inf: the update is dropped on the device
     skip.observe_loss(torch.tensor(1.0), 0, 1, 1)
     skip.observe_gradients(None, [torch.nn.Parameter(torch.ones(2))])  # no grads: nothing to check
-    assert skip.before_update(1) is False
-    skip.check(1)  # skip never raises for a skipped window
+    assert skip.end_window().item() == 0.0
+    assert skip.check(2) == 1 and skip.skipped == 1  # one read: one of the two updates was dropped
     for micro in range(2, 12):
         skip.observe_loss(torch.tensor(float("nan")), 0, micro, micro)
+        skip.end_window()
         if micro < 11:
-            assert skip.before_update(1) is True
+            assert skip.check(1) == 1
     with pytest.raises(NonFiniteLossError, match="diverged"):
-        skip.before_update(1)  # the 11th skip exceeds the limit (max(10, 10% of 20))
+        skip.check(1)  # the 11th skip exceeds the limit (max(10, 10% of 20))
 
 
 def test_nonfinite_skip_drops_the_update_counts_it_and_trains_on(tmp_path, monkeypatch):

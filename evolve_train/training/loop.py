@@ -5,10 +5,12 @@ the method plans: rows, epochs, learning rate, strategies) and builds a :class:`
 the non-finite guard and, on resume, the restored position), which runs epochs of length-grouped batches
 (``trainer.batch_size`` rows, or up to ``trainer.tokens_per_batch`` padded tokens: :func:`make_batches`);
 each micro-batch adds the strategies' extra loss. The run's hooks (``training/hooks.py``) are called when the
-optimizer is built, before the first update, after every update and at the end. The loss is read back to the host only every
-``log_every`` steps, and the log row then gets the window's tokens/s, peak memory and MFU
-(``training/telemetry.py``; token counts are host-side sums of row lengths). The loop knows nothing of the
-text format: the plan's ``collate`` turns rows into a batch. See docs/training.md.
+optimizer is built, before the first update, after every update and at the end. Nothing is read back to the
+host per step: the loss, the loss-token count and the non-finite flags stay on the device and come back in one
+transfer every ``log_every`` steps (:meth:`StepTrainer._read`), before a mid-step state is saved and at the end
+of the step; the log row then gets the window's tokens/s, peak memory and MFU (``training/telemetry.py``; token
+counts are host-side sums of row lengths). The loop knows nothing of the text format: the plan's ``collate``
+turns rows into a batch. See docs/training.md.
 """
 
 from __future__ import annotations
@@ -26,9 +28,15 @@ from evolve_train.config import TrainerConfig
 from evolve_train.errors import ConfigError
 from evolve_train.training import faults
 from evolve_train.training.collectives import set_collective_timeout
-from evolve_train.training.distributed import clip_gradients, configure_deepspeed, plain_forward, update_steppers
+from evolve_train.training.distributed import (
+    clip_gradients,
+    configure_deepspeed,
+    is_plain,
+    plain_forward,
+    update_steppers,
+)
 from evolve_train.training.examples import LengthGroupedBatches, row_lengths
-from evolve_train.training.loss import batch_loss, global_mean_scale, loss_token_count
+from evolve_train.training.loss import IGNORE, batch_loss, global_mean_scale, loss_token_count
 from evolve_train.training.hooks import Hooks
 from evolve_train.training.nonfinite import NonFiniteGuard, NonFiniteLossError  # noqa: F401  (re-exported)
 from evolve_train.training.packing import TokenBudgetBatches
@@ -155,7 +163,9 @@ class StepTrainer:
 
     def _prepare(self, model) -> None:
         cfg, accelerator, plan = self.cfg, self.accelerator, self.plan
-        fused = accelerator.device.type == "cuda"
+        # trainer.nonfinite=skip drops a bad update on the device: the fused AdamW's found_inf (training/nonfinite.py)
+        self.skip_on_device = cfg.nonfinite == "skip" and is_plain(accelerator)
+        fused = accelerator.device.type == "cuda" or self.skip_on_device
         optimizer = torch.optim.AdamW(self.trainable, lr=plan.lr, weight_decay=cfg.weight_decay, fused=fused)
         factor = lr_factor(cfg, plan.schedule_step, self.total, plan.n_time_steps)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
@@ -198,7 +208,9 @@ class StepTrainer:
             device, self.all_tokens, self.flops_per_token, peak, self.accelerator.num_processes
         )
         self.begin_tokens = self.all_tokens
-        self.loss_tokens = self.progress.loss_tokens
+        self.loss_tokens = self.progress.loss_tokens  # as of the last read; the newer ones are counted on the device
+        self.new_loss_tokens = torch.zeros((), dtype=torch.long, device=device)
+        self.read_at = -1  # the optimizer step of the last read
         self.lines = ProgressLines(
             cfg.progress_every_s,
             self.step,
@@ -256,26 +268,26 @@ class StepTrainer:
                 if self.train_batch(index, shard):  # every process has rows (the batchings make sure)
                     break
             progress.epoch += 1
-        self.guard.check(progress.optimizer_steps)
+        self._read(None)  # a no-op read unless the last update's read was skipped over (one per step)
         self.bar.close()
 
     def train_batch(self, index: int, shard: list[int]) -> bool:
         """Forward, backward and (on a synced window) the update; True once the step's plan is done."""
         progress, accelerator = self.progress, self.accelerator
         batch = self.collate_fn([self.rows[i] for i in shard])
-        self.loss_tokens += int((batch["labels"] != -100).sum())  # host tensor: no device sync
-        # the global batch's token mean, as one process computes it (one integer all-reduce; 1.0 alone)
+        batch = {k: v.to(accelerator.device, non_blocking=True) for k, v in batch.items()}
+        self.new_loss_tokens += (batch["labels"] != IGNORE).sum()  # on the device, read with the log row
+        # the global batch's token mean, as one process computes it (an integer all-reduce on the device)
         scale = (
             global_mean_scale(loss_token_count(batch, self.encoder_decoder), accelerator)
             if accelerator.num_processes > 1
-            else 1.0
+            else None
         )
-        batch = {k: v.to(accelerator.device, non_blocking=True) for k, v in batch.items()}
         with accelerator.accumulate(self.model):
             loss, extra = self._losses(batch)
             reported = loss  # the shard's mean: what is logged
-            if scale != 1.0:
-                loss = loss * scale
+            if scale is not None:
+                loss = loss * scale.to(loss.dtype)
             if extra is not None:
                 loss = loss + extra
                 reported = reported + extra
@@ -302,26 +314,44 @@ class StepTrainer:
         return loss, strategies.extra_loss(self.unwrapped, step)
 
     def _update(self) -> bool:
-        """Clip, check and apply the accumulated gradients; False when the guard drops the update."""
+        """Clip, check and apply the accumulated gradients; False when the guard drops the update on the host
+        (``skip`` where it cannot be dropped on the device: one read per update)."""
         clip = self.cfg.grad_clip
         norm = clip_gradients(self.accelerator, self.model, self.trainable, clip) if clip > 0 else None
         self.guard.observe_gradients(norm, self.trainable)
-        update = not self.guard.before_update(self.progress.optimizer_steps + 1)  # skip: drop this update
-        if update:
-            self.step_optimizer.step()
-            self.step_schedule.step()
+        skip = self.guard.end_window()  # None with stop; the window's device flag with skip
+        if skip is not None and not self.skip_on_device and self.guard.check(self.progress.optimizer_steps + 1):
+            self.step_optimizer.zero_grad(set_to_none=True)
+            return False
+        self._step(skip if self.skip_on_device else None)
         self.step_optimizer.zero_grad(set_to_none=True)
-        return update
+        return True
+
+    def _step(self, skip: Optional[torch.Tensor]) -> None:
+        """The update; where ``skip`` (a device flag) is 1 the fused AdamW leaves parameters, moments and step
+        counts as they were (its ``found_inf``), and the next read winds the schedule back."""
+        if skip is None:
+            self.step_optimizer.step()
+        else:
+            self.step_optimizer.found_inf = skip
+            try:
+                self.step_optimizer.step()
+            finally:
+                del self.step_optimizer.found_inf
+        self.step_schedule.step()
 
     def _after_update(self, index: int, loss: torch.Tensor) -> bool:
         """Count the update, log every ``log_every`` steps, call the hooks, save a due mid-step state."""
         progress = self.progress
         progress.optimizer_steps += 1
         self.bar.update(1)
-        if progress.optimizer_steps % self.cfg.log_every == 0 or progress.optimizer_steps == self.total:
-            self._log(loss)
-        last = lambda: loss.detach().float().item()  # noqa: E731  (read when a progress line is due)
-        self.lines.update(progress.optimizer_steps, last, self.all_tokens - self.begin_tokens)
+        steps = progress.optimizer_steps
+        read = self._log_due(steps) or (self.states is not None and self.states.due(steps, self.total))
+        if read:
+            self._read(loss)  # a skipped update found here is taken back from optimizer_steps
+            if self._log_due(progress.optimizer_steps):
+                self._log()
+        self.lines.update(progress.optimizer_steps, progress.last_loss, self.all_tokens - self.begin_tokens)
         self.hooks.call("on_optimizer_step", self)  # before a due state is saved, so the state carries its rows
         if not self.short_timeout:  # from the first update on, a hang ends the job sooner (training/collectives.py)
             set_collective_timeout(self.cfg.train_timeout_s)
@@ -336,15 +366,41 @@ class StepTrainer:
                 self.model,
                 self.optimizer,
                 self.scheduler,
-                check=lambda: self.guard.check(progress.optimizer_steps),
+                check=lambda: self._read(loss),
+                agree=read,
             )
         faults.point("optimizer_step")
         return progress.optimizer_steps >= self.total
 
-    def _log(self, loss: torch.Tensor) -> None:
+    def _log_due(self, steps: int) -> bool:
+        return steps % self.cfg.log_every == 0 or steps == self.total
+
+    def _read(self, loss: Optional[torch.Tensor]) -> None:
+        """The loop's one host read (a no-op when this optimizer step was read already): the last micro-batch's
+        ``loss`` (if given), the loss tokens counted since the last read and the non-finite guard's flags, in
+        one transfer. The guard raises (``stop``) or counts the updates it dropped (``skip``), which are taken
+        back from the optimizer steps and the schedule."""
         progress = self.progress
-        self.guard.check(progress.optimizer_steps)
-        progress.last_loss = loss.detach().float().item()
+        if self.read_at == progress.optimizer_steps:
+            return
+        head = [self.new_loss_tokens.double().reshape(1)]
+        if loss is not None:
+            head.insert(0, loss.detach().double().reshape(1))
+        values = torch.cat([*head, self.guard.pending()]).tolist()
+        if loss is not None:
+            progress.last_loss, values = values[0], values[1:]
+        self.loss_tokens += int(values[0])
+        self.new_loss_tokens = torch.zeros_like(self.new_loss_tokens)
+        dropped = self.guard.read(values[1:], progress.optimizer_steps)
+        progress.skipped = self.guard.skipped
+        if dropped:
+            progress.optimizer_steps -= dropped
+            self.bar.update(-dropped)
+            wind_back(self.step_schedule, dropped)
+        self.read_at = progress.optimizer_steps
+
+    def _log(self) -> None:
+        progress = self.progress
         self.bar.set_postfix(loss=f"{progress.last_loss:.3f}")
         if self.log_fn is not None:
             self.log_fn(
@@ -371,6 +427,12 @@ class StepTrainer:
             loss_tokens=self.loss_tokens * world,
             flops=training_flops(*self.n_params, self.tokens * world, self.forward_params),
         )
+
+
+def wind_back(scheduler, steps: int) -> None:
+    """Undo ``steps`` steps of a torch LR schedule (its learning rates recomputed for the earlier step)."""
+    scheduler.last_epoch -= steps + 1
+    scheduler.step()
 
 
 def plan_extras(cfg: TrainerConfig, packed: bool) -> dict:

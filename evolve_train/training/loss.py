@@ -22,8 +22,6 @@ from typing import Callable, Optional
 
 import torch
 
-from evolve_train.training.distributed import sum_over_processes
-
 from evolve_train.models.head import (  # noqa: F401  (re-exported: the loss's parts)
     IGNORE,
     LOSS_CHUNK,
@@ -74,20 +72,25 @@ def batch_loss(model, unwrapped, batch: dict, *, keep: Optional[list] = None) ->
     return chunked_cross_entropy(inputs)
 
 
-def loss_token_count(batch: dict, encoder_decoder: bool) -> int:
+def loss_token_count(batch: dict, encoder_decoder: bool) -> torch.Tensor:
     """The tokens a micro-batch's mean loss averages over: labelled next tokens (decoder-only, labels shifted
-    by one as in transformers' ``ForCausalLMLoss`` and :func:`batch_loss`) or labelled targets (encoder-decoder)."""
+    by one as in transformers' ``ForCausalLMLoss`` and :func:`batch_loss`) or labelled targets (encoder-decoder);
+    an int64 scalar on the labels' device (never read back to the host)."""
     labels = batch["labels"]
-    return int(((labels if encoder_decoder else labels[:, 1:]) != IGNORE).sum())
+    return ((labels if encoder_decoder else labels[:, 1:]) != IGNORE).sum()
 
 
-def global_mean_scale(local: int, accelerator) -> float:
+def global_mean_scale(local: torch.Tensor, accelerator) -> torch.Tensor:
     """The factor that turns this process's mean loss into its share of the global batch's mean loss.
 
     DDP and FSDP average the gradients of the processes, each the gradient of its own shard's *mean* loss: the
     processes' tokens weigh alike whatever their count, so two processes with batch B differ from one process
     with batch 2B (measured: 1.9 % of the weights after a tiny run). Scaled by ``local * world / global``
     (``global``: every process's ``local``, summed), the average of the processes' losses is the mean over all
-    the global batch's tokens, as one process computes it."""
-    total = sum_over_processes(accelerator, local)
-    return local * accelerator.num_processes / total if total else 1.0
+    the global batch's tokens, as one process computes it.
+
+    ``local`` is a device scalar (:func:`loss_token_count`); the sum is an integer all-reduce on the device and
+    the factor a float64 device scalar: exact counts, no host sync."""
+    total = accelerator.reduce(local.reshape(1), "sum").reshape(())
+    share = local.double() * accelerator.num_processes / total.clamp(min=1).double()
+    return torch.where(total > 0, share, torch.ones_like(share))

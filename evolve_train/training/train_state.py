@@ -25,8 +25,9 @@ job) inside the loop are deferred to the end of the optimizer step in progress: 
 (whatever ``save_every_n_steps``) and :class:`TrainingInterrupted` is raised; the run exits with 128 + the
 signal's number (130 for Ctrl-C, 143 for SIGTERM) and the same command resumes. A second signal (more than
 ``signals.REPEAT_WINDOW_S`` after the first; the same signal arriving twice at once counts once) stops at once.
-With several processes the ranks agree at every optimizer step (one gather of an integer): a signal that
-reached any rank makes every rank save (the main process writes) and stop at the same step. A run stopped by a
+With several processes the ranks agree at the loop's logging steps (every ``trainer.log_every`` updates), at
+every due state and at the end of the step (one gather of an integer each): a signal that reached any rank
+makes every rank save (the main process writes) and stop at the same step. A run stopped by a
 signal outside training (checkpoint, evaluation, sampling) stops at the next boundary (``run.py``).
 
 A state records the number of processes that saved it. A resume on another number of processes (a requeue onto
@@ -263,11 +264,17 @@ class StepStates:
         optimizer,
         scheduler,
         check: Optional[Callable[[], None]] = None,
+        agree: bool = True,
     ) -> None:
         """Save a state when due or when Ctrl-C was pressed (then raise :class:`TrainingInterrupted`).
-        ``check`` (the non-finite guard) runs first: a state is never saved after a non-finite update."""
-        interrupted = self.agreed_interrupt()
-        if self.due(optimizer_steps, total) or interrupted:
+        ``check`` (the non-finite guard) runs first: a state is never saved after a non-finite update.
+        ``agree``: with several processes, whether the ranks agree on a signal at this step (a gather and a
+        host sync; the loop asks at its logging steps, and a due state always agrees); a single process reads
+        its own signal at every step."""
+        single = self.accelerator is None or self.accelerator.num_processes == 1
+        due = self.due(optimizer_steps, total)
+        interrupted = self.agreed_interrupt() if single or agree or due else None
+        if due or interrupted:
             if check is not None:
                 check()
             current = progress()
