@@ -22,6 +22,7 @@ its options), not that the line is complete.
 from __future__ import annotations
 
 import functools
+import importlib
 import importlib.util
 import re
 import shlex
@@ -39,13 +40,13 @@ ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 PLACEHOLDER = re.compile(r"\.\.\.|…|<[^>]*>|\$")
-TOOLS = ("evolve-data", "evolve-eval", "evolve-report", "evolve-gate", "evolve-score")
+TOOLS = ("evolve-data", "evolve-eval", "evolve-report", "evolve-gate", "evolve-score", "evolve-train")
 WRAPPERS = {"/usr/bin/time": 0, "time": 0, "-v": 0, "timeout": 1, "nohup": 0, "exec": 0}
 """Words that run the command after them (and how many arguments they take themselves)."""
 HYDRA_FLAGS = {"-m", "--multirun", "--cfg", "job", "hydra", "all", "--help", "-h", "--hydra-help", "--resolve"}
 STARTS = re.compile(
     r"(?:^|\s)((?:[A-Z_]+=\S*\s+)*(?:/usr/bin/time\s+(?:-v\s+)?)?(?:python3?\s+\S+\.py|python3?\s+-m\s+\S+"
-    r"|bash\s+scripts/\S+|accelerate\s+launch|evolve-(?:data|eval|report|gate|score))\b.*)"
+    r"|bash\s+scripts/\S+|accelerate\s+launch|evolve-(?:data|eval|report|gate|score)\b|evolve-train(?=\s+[^\s:]|\s*$)).*)"
 )
 
 
@@ -132,6 +133,8 @@ def documented_commands() -> list[Command]:
     sources += [(path, _config_lines(path)) for path in sorted((ROOT / "accelerate_configs").glob("*.yaml"))]
     for path, lines in sources:
         for number, text, block in lines:
+            if text.startswith("usage: "):  # argparse's synopsis (docs/cli.md): generated from the parser itself
+                continue
             for command in _commands_in(text):
                 try:
                     words = [w for w in shlex.split(command) if w not in ("...", "…")]
@@ -268,20 +271,25 @@ def _mentioned(parser, arguments: list[str]) -> None:
             assert known, f"{parser.prog} has no option {option}"
 
 
-def check_tool(words: list[str], complete: bool = True) -> None:
-    from evolve_train.cli import data, evaluate, gate, report, score
+@functools.lru_cache(maxsize=1)
+def console_parsers() -> dict:
+    """``{tool: build_parser}`` of every console script of pyproject.toml (its module's ``build_parser``)."""
+    import tomllib
 
+    with open(ROOT / "pyproject.toml", "rb") as handle:
+        scripts = tomllib.load(handle)["project"]["scripts"]
+    return {tool: importlib.import_module(target.split(":")[0]).build_parser for tool, target in scripts.items()}
+
+
+def check_tool(words: list[str], complete: bool = True) -> None:
     tool, arguments = words[0], words[1:]
     if tool in ("python", "python3"):  # python evaluate.py = evolve-eval
         tool, arguments = "evolve-eval", words[2:]
-    parsers = {
-        "evolve-data": data.build_parser,
-        "evolve-eval": evaluate.build_parser,
-        "evolve-report": report.build_parser,
-        "evolve-gate": gate.build_parser,
-        "evolve-score": score.build_parser,
-    }
+    parsers = console_parsers()
     assert tool in parsers, f"no such tool {tool}"
+    if tool == "evolve-train" and complete:  # the arguments of python train.py
+        check_train(arguments)
+        return
     if not complete:
         _mentioned(parsers[tool](), arguments)
         overrides = [w for w in arguments if re.match(r"^[+~]?[\w.]+=", w) and not w.startswith("-")]
@@ -366,6 +374,8 @@ def test_documented_command_works_as_written(command):
         "evolve-data export-lm-eval --out tasks/ data.rooot=DIR",
         "python scripts/no_such_script.py",
         "python train.py trainer.epochs=-1",  # a value the schema refuses
+        "evolve-train trainer.lr_rate=1",
+        "evolve-train --config-dirr configs",
     ],
 )
 def test_a_broken_line_fails(text):
