@@ -58,8 +58,12 @@ def git_state() -> tuple[Optional[str], Optional[bool]]:
 
 
 def versions() -> dict[str, Optional[str]]:
-    out: dict[str, Optional[str]] = {}
-    for name in PACKAGES:
+    """Each of ``PACKAGES``' installed version; evolve-train's is the imported package's ``__version__`` (the code
+    that runs: an editable install's metadata keeps the version it was installed at)."""
+    import evolve_train
+
+    out: dict[str, Optional[str]] = {"evolve-train": evolve_train.__version__}
+    for name in PACKAGES[1:]:
         try:
             out[name] = metadata.version(name)
         except metadata.PackageNotFoundError:

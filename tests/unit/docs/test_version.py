@@ -29,3 +29,11 @@ def test_citation_and_changelog_quote_the_version():
     sections = re.findall(r"^## \[([^\]]+)\]", changelog, flags=re.M)
     assert sections[0] == "Unreleased" and sections[1] == evolve_train.__version__, sections
     assert re.search(rf"^## \[{re.escape(evolve_train.__version__)}\] - \d{{4}}-\d{{2}}-\d{{2}}$", changelog, re.M)
+
+
+def test_provenance_records_the_version_of_the_code_that_runs():
+    from evolve_train.utils.provenance import PACKAGES, versions
+
+    recorded = versions()
+    assert PACKAGES[0] == "evolve-train" and recorded["evolve-train"] == evolve_train.__version__
+    assert set(recorded) == set(PACKAGES)
