@@ -1,6 +1,7 @@
 """GPU benchmark of the training and evaluation paths (bf16, SDPA, fused AdamW, compile) on a ~125M GPT-2.
 
     python scripts/gpu_bench.py --out gpu_results.json      # ~5 minutes on one H100/H200
+    python scripts/gpu_bench.py --steps 10 --no-compile      # scripts/gpu_check.sh's short form
 
 Measures, in one process: a bf16 matmul ceiling; tokens/s and MFU of the framework's loop
 (`train_time_step`, accelerate bf16) against a plain PyTorch bf16-autocast loop on the same model and
@@ -193,6 +194,9 @@ def main(argv=None) -> None:
     parser.add_argument("--seq", type=int, default=1024)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument(
+        "--compile", action=argparse.BooleanOptionalAction, default=True, help="also time the loop under torch.compile"
+    )
     args = parser.parse_args(argv)
     assert torch.cuda.is_available(), "no CUDA device"
     name = torch.cuda.get_device_name()
@@ -202,6 +206,8 @@ def main(argv=None) -> None:
     out["transformers"] = transformers.__version__
     out["matmul_bf16_tflops"] = matmul_tflops()
     print(json.dumps(out), flush=True)
+    if args.out:
+        args.out.write_text(json.dumps(out, indent=2) + "\n")
     rows = random_rows(args.batch * args.steps, args.seq, 50304)
 
     def record(key, fn):
@@ -211,6 +217,8 @@ def main(argv=None) -> None:
         except Exception as error:  # keep going: one failing path must not hide the others
             out[key] = {"error": f"{type(error).__name__}: {error}"[:500]}
         print(f"{key}: {out[key]} ({time.perf_counter() - start:.0f} s)", flush=True)
+        if args.out:  # the figures so far: a bench stopped by its time box keeps what it measured
+            args.out.write_text(json.dumps(out, indent=2) + "\n")
 
     model = gpt2("sdpa")
     out["params_m"] = sum(p.numel() for p in model.parameters()) / 1e6
@@ -218,7 +226,8 @@ def main(argv=None) -> None:
     record("plain_sdpa_tok_s", lambda: plain_loop(gpt2("sdpa"), rows, args.batch, args.steps))
     record("framework_sdpa_tok_s", lambda: framework_loop(gpt2("sdpa"), rows, args.batch, args.steps))
     record("plain_eager_tok_s", lambda: plain_loop(gpt2("eager"), rows, args.batch, args.steps))
-    record("framework_compile_tok_s", lambda: framework_loop(gpt2("sdpa"), rows, args.batch, args.steps, True))
+    if args.compile:
+        record("framework_compile_tok_s", lambda: framework_loop(gpt2("sdpa"), rows, args.batch, args.steps, True))
     record("generation", lambda: generation_throughput(model))
     for key in ("plain_sdpa_tok_s", "framework_sdpa_tok_s", "framework_compile_tok_s", "plain_eager_tok_s"):
         if isinstance(out.get(key), float):

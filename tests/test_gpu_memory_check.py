@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -41,8 +42,9 @@ def test_the_dry_memory_part_prints_one_judged_line_per_figure(tmp_path):
 @pytest.mark.slow
 def test_the_dry_fsdp_part_kills_a_run_and_resumes_it_to_the_uninterrupted_rows(tmp_path):
     """The fsdp part on CPU: FSDP2 over 2 gloo processes on the Llama shape's 128,256 vocabulary (1 block, width
-    64), full and LoRA, then full killed in time step 1 and resumed: exact on CPU (fp32, the same computation)."""
-    env = {**os.environ, "DRY": "1", "PARTS": "fsdp", "OUT": str(tmp_path)}
+    64), full and LoRA (FSDP_METHODS; the GPU default runs full only), then full killed in time step 1 and resumed:
+    exact on CPU (fp32, the same computation). The runs' weights are deleted once the figures are read."""
+    env = {**os.environ, "DRY": "1", "PARTS": "fsdp", "FSDP_METHODS": "full lora", "OUT": str(tmp_path)}
     done = subprocess.run(
         ["bash", "scripts/gpu_check.sh"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900
     )
@@ -55,5 +57,8 @@ def test_the_dry_fsdp_part_kills_a_run_and_resumes_it_to_the_uninterrupted_rows(
         assert f"\nPASS {figure} " in status, status
     assert "INFO peak_vs_preflight not measured" in status  # no CUDA peak on CPU
     assert "INFO host_load_vs_weights = " in status and " on cpu" in status  # measured, judged on a GPU only
+    assert re.search(r"^weights deleted: [1-9]\d* MiB", status, re.M), status
+    assert not list(tmp_path.rglob("*.safetensors")) and not list(tmp_path.rglob("train_state/*"))
+    assert re.search(r"^part fsdp done: \d+ s of its \d+ s box$", status, re.M), status
     log = (tmp_path / "fsdp_full" / "train.log").read_text()
     assert "FSDP2: processes held" in log and "model: " in log
