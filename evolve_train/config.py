@@ -789,6 +789,12 @@ class TrainerConfig:
     """``clm`` (packed documents): each document gets its own position ids and attends only to itself
     (block-diagonal attention; needs ``model.attn_implementation`` eager, sdpa or flex_attention); false:
     plain packing, a document attends to the earlier ones of its row."""
+    packed_attention: str = "auto"
+    """How packed documents are kept apart under ``attention_reset`` (``models/attention.py``): ``mask`` (rows
+    as they are, a block-diagonal mask built from the position ids: ``eager``, ``sdpa``, ``flex_attention``),
+    ``position_ids`` (padding-free: the rows laid end to end, position ids and document bounds only, no mask:
+    ``flash_attention_2/3/4`` or ``sdpa_varlen``) or ``auto`` (``position_ids`` where the attention
+    implementation is a varlen one, else ``mask``)."""
     peak_flops: float = runtime(0.0)
     """Peak FLOP/s of one device for the ``mfu`` of the training log (0 = look it up by GPU name, bf16/fp16)."""
     # --- schedules across time steps and optimizer state (training/schedule.py, docs/training.md) ---

@@ -223,8 +223,12 @@ def test_attention_reset_refuses_an_attention_implementation_that_would_ignore_i
     model.config._attn_implementation = "flash_attention_2"
     rows = [{"input_ids": [5, 1], "labels": [IGNORE, 1], "position_ids": [0, 1]}]
     with pytest.raises(ValueError, match="attention_reset.*flash_attention_2"):
-        check_attention_reset(TrainerConfig(attention_reset=True), model, rows)
-    check_attention_reset(TrainerConfig(attention_reset=False), model, rows)  # plain packing: fine
+        check_attention_reset(TrainerConfig(attention_reset=True, packed_attention="mask"), model, rows)
+    assert check_attention_reset(TrainerConfig(attention_reset=True), model, rows)  # auto: padding-free rows
+    assert not check_attention_reset(TrainerConfig(attention_reset=False), model, rows)  # plain packing: fine
+    model.config._attn_implementation = "sdpa"
+    with pytest.raises(ValueError, match="packed_attention=position_ids.*'sdpa'"):
+        check_attention_reset(TrainerConfig(attention_reset=True, packed_attention="position_ids"), model, rows)
 
 
 # ---------------------------------------------------------------- telemetry

@@ -28,6 +28,7 @@ from transformers import (
 
 from evolve_train.config import ModelConfig
 from evolve_train.errors import ConfigError
+from evolve_train.models import attention  # noqa: F401  (registers model.attn_implementation=sdpa_varlen)
 from evolve_train.models.text_format import TextFormat, make_text_format
 
 log = logging.getLogger(__name__)

@@ -26,6 +26,7 @@ from tqdm.auto import tqdm
 
 from evolve_train.config import TrainerConfig
 from evolve_train.errors import ConfigError
+from evolve_train.models.attention import attention_implementation, check_packed_layout, flat_batch, packed_layout
 from evolve_train.training import faults
 from evolve_train.training.collectives import set_collective_timeout
 from evolve_train.training.distributed import (
@@ -143,7 +144,7 @@ class StepTrainer:
         self.batches = make_batches(self.cfg, self.lengths, self.seed, accelerator.num_processes)
         self.total = self._planned_total()
         self.trainable = [p for p in model.parameters() if p.requires_grad]
-        check_attention_reset(self.cfg, model, self.rows)
+        self.flat = check_attention_reset(self.cfg, model, self.rows)  # packed rows laid end to end (varlen)
         self.flops_per_token = flops_per_token(model, self.cfg.seq_len)
         self.n_params = parameter_counts(model)  # (N, N_trainable) for the step's FLOPs estimate (§11)
         self.forward_params = self.strategies.forward_parameters()  # a strategy's extra forward (LwF's teacher)
@@ -232,7 +233,7 @@ class StepTrainer:
             epochs=self.epochs,
             seed=self.seed,
             lr=self.plan.lr,
-            **plan_extras(cfg, packed=is_packed(self.rows)),
+            **plan_extras(cfg, packed=is_packed(self.rows), flat=self.flat),
         )
 
     def log(self, row: dict) -> None:
@@ -274,8 +275,9 @@ class StepTrainer:
     def train_batch(self, index: int, shard: list[int]) -> bool:
         """Forward, backward and (on a synced window) the update; True once the step's plan is done."""
         progress, accelerator = self.progress, self.accelerator
-        batch = self.collate_fn([self.rows[i] for i in shard])
-        batch = {k: v.to(accelerator.device, non_blocking=True) for k, v in batch.items()}
+        rows = [self.rows[i] for i in shard]
+        batch = flat_batch(rows) if self.flat else self.collate_fn(rows)
+        batch = {k: to_device(v, accelerator.device) for k, v in batch.items()}
         self.new_loss_tokens += (batch["labels"] != IGNORE).sum()  # on the device, read with the log row
         # the global batch's token mean, as one process computes it (an integer all-reduce on the device)
         scale = (
@@ -435,12 +437,18 @@ def wind_back(scheduler, steps: int) -> None:
     scheduler.step()
 
 
-def plan_extras(cfg: TrainerConfig, packed: bool) -> dict:
+def to_device(value, device: torch.device):
+    """A batch entry on ``device`` (tensors; the varlen layout's ``max_length_*`` are host integers)."""
+    return value.to(device, non_blocking=True) if isinstance(value, torch.Tensor) else value
+
+
+def plan_extras(cfg: TrainerConfig, packed: bool, flat: bool = False) -> dict:
     """What the resume fingerprint adds to the plan for the batching options (only where they apply, so the
     states of runs without them keep their fingerprint)."""
     return {
         **({"tokens_per_batch": cfg.tokens_per_batch} if cfg.tokens_per_batch else {}),
         **({"attention_reset": cfg.attention_reset} if packed else {}),
+        **({"packed_attention": "position_ids"} if flat else {}),
     }
 
 
@@ -449,20 +457,13 @@ def is_packed(rows) -> bool:
     return bool(len(rows)) and "position_ids" in rows[0]
 
 
-RESET_ATTENTION = ("eager", "sdpa", "flex_attention")
-"""Attention implementations that make packed rows block-diagonal from ``position_ids`` alone
-(``transformers.masking_utils``); flash-attention kernels only do so for a single flattened row."""
-
-
-def check_attention_reset(cfg: TrainerConfig, model, rows) -> None:
+def check_attention_reset(cfg: TrainerConfig, model, rows) -> bool:
     """A clear error, before training, when packed rows must not attend across documents and the model's
-    attention implementation would let them."""
+    attention implementation would let them in the ``trainer.packed_attention`` layout; True when the rows
+    train padding-free, laid end to end (``models/attention.py``)."""
     if not cfg.attention_reset or not is_packed(rows):
-        return
-    implementation = getattr(getattr(model, "config", None), "_attn_implementation", None) or "eager"
-    if implementation not in RESET_ATTENTION:
-        raise ValueError(
-            f"trainer.attention_reset=true needs one of the attention implementations "
-            f"{', '.join(RESET_ATTENTION)} (model.attn_implementation is {implementation!r}): set "
-            "model.attn_implementation=sdpa or trainer.attention_reset=false"
-        )
+        return False
+    implementation = attention_implementation(model)
+    layout = packed_layout(cfg.packed_attention, implementation)
+    check_packed_layout(layout, implementation)
+    return layout == "position_ids"
