@@ -117,46 +117,49 @@ def main(argv=None) -> int:
     if target.is_dir():
         sys.path.insert(0, str(target))
     missing = [(name, version, module) for name, version, module in table if origin(module) is None]
+    absent: list[str] = []
     if missing:
         accepted = accepted_tags()
         found = {name: find_wheel(args.wheels, name, version, accepted) for name, version, _ in missing}
         absent = [f"{name}=={version}" for name, version, _ in missing if found[name] is None]
-        if absent:
+        if absent:  # the others are still installed: the parts that need only them can run
             say(
                 f"no wheel for {', '.join(absent)} in {args.wheels} for this interpreter (python "
                 f"{sys.version_info.major}.{sys.version_info.minor}): run `bash scripts/gpu_wheels.sh` where pip "
                 "reaches the package index, and bring the folder along"
             )
-            return 1
-        try:
-            how = install([found[name] for name, _, _ in missing], target)
-        except RuntimeError as error:
-            say(str(error))
-            return 1
-        importlib.invalidate_caches()
-        if str(target) not in sys.path:
-            sys.path.insert(0, str(target))
-        say(
-            f"installed {len(missing)} missing: {' '.join(found[name].name for name, _, _ in missing)} ({how} {target})"
-        )
+        chosen = [found[name] for name, _, _ in missing if found[name] is not None]
+        if chosen:
+            try:
+                how = install(chosen, target)
+            except RuntimeError as error:
+                say(str(error))
+                return 1
+            importlib.invalidate_caches()
+            if str(target) not in sys.path:
+                sys.path.insert(0, str(target))
+            say(f"installed {len(chosen)} missing: {' '.join(w.name for w in chosen)} ({how} {target})")
     else:
         say(f"nothing to install: every package of {args.table.name} imports")
     from_target = [module for _, _, module in table if (origin(module) or "").startswith(str(target) + os.sep)]
-    present = [f"{name}=={version}" for name, version, module in table if module not in from_target]
+    present = [f"{n}=={v}" for n, v, module in table if module not in from_target and f"{n}=={v}" not in absent]
     if from_target and present:
         say(f"already there: {' '.join(present)}")
     env = dict(os.environ)
     if from_target:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [env.get("PYTHONPATH"), str(target)]))
-    check = "import " + ", ".join(module for _, _, module in table)
+    modules = [module for name, version, module in table if f"{name}=={version}" not in absent]
+    check = "import " + ", ".join(modules)
     done = subprocess.run([sys.executable, "-c", check], env=env, capture_output=True, text=True)
+    if from_target:
+        print(target)
     if done.returncode != 0:
         say(f"import check failed ({check}): {(done.stderr.strip().splitlines() or ['?'])[-1]}")
         return 1
-    say(f"import check: {len(table)} modules import" + (f" ({len(from_target)} from {target})" if from_target else ""))
-    if from_target:
-        print(target)
-    return 0
+    say(
+        f"import check: {len(modules)} modules import" + (f" ({len(from_target)} from {target})" if from_target else "")
+    )
+    return 1 if absent else 0
 
 
 if __name__ == "__main__":
