@@ -6,7 +6,10 @@
 # Setup: the packages the image lacks (hydra-core, omegaconf, datasets, ...) are installed from the wheels carried
 # with the tree (.gpu_wheels/, made by `bash scripts/gpu_wheels.sh` where pip reaches the package index) when
 # python3 cannot import them (scripts/gpu_env.sh; $OUT/status.txt says what it did).
-#   memory  scripts/gpu_memory_check.py (see below), 3 steps per variant
+#   memory  scripts/gpu_memory_check.py --steps 3: a Llama-3.2-1B-shaped model with a 128,256 vocabulary (random
+#           weights), bf16, one GPU: chunked vs the model's own loss, peak memory vs the memory preflight's
+#           estimate, tokens/s and MFU vs a plain PyTorch step, evaluation's peak as eval.precision=bf16_copy vs
+#           bf16 autocast; one PASS/FAIL line per figure (docs/distributed.md)
 #   fsdp    FSDP2 through accelerate (accelerate_configs/fsdp.yaml, one process: the model is still sharded
 #           into DTensors) on 2 blocks of the Llama-3.2-1B shape (width 2048, 32/8 heads, MLP 8192) with its
 #           128,256 vocabulary (model=llama_1b_random model.n_layer=2), bf16, a short run (2 optimizer steps in
@@ -21,12 +24,8 @@
 #           10 steps per loop, without torch.compile (BENCH_ARGS="--steps 30" for the full bench: ~5 min)
 #   tokens  masked-entity training on a ~1B-shaped GPT-2 (24 layers, width 2048): fixed rows per batch
 #           (trainer.batch_size) against a token budget per batch (trainer.tokens_per_batch)
-#   memory  scripts/gpu_memory_check.py: a Llama-3.2-1B-shaped model with a 128,256 vocabulary (random weights),
-#           bf16, one GPU: chunked vs the model's own loss, peak memory vs the memory preflight's estimate,
-#           tokens/s and MFU vs a plain PyTorch step, evaluation's peak as eval.precision=bf16_copy vs bf16
-#           autocast; one PASS/FAIL line per figure (docs/distributed.md)
 #   demo    the embedded demo end to end in bf16
-#   sweep   with >= 2 GPUs (nvidia-smi -L) only, and then in the default parts (+120 s): a method=full,lora sweep
+#   sweep   with >= 2 GPUs (nvidia-smi -L) only, and then in the default parts (+140 s): a method=full,lora sweep
 #           whose points are 2-process NCCL runs (hydra/launcher=submitit_local_multi, both points on GPUs 0,1),
 #           the step-0 cache shared; $OUT/sweep_check.txt says what each point ran. With fewer GPUs the single-
 #           GPU parts run unchanged and the sweep is reported as skipped.
