@@ -11,7 +11,9 @@
   Without ``data.train_files`` the timeline is for evaluation only (``evolve-eval`` of a model on QA files):
   its steps are ``data.steps`` (else one step, ``eval``) with empty corpora, and training refuses it.
 * ``data.eval_files``: QA items (JSONL/CSV, the contract of ``data/qa_items.py``, read through
-  ``data.fields``), or EvolveBench-style event files (``loaders/evolvebench.py``).
+  ``data.fields``), or EvolveBench-style event files (``loaders/evolvebench.py``). Without them the timeline is
+  one of corpora only: it trains, and is evaluated by the evaluators that need no questions (time slices,
+  held-out text, lm-eval tasks: ``evaluation/needs.py``).
 
 Each item's step is its ``step`` (an index or a step name), else the last step whose name-timestamp is
 not after the item's timestamp. Its split is its ``set``, else derived with the pairing of ``evolve-score``
@@ -312,7 +314,13 @@ def temporal_qa_timeline(cfg: DataConfig) -> Timeline:
             )
         steps.append(TimeStep(index=index, name=name, pairs=pairs, texts=texts, files=shown))
     if not cfg.eval_files:
-        raise ConfigError("data.eval_files: no QA item files (give a list of JSONL/CSV/event files)")
+        if not cfg.train_files:
+            raise ConfigError(
+                "data.train_files and data.eval_files: neither is given (corpora per step to train, QA item "
+                "files to evaluate, or both)"
+            )
+        log.info("temporal_qa: no data.eval_files: a timeline of corpora, evaluated without questions")
+        return Timeline(steps=steps, eval_sets=[], prompt_template=cfg.prompt_template)
     days = [_timestamp(name) for name in names]
     items: list[tuple[QAItem, dict]] = []
     first_seen: dict[str, str] = {}

@@ -24,7 +24,7 @@ from typing import Optional
 from evolve_train.errors import ConfigError
 from evolve_train.evaluation.context import EvalContext
 from evolve_train.evaluation.evaluators.common import row
-from evolve_train.evaluation.registry import register_evaluator
+from evolve_train.evaluation.registry import LM_EVAL_TASKS, register_evaluator
 
 GROUP = "lm_eval"
 NOT_METRICS = ("alias", "name", "sample_len", "sample_count")
@@ -175,7 +175,7 @@ def metric_values(results: dict) -> list[dict]:
     return out
 
 
-@register_evaluator(GROUP, preflight=check_inputs)
+@register_evaluator(GROUP, preflight=check_inputs, needs=(LM_EVAL_TASKS,))
 def lm_eval_evaluator(ctx: EvalContext) -> list[dict]:
     """Rows of group ``lm_eval``: one per task and metric (``set_name`` = ``<task>/<metric>``)."""
     require_harness()

@@ -25,7 +25,7 @@ import torch
 from evolve_train.errors import ConfigError
 from evolve_train.evaluation.context import EvalContext, Shards
 from evolve_train.evaluation.metrics.stats import bootstrap_ratio_ci
-from evolve_train.evaluation.registry import register_evaluator
+from evolve_train.evaluation.registry import HELDOUT_TEXT, register_evaluator
 from evolve_train.models.batching import AutoBatchSize, in_batches
 from evolve_train.models.text_format import CausalLMFormat, TextFormat
 
@@ -127,7 +127,7 @@ def text_loss(model, windows: list[list[int]], batch_size: int) -> tuple[float, 
     return float(sums.sum()), int(counts.sum())
 
 
-@register_evaluator("heldout")
+@register_evaluator("heldout", needs=(HELDOUT_TEXT,))
 def heldout_evaluator(ctx: EvalContext) -> list[dict]:
     if not isinstance(ctx.text_format, CausalLMFormat):
         log.warning("heldout: perplexity of plain text is computed for decoder-only models; skipped")

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from evolve_train.data.objective import slice_objective
 from evolve_train.data.schema import TimeStep
 from evolve_train.evaluation.context import EvalContext, write_predictions
-from evolve_train.evaluation.registry import register_evaluator
+from evolve_train.evaluation.registry import SLICES, register_evaluator
 from evolve_train.models.batching import in_batches
 from evolve_train.training.examples import as_array_rows, collate
 
@@ -110,7 +110,7 @@ def score_rows(ctx: EvalContext, rows: list[dict]) -> list[tuple[float, int]]:
     return [scored[k] for k in range(len(rows))]
 
 
-@register_evaluator(GROUP)
+@register_evaluator(GROUP, needs=(SLICES,))
 def slices_evaluator(ctx: EvalContext) -> list[dict]:
     """One row per held-out slice: P[checkpoint][j] (see the module docstring)."""
     encoded = slice_rows(ctx)
