@@ -28,17 +28,6 @@ def close(a: dict, b: dict, tol: float = 1e-6) -> bool:
     return a.keys() == b.keys() and all(torch.allclose(a[k], b[k], atol=tol, rtol=0) for k in a)
 
 
-@pytest.fixture(scope="module")
-def raw_chain(tmp_path_factory):
-    """A run without averaging: its checkpoints are the raw weights an averaging run (continuing from the raw
-    weights) trains, step by step."""
-    threads = torch.get_num_threads()
-    run_dir = tmp_path_factory.mktemp("plain")
-    train(tiny_cfg(run_dir, *FAST))
-    torch.set_num_threads(threads)
-    return run_dir
-
-
 @pytest.fixture(autouse=True)
 def keep_threads(monkeypatch):
     monkeypatch.setattr(faults, "_arrivals", {})
@@ -47,10 +36,10 @@ def keep_threads(monkeypatch):
     torch.set_num_threads(threads)
 
 
-def test_uniform_equals_the_mean_of_the_saved_step_weights(tmp_path, raw_chain):
+def test_uniform_equals_the_mean_of_the_saved_step_weights(tmp_path, reference):
     run_dir = tmp_path / "uniform"
     train(tiny_cfg(run_dir, *FAST, "method.average=uniform"))
-    raw = [weights(raw_chain, k) for k in range(3)]
+    raw = [weights(reference, k) for k in range(3)]
     for k in range(3):
         manual = {name: torch.stack([r[name] for r in raw[: k + 1]]).mean(dim=0) for name in raw[0]}
         assert close(weights(run_dir, k), manual), k
@@ -62,7 +51,7 @@ def test_uniform_equals_the_mean_of_the_saved_step_weights(tmp_path, raw_chain):
     assert {r["checkpoint"] for r in rows} == {0, 1, 2}
 
 
-def test_ema_and_continuing_from_the_average(tmp_path, raw_chain):
+def test_ema_and_continuing_from_the_average(tmp_path, reference):
     run_dir = tmp_path / "ema"
     train(
         tiny_cfg(
@@ -74,7 +63,7 @@ def test_ema_and_continuing_from_the_average(tmp_path, raw_chain):
             "data.world.n_steps=2",
         )
     )
-    raw = [weights(raw_chain, k) for k in range(2)]  # step 1 trains from avg_0 = raw_0: the plain run's step 1
+    raw = [weights(reference, k) for k in range(2)]  # step 1 trains from avg_0 = raw_0: the plain run's step 1
     assert close(weights(run_dir, 0), raw[0], tol=0)
     assert close(weights(run_dir, 1), {n: 0.75 * raw[0][n] + 0.25 * raw[1][n] for n in raw[0]})
     assert not (carry.carry_dir(run_dir, 1) / carry.RAW_FILE).exists()  # nothing to continue from but steps/1

@@ -3,13 +3,11 @@
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from helpers import TINY
-
-ROOT = Path(__file__).resolve().parents[1]
+from helpers.processes import ROOT
 
 
 @pytest.mark.slow

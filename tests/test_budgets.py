@@ -14,7 +14,7 @@ from evolve_train.training.examples import collate
 from evolve_train.training.loop import train_time_step
 from evolve_train.training.plan import StepPlan
 from helpers import deadline, tiny_cfg
-from method_fixtures import PAD, method, one_thread, tiny_gpt2, token_rows, trainer_cfg
+from helpers.methods import PAD, method, one_thread, tiny_gpt2, token_rows, trainer_cfg
 
 
 def plan(examples, strategies=None, **settings):

@@ -9,12 +9,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from method_fixtures import VOCAB, method, one_thread, tiny_gpt2, train
+from helpers.methods import VOCAB, method, one_thread, tiny_gpt2, train
 
 from evolve_train.training.telemetry import compute_summary, parameter_counts, training_flops
 from helpers import TINY, tiny_cfg
-
-ROOT = Path(__file__).resolve().parents[1]
+from helpers.processes import ROOT
 
 
 def gpt2_parameters(vocab: int, positions: int, d: int, layers: int) -> int:
@@ -54,7 +53,7 @@ def test_the_flops_estimate_of_lora_counts_the_weight_gradients_of_trained_param
 
 
 def test_the_flops_estimate_of_lwf_counts_the_teachers_forward():
-    from method_fixtures import run_step
+    from helpers.methods import run_step
 
     N = gpt2_parameters(VOCAB, 32, 32, 2)
     lwf = method("full", "lwf")

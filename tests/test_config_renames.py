@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -15,6 +14,7 @@ from evolve_train.config_identity import config_diff, result_config
 from evolve_train.config_renames import current_key, renamed_overrides
 from evolve_train.evaluation.rows import read_metrics
 from evolve_train.utils.io import write_jsonl
+from helpers.processes import ROOT
 
 
 def test_a_former_key_on_the_command_line_is_rewritten_with_a_warning():
@@ -66,7 +66,7 @@ def test_rows_written_under_the_former_group_and_key_read_under_the_current_ones
 def test_train_py_and_evolve_train_take_a_former_key(tmp_path):
     """``--cfg job`` prints the composed config without running: the former key passed the strict check and
     landed under its current name."""
-    repo = Path(__file__).resolve().parents[1]
+    repo = ROOT
     env = {**os.environ, "PYTHONPATH": str(repo), "WANDB_MODE": "disabled"}
     for command in ([sys.executable, str(repo / "train.py")], [sys.executable, "-m", "evolve_train.cli.train"]):
         done = subprocess.run(

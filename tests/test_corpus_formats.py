@@ -13,7 +13,7 @@ import pytest
 import zstandard
 from datasets import Dataset
 from helpers import tiny_cfg
-from test_training_files import issue_layout
+from helpers.data import issue_layout
 
 from evolve_train.data.loaders.common import read_training_file
 from evolve_train.data.loaders.temporal_qa import expand_entry

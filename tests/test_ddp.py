@@ -16,41 +16,16 @@ tie may flip).
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from helpers import TINY
+from helpers import TINY, read_jsonl
+from helpers.processes import free_port, relative_difference, run
 
-ROOT = Path(__file__).resolve().parents[1]
 WEIGHT_TOLERANCE = 1e-5
 SCORE_TOLERANCE = 0.1
 MIN_SAME_GENERATIONS = 0.98
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def run(command: list[str], env: dict) -> None:
-    done = subprocess.run(
-        command,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=400,
-        env={**os.environ, "WANDB_MODE": "disabled", **env},
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
 
 
 def weights(run: Path, step: int) -> dict:
@@ -58,11 +33,6 @@ def weights(run: Path, step: int) -> dict:
     from evolve_train.models.build import load_model
 
     return {k: v.detach() for k, v in load_model(str(run / f"steps/{step}"), ModelConfig()).state_dict().items()}
-
-
-def relative_difference(a: dict, b: dict) -> float:
-    diff = sum(((a[k] - b[k]) ** 2).sum() for k in a) ** 0.5
-    return float(diff / sum((a[k] ** 2).sum() for k in a) ** 0.5)
 
 
 @pytest.mark.slow

@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 from evolve_train.reporting import demo_check
 from evolve_train.reporting.demo_check import BANDS, MEASURED, check_lines, figures
-
-ROOT = Path(__file__).resolve().parents[1]
+from helpers.processes import ROOT
 
 
 def summary(unchanged0=0.99, new=(1.0, 1.0), updated=(1.0, 0.97), outdated=(0.0, 0.02)) -> dict:

@@ -35,8 +35,8 @@ from omegaconf import OmegaConf, open_dict, read_write
 
 import evolve_train.config  # noqa: F401  (registers the typed schema, base_config)
 from evolve_train.config import Config
+from helpers.processes import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 PLACEHOLDER = re.compile(r"\.\.\.|…|<[^>]*>|\$")

@@ -1,6 +1,6 @@
 """``evolve-data fetch-data dyknow``: DyKnow's files into the cache, checked against the pinned release, and
 ``data=dyknow`` reading them there by default. Never the network: the release is the tests' invented fixture
-(``tests/dyknow_fixture.py``) with its own pins, and a download is served from memory."""
+(``tests/helpers/dyknow.py``) with its own pins, and a download is served from memory."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from dyknow_fixture import FACTS, PASSAGES, QUESTIONS, write_fixture
+from helpers.dyknow import FACTS, PASSAGES, QUESTIONS, write_fixture
 from evolve_train.cli import data as cli
 from evolve_train.config import DataConfig, DyKnowConfig
 from evolve_train.data.loaders import dyknow_fetch

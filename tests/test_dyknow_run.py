@@ -9,12 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from dyknow_fixture import write_fixture
+from helpers.dyknow import write_fixture
 from helpers import TINY, tiny_cfg
 
 from evolve_train.data.loaders.dyknow_fetch import default_root
+from helpers.processes import ROOT
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = ROOT
 REAL = Path(os.environ.get("EVOLVE_DYKNOW_ROOT") or default_root())
 """The real DyKnow data: ``$EVOLVE_DYKNOW_ROOT``, else the copy ``evolve-data fetch-data dyknow`` fetched."""
 

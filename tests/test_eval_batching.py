@@ -3,7 +3,7 @@
 import functools
 
 import pytest
-from test_generation import PROMPTS, tiny_model, tokenizer  # noqa: F401  (fixture)
+from helpers.models import PROMPTS, tiny_model
 
 from evolve_train.models.text_format import CausalLMFormat
 from evolve_train.models.batching import AutoBatchSize

@@ -21,17 +21,16 @@ from __future__ import annotations
 import functools
 import itertools
 import threading
-from dataclasses import dataclass
 
 import pytest
 import torch
-from test_generation import tiny_model
+from helpers.models import tiny_model
 
-from evolve_train.config import EvalConfig, ModelConfig
-from evolve_train.data.timeline import Timeline
+from evolve_train.config import ModelConfig
 from evolve_train.evaluation.context import EvalContext, Shards
 from evolve_train.models.text_format import CausalLMFormat, Seq2SeqFormat
 from evolve_train.models.build import build_model, train_tokenizer
+from helpers.shards import BATCH, Locked, ThreadShards, World, context
 
 WORDS = ["Acme", "Brix Works", "Cal Dee", "the toolkit", "City4", "Person7", "Zeta Labs", "version 3"]
 PROMPTS = [" ".join(WORDS[k % len(WORDS)] for k in range(i, i + 1 + (7 * i) % 5)) + " is" for i in range(13)]
@@ -39,7 +38,6 @@ PROMPTS += ["Who directs Acme?", "Q: Where is Zeta Labs based?\nA:"]
 OPTIONS = ["Ann Lee", "Bob", "Brix Works of City4", "2018", "Cal Dee and Person7 of Zeta Labs"]
 QUESTIONS = [(p, [OPTIONS[(i + k) % len(OPTIONS)] for k in range(1 + i % 4)]) for i, p in enumerate(PROMPTS)]
 TEXTS = [f"{p} {o}." for p, options in QUESTIONS for o in options] * 5
-BATCH = 4
 
 
 @pytest.fixture(scope="module", params=["gpt2", "t5"])
@@ -125,58 +123,6 @@ def test_owners_keep_the_loads_within_one_batch(count):
         sum(n for sizes, o in zip(calls, owners[0]) for n, r in zip(sizes, o) if r == rank) for rank in range(count)
     ]
     assert sum(load) == sum(map(sum, calls)) and max(load) - min(load) <= 130
-
-
-class World:
-    """Threads standing in for processes: ``gather`` exchanges values through shared slots."""
-
-    def __init__(self, count: int):
-        self.slots: list = [None] * count
-        self.barrier = threading.Barrier(count, timeout=120)
-        self.model_lock = threading.Lock()  # one forward at a time, as in a process of its own
-
-
-@dataclass
-class ThreadShards(Shards):
-    world: World = None
-
-    def gather(self, value) -> list:
-        self.world.slots[self.index] = value
-        self.world.barrier.wait()
-        parts = list(self.world.slots)
-        self.world.barrier.wait()  # nobody writes the next value before everyone has read this one
-        return parts
-
-
-class Locked:
-    """``adapter`` whose model calls take ``lock``."""
-
-    def __init__(self, text_format, lock):
-        self._text_format, self._lock = text_format, lock
-
-    def __getattr__(self, name):
-        value = getattr(self._text_format, name)
-        if name not in ("generate", "score_options", "token_nll"):
-            return value
-
-        @functools.wraps(value)
-        def locked(*args, **kwargs):
-            with self._lock:
-                return value(*args, **kwargs)
-
-        return locked
-
-
-def context(text_format, model, shards: Shards) -> EvalContext:
-    return EvalContext(
-        model=model,
-        text_format=text_format,
-        timeline=Timeline(steps=[], eval_sets=[]),
-        checkpoint=0,
-        cfg=EvalConfig(batch_size=BATCH, max_new_tokens=4),
-        shards=shards,
-        writes=False,
-    )
 
 
 def ask(ctx: EvalContext) -> list:

@@ -12,9 +12,8 @@ import pytest
 
 from evolve_train.cli.evaluate import main as evolve_eval
 from helpers import TINY
-from test_loaders_temporal_qa import FIELDS, world_release
-
-ROOT = Path(__file__).resolve().parents[1]
+from helpers.data import FIELDS, world_release
+from helpers.processes import ROOT
 
 
 def tree_hashes(root: Path, skip: str | None = None) -> dict[str, str]:

@@ -11,6 +11,7 @@ from evolve_train.data.world import generate_world
 from evolve_train.evaluation.metrics import DIMENSIONS
 from evolve_train.run import train
 from helpers import tiny_cfg
+from helpers.processes import ROOT
 
 GROUPS = ("splits", "matrix", "paired", "ablation", "dimensions", "calibration", "grad_norms", "timing")
 
@@ -109,11 +110,10 @@ def test_every_shipped_eval_config_names_registered_evaluators(option):
     evaluator a shipped eval config names; a missing registration import once broke the benchmark."""
     import subprocess
     import sys
-    from pathlib import Path
 
     import yaml
 
-    names = yaml.safe_load((Path(__file__).parents[1] / "configs/eval" / f"{option}.yaml").read_text())["evaluators"]
+    names = yaml.safe_load((ROOT / "configs/eval" / f"{option}.yaml").read_text())["evaluators"]
     code = "import sys; from evolve_train.evaluation.evaluator import check_evaluators; check_evaluators(sys.argv[1:])"
     result = subprocess.run([sys.executable, "-c", code, *names], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr

@@ -15,8 +15,9 @@ import pytest
 from helpers import TINY
 
 from evolve_train.cli.train import CONFIG_DIR_ENV, user_config_dirs, with_config_dir
+from helpers.processes import ROOT
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = ROOT
 MAIN = "import sys; from evolve_train.cli.train import main; sys.exit(main())"
 
 

@@ -31,10 +31,10 @@ import pytest
 import torch
 from helpers import TINY
 from safetensors.torch import load_file
-from test_reliability import metrics, train_log  # a run's rows without the wall-clock figures
-from test_resume_check import resume_check  # scripts/resume_check.py
+from helpers.faults import metrics, train_log
+from helpers.runs import resume_check
+from helpers.processes import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 COMMON = [*TINY, "eval.evaluators=[splits]", "trainer.num_threads=1"]
 STATES = ["trainer.save_every_n_steps=4"]
 

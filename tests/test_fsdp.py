@@ -24,13 +24,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import TINY
+from helpers import TINY, read_jsonl
+from helpers.processes import CPU_ENV as ENV, ROOT, launch, relative_difference, run
 from safetensors.torch import load_file
-from test_ddp import free_port, read_jsonl, relative_difference
+from helpers.processes import SMALL, em_rows
 
-ROOT = Path(__file__).resolve().parents[1]
-SMALL = [*TINY, "model.n_layer=2"]  # two transformer blocks: fully_shard per block, then the root
-ENV = {"ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1"}
 EM_TOLERANCE = 0.02
 SAME_AS_DDP = 1e-4
 VOLATILE = (
@@ -51,44 +49,6 @@ def held_per_process(output: str) -> list[tuple[list[int], int]]:
     """Per FSDP2-trained step: (parameter values each process held, values of the whole model)."""
     found = re.findall(r"processes held \[([\d, ]+)\] of (\d+) parameter values", output)
     return [([int(n) for n in local.split(",")], int(total)) for local, total in found]
-
-
-def run(command: list[str], env: dict | None = None) -> str:
-    """Run ``command`` from the repo root; its output (stdout + stderr); fails the test on a non-zero exit."""
-    done = subprocess.run(
-        command,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=500,
-        env={**os.environ, "WANDB_MODE": "disabled", **(env or {})},
-    )
-    assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-4000:])
-    return done.stdout + done.stderr
-
-
-def launch(config: str = "fsdp") -> list[str]:
-    extra = ["--config_file", f"accelerate_configs/{config}.yaml"] if config else ["--multi_gpu", "--num_machines", "1"]
-    return [
-        sys.executable,
-        "-m",
-        "accelerate.commands.launch",
-        *extra,
-        "--num_processes",
-        "2",
-        "--mixed_precision",
-        "no",
-        "--dynamo_backend",
-        "no",
-        "--main_process_port",
-        str(free_port()),
-    ]
-
-
-def em_rows(run_dir: Path) -> list[tuple]:
-    return [
-        (r["checkpoint"], r["group"], r.get("set"), r["em"]) for r in read_jsonl(run_dir / "metrics.jsonl") if "em" in r
-    ]
 
 
 def check_loads(run_dir: Path, method: str) -> None:
@@ -192,7 +152,7 @@ def test_every_rank_evaluates_a_share_with_the_metrics_of_one_process(tmp_path):
 
 @pytest.mark.slow
 def test_dist_timeout_reaches_the_process_group():
-    output = run([*launch(config=""), "tests/fsdp_probe_timeout.py", "1234"], ENV)
+    output = run([*launch(config=""), "tests/helpers/fsdp_probe_timeout.py", "1234"], ENV)
     assert sorted(re.findall(r"rank (\d) of 2: timeout (\d+)", output)) == [("0", "1234"), ("1", "1234")]
 
 

@@ -9,8 +9,9 @@ import subprocess
 import pytest
 import torch
 from safetensors.torch import load_file
-from test_ddp import relative_difference
-from test_fsdp import ENV, ROOT, SMALL, em_rows, launch, run
+from helpers.processes import relative_difference
+from helpers.processes import CPU_ENV as ENV, ROOT, launch, run
+from helpers.processes import SMALL, em_rows
 
 BF16 = [*SMALL, "method=full", "model.dtype=bfloat16", "trainer.mixed_precision=bf16", "trainer.batch_size=8"]
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from evolve_train.cli.gate import main
-from test_hygiene_compare import fake_run
+from helpers.runs import fake_run
 
 
 def hygiene_rows(checkpoint: int, flip: float | None, gap: float | None) -> list[dict]:

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from helpers.processes import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "data" / "general_english"
 HELDOUT = ROOT / "evolve_train" / "resources" / "heldout_general.txt"
 N = 6

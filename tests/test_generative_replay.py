@@ -22,8 +22,8 @@ from evolve_train.methods import generative
 from evolve_train.methods.generative import GenerativeReplay, generate_samples, generation_seed, samples_path
 from evolve_train.models.build import load_model, load_tokenizer
 from evolve_train.models.text_format import make_text_format
+from helpers.processes import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 GEN = ["method=generative_replay", "method.generative.samples=6", "method.generative.max_new_tokens=12"]
 
 

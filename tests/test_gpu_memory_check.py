@@ -7,11 +7,10 @@ import json
 import os
 import re
 import subprocess
-from pathlib import Path
 
 import pytest
+from helpers.processes import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 FIGURES = (
     "chunked_loss",
     "peak_vs_preflight",

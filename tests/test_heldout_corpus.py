@@ -8,7 +8,6 @@ import importlib.util
 import math
 import re
 import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -30,8 +29,8 @@ from evolve_train.evaluation.evaluators.heldout import (
 from evolve_train.evaluation.metrics.stats import bootstrap_ratio_ci
 from evolve_train.models.build import train_tokenizer
 from evolve_train.models.text_format import make_text_format
+from helpers.processes import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 PYTHON_DOCS = SHIPPED["python_docs"]
 RESOURCES = PYTHON_DOCS.parent
 
@@ -146,7 +145,7 @@ class LockedModel:
 def test_processes_score_shares_of_the_windows_and_sum_bit_for_bit_as_one(setup, count):
     import threading
 
-    from test_eval_shards import ThreadShards, World
+    from helpers.shards import ThreadShards, World
 
     text_format, lm = setup
     windows, owners = document_windows(text_format, GENERAL_FILE.read_text(encoding="utf-8"), 16)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -12,51 +11,7 @@ from evolve_train.data.refresh import saturated_ids
 from evolve_train.evaluation.compare import compare_runs
 from evolve_train.evaluation.metrics.stats import paired_bootstrap_diff
 from evolve_train.reporting.runs import ReportError
-
-
-def write_jsonl(path: Path, rows) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    return path
-
-
-def fake_run(
-    path: Path,
-    outcomes: dict[str, dict[str, int]],
-    checkpoint: int = 2,
-    extra_rows=(),
-    predictions: dict[str, dict[str, str]] | None = None,
-) -> Path:
-    """A finished run dir whose final checkpoint has ``outcomes`` {column: {id: 0/1}}."""
-    rows = []
-    for column, by_id in outcomes.items():
-        kind, _, step = column.partition("_")
-        em = sum(by_id.values()) / len(by_id)
-        rows.append(
-            {
-                "group": "splits",
-                "checkpoint": checkpoint,
-                "set": kind,
-                "set_name": column,
-                "set_step": int(step) if step else None,
-                "n": len(by_id),
-                "em": em,
-                "f1": em,
-            }
-        )
-        write_jsonl(
-            path / "predictions" / f"step_{checkpoint}" / f"{column}.jsonl",
-            [
-                {"id": i, "prediction": (predictions or {}).get(column, {}).get(i, "p"), "correct": c}
-                for i, c in by_id.items()
-            ],
-        )
-    write_jsonl(path / "metrics.jsonl", rows + list(extra_rows))
-    (path / "summary.json").write_text(json.dumps({"method": path.name, "seed": 0, "experiment": "t"}))
-    return path
-
-
-# ---------------------------------------------------------------- compare_runs
+from helpers.runs import fake_run, write_jsonl
 
 
 def test_compare_runs_per_split_by_hand(tmp_path):

@@ -23,8 +23,7 @@ from evolve_train.models.build import train_tokenizer
 from evolve_train.training import identity
 from evolve_train.training.checkpoint import RunState
 from evolve_train.training.step0_cache import step0_key
-
-ROOT = Path(__file__).resolve().parents[1]
+from helpers.processes import ROOT
 
 
 def cfg_of(*overrides: str):

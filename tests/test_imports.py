@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
+from helpers.processes import ROOT
 
-PACKAGE_DIR = Path(__file__).resolve().parents[1] / "evolve_train"
+PACKAGE_DIR = ROOT / "evolve_train"
 PACKAGE = PACKAGE_DIR.name
 
 

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 import yaml
 
 import evolve_train
+from helpers.processes import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
 
 

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from llama_helpers import smollm_like_tokenizer, tiny_llama
+from helpers.llama import smollm_like_tokenizer, tiny_llama
+from helpers.processes import ROOT
 
 pytestmark = [
     pytest.mark.slow,
@@ -22,7 +23,7 @@ pytestmark = [
     ),
 ]
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = ROOT
 TASKS = "evolve_unchanged,evolve_new_1"
 
 

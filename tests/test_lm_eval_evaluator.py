@@ -229,7 +229,7 @@ def test_lora_step_scores_as_the_command_line_with_its_adapter(scored_runs):
 @pytest.mark.slow
 def test_rows_reach_wandb_and_the_report(scored_runs, tmp_path):
     from evolve_train.reporting.report import build_report
-    from test_wandb_logger import offline_runs, parse_offline_run
+    from helpers.runs import offline_runs, parse_offline_run
 
     root, _ = scored_runs
     ours = lm_eval_rows(root / "full")

@@ -1,4 +1,4 @@
-"""The DyKnow loader (data=dyknow) on a fixture in DyKnow's layout written here (tests/dyknow_fixture.py)."""
+"""The DyKnow loader (data=dyknow) on a fixture in DyKnow's layout written here (tests/helpers/dyknow.py)."""
 
 import copy
 import re
@@ -6,7 +6,7 @@ from datetime import date
 
 import pytest
 
-from dyknow_fixture import F1, F2, F3, F4, F5, F6, F7, FACTS, PASSAGE, STATES, write_fixture
+from helpers.dyknow import F1, F2, F3, F4, F5, F6, F7, FACTS, PASSAGE, STATES, write_fixture
 from evolve_train.config import DataConfig, DyKnowConfig
 from evolve_train.data.hygiene import check_private_leaks
 from evolve_train.data.loaders.dyknow import parse_cuts

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import json
-from pathlib import Path
 
 import pytest
 
@@ -13,8 +12,8 @@ from evolve_train.data.loaders.evolvingqa import default_order
 from evolve_train.data.timeline import build_timeline
 from evolve_train.run import train
 from helpers import tiny_cfg
+from helpers.processes import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "data" / "evolvingqa_sample"
 
 

@@ -3,54 +3,14 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
-from evolve_train.config import DataConfig, WorldConfig
+from evolve_train.config import DataConfig
 from evolve_train.data.qa_items import QAItem
-from evolve_train.data.relations import RELATIONS_BY_NAME
 from evolve_train.data.timeline import build_timeline
-from evolve_train.data.world import generate_world, step_corpus
 from evolve_train.evaluation.metrics import score_items
 from evolve_train.run import train
 from helpers import tiny_cfg
-
-FIELDS = {"id": "qid", "question": "edited_question", "answers": "gold", "timestamp": "asked_on"}
-DATES = ["March 05, 2018", "2019-03-05"]
-
-
-def write_jsonl(path: Path, rows) -> None:
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
-
-
-def world_release(root: Path) -> dict:
-    """A two-step world written as generic timestamped QA in a non-default layout; returns counts."""
-    world = generate_world(WorldConfig(n_entities=8, new_entities_per_step=3, n_people=8, n_cities=8, n_steps=2))
-    for step, year in enumerate(world.years):
-        write_jsonl(root / f"train_{year}.jsonl", step_corpus(world, step)[0])
-    rows, counts = [], {"unchanged": 0, "new": 0, "updated": 0}
-    for (org, rel), value in sorted(world.states[1].items()):
-        question = RELATIONS_BY_NAME[rel].question.format(e=org)
-        old = world.states[0].get((org, rel))
-
-        def row(k, gold, when):
-            return {
-                "qid": f"{org}/{rel}/{k}",
-                "edited_question": question,
-                "gold": [gold, gold.upper()],
-                "asked_on": when,
-            }
-
-        if old is None:
-            rows.append(row(1, value, DATES[1]))
-            counts["new"] += 1
-        elif old != value:
-            rows += [row(0, old, DATES[0]), row(1, value, DATES[1])]
-            counts["updated"] += 1
-        else:
-            rows.append(row(0, value, DATES[0]))
-            counts["unchanged"] += 1
-    write_jsonl(root / "qa.jsonl", rows)
-    return counts
+from helpers.data import DATES, FIELDS, world_release
 
 
 def test_items_land_in_the_splits_by_timestamp_and_pairing(tmp_path):

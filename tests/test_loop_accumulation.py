@@ -2,7 +2,7 @@
 
 import torch
 from accelerate import Accelerator
-from method_fixtures import PAD, method, one_thread, tiny_gpt2, token_rows, trainer_cfg
+from helpers.methods import PAD, method, one_thread, tiny_gpt2, token_rows, trainer_cfg
 
 from evolve_train.training.examples import LengthGroupedBatches, as_array_rows, collate
 from evolve_train.training.loop import lr_lambda, train_time_step

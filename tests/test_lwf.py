@@ -6,7 +6,7 @@ import json
 
 import pytest
 import torch
-from method_fixtures import PAD, make_history, method, one_thread, run_step, snapshot, tiny_gpt2, token_rows
+from helpers.methods import PAD, make_history, method, one_thread, run_step, snapshot, tiny_gpt2, token_rows
 
 from evolve_train.methods.lwf import distillation
 from evolve_train.training.examples import collate

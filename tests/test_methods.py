@@ -7,7 +7,7 @@ import copy
 import pytest
 import torch
 from datasets import Dataset
-from method_fixtures import (
+from helpers.methods import (
     PAD,
     drift,
     make_history,
@@ -266,7 +266,7 @@ def test_replay_mixes_the_configured_share_from_earlier_steps():
 
 
 def test_replay_decay_is_applied_per_epoch_in_the_loop(monkeypatch):
-    import method_fixtures
+    import helpers.methods as method_fixtures
 
     history, current = make_history([token_rows(64, 2, 32, 1)]), token_rows(32, 32, 64, 2)
     m = method("full", "replay", replay={"ratio": 1.0, "decay": 0.5})

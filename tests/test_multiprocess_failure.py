@@ -16,7 +16,8 @@ import time
 from pathlib import Path
 
 import pytest
-from test_multiprocess_faults import OVERRIDES, ROOT, free_port, launch, log, states
+from helpers.faults import OVERRIDES, launch_run, log, states
+from helpers.processes import ROOT, free_port
 
 pytestmark = pytest.mark.slow
 
@@ -65,7 +66,7 @@ def test_a_rank_that_raises_ends_every_process_within_60_s_with_its_error_in_the
 
 def test_a_mid_step_state_of_2_processes_is_not_resumed_by_1_and_the_warning_names_both(tmp_path):
     run_dir = tmp_path / "run"
-    stopped = launch(run_dir, "optimizer_step:3:SIGTERM")  # step 0, optimizer step 3: a state saved there
+    stopped = launch_run(run_dir, "optimizer_step:3:SIGTERM")  # step 0, optimizer step 3: a state saved there
     assert stopped.returncode != 0
     assert states(run_dir)[-1] == "step0-opt4"  # the ranks agreed at the next optimizer step
     command = [sys.executable, "train.py", *OVERRIDES, f"hydra.run.dir={run_dir}"]

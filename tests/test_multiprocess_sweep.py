@@ -13,18 +13,16 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from helpers import CONFIG_DIR, TINY, wall_clock
+from helpers import CONFIG_DIR, TINY, read_jsonl, wall_clock
+from helpers.processes import ROOT, free_port, run
 from hydra import compose, initialize_config_dir
 
 from evolve_train.training import submitit_env
 
-ROOT = Path(__file__).resolve().parents[1]
 SCORE_TOLERANCE = 0.1  # EM/F1 of 2 processes against 1 (tests/test_ddp.py, docs/distributed.md)
 FLAGS = ("from_eval_cache", "from_step0_cache")  # where a row came from, not what it says
 
@@ -131,28 +129,6 @@ def test_the_multi_process_launchers_compose(name):
 
 
 # --- the local sweep of 2-process runs --------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def run(command: list[str], env: dict | None = None) -> None:
-    done = subprocess.run(
-        command,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=400,
-        env={**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1", **(env or {})},
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
 
 
 def accelerate_launch(*overrides: str) -> None:

@@ -7,10 +7,9 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import sys
-from pathlib import Path
 from typing import Any, ClassVar, Optional
+from helpers.processes import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 while not (ROOT / "pyproject.toml").is_file():  # (wherever under tests/ this file lives)
     ROOT = ROOT.parent
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from helpers import TINY
+from helpers.processes import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "outputs.md"
 
 

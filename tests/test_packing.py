@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 from accelerate import Accelerator
-from method_fixtures import PAD, method, one_thread, tiny_gpt2, token_rows, trainer_cfg
+from helpers.methods import PAD, method, one_thread, tiny_gpt2, token_rows, trainer_cfg
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from evolve_train.config import TrainerConfig
@@ -257,7 +257,7 @@ def test_a_crash_mid_epoch_under_a_token_budget_resumes_to_the_same_run_bitwise(
     import logging
 
     from helpers import tiny_cfg
-    from test_reliability import FAST, crash_at, metrics, same_weights, train_log
+    from helpers.faults import FAST, crash_at, metrics, same_weights, train_log
 
     from evolve_train.run import train
     from evolve_train.training import faults

@@ -12,7 +12,7 @@ import pytest
 import torch
 from helpers import tiny_cfg
 from omegaconf import OmegaConf
-from test_sweep import run_sweep
+from helpers.runs import run_sweep
 
 from evolve_train.config import Config
 

@@ -28,20 +28,11 @@ from evolve_train.training.examples import LengthGroupedBatches
 from evolve_train.training.signals import DeferredSignals
 from evolve_train.training.train_state import list_states
 from helpers import tiny_cfg, wall_clock
-from test_reliability import FAST, assert_same_as, metrics, train_log
+from helpers.faults import FAST, assert_same_as, metrics, train_log
 
 STEP0_BATCHES = 21  # optimizer steps of time step 0 of the tiny config
 NEVER = "optimizer_step:1000000"  # counts every arrival, delivers nothing
 STEP_UPDATES = 12  # optimizer steps of time steps 1 and 2 of the tiny config (test_reliability.py)
-
-
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory) -> Path:
-    run_dir = tmp_path_factory.mktemp("reference")
-    threads = torch.get_num_threads()
-    train(tiny_cfg(run_dir, *FAST))
-    torch.set_num_threads(threads)
-    return run_dir
 
 
 @pytest.fixture(autouse=True)

@@ -4,7 +4,6 @@ that stops on it before anything is written."""
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -13,8 +12,8 @@ import torch
 from evolve_train.compose import compose_config
 from evolve_train.errors import ConfigError
 from evolve_train.training.preflight import GIB, Shape, check, estimate, run_preflight
+from helpers.processes import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
 

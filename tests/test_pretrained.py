@@ -1,4 +1,4 @@
-"""A pretrained causal LM end to end, on the tiny Llama stand-in (tests/llama_helpers.py: SmolLM2's
+"""A pretrained causal LM end to end, on the tiny Llama stand-in (tests/helpers/llama.py: SmolLM2's
 special-token setup): bad model sources, the text format, few-shot prompts, checkpoint ``initial``."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from evolve_train.methods.lora import default_targets
 from evolve_train.models.build import build_text_format, load_tokenizer
 from evolve_train.run import evaluates_initial, train
 from helpers import tiny_cfg
-from llama_helpers import save_tiny_llama, smollm_like_tokenizer, tiny_llama
+from helpers.llama import save_tiny_llama, smollm_like_tokenizer, tiny_llama
 
 FAST = ["eval.evaluators=[splits,heldout]", "eval.forward_transfer=false"]
 

@@ -5,7 +5,6 @@ smollm2-135m` into a fresh cache, then a one-step timeline with checkpoint `init
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -15,8 +14,9 @@ from evolve_train.models.fetch import MARKER
 from evolve_train.run import train
 import yaml
 from helpers import TINY, tiny_cfg
+from helpers.processes import ROOT
 
-RESOURCES = Path(__file__).resolve().parents[1] / "evolve_train" / "resources"
+RESOURCES = ROOT / "evolve_train" / "resources"
 
 
 @pytest.mark.slow

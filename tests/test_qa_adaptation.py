@@ -12,8 +12,9 @@ from safetensors.torch import load_file
 from evolve_train.errors import ConfigError, DataError
 from evolve_train.run import train
 from helpers import tiny_cfg
+from helpers.processes import ROOT
 
-SAMPLE = Path(__file__).resolve().parents[1] / "data" / "evolvingqa_sample"
+SAMPLE = ROOT / "data" / "evolvingqa_sample"
 FAST = [
     "data=evolvingqa",
     "data.steps=[20230101,'0102']",

@@ -9,13 +9,12 @@ import re
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from helpers import TINY
+from helpers.processes import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 NETWORK = re.compile(r"^evolve-data fetch-")
 EXIT_OK = {"evolve-gate": {0, 1}}  # 1: the gate ran and a check failed (the demo's flip rate fails it)
 

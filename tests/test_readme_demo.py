@@ -8,11 +8,10 @@ import os
 import re
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
+from helpers.processes import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:e[+-]?\d+)?")
 
 

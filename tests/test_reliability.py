@@ -33,45 +33,12 @@ from evolve_train.training.train_state import (
     split_tensors,
 )
 from helpers import tiny_cfg
+from helpers.faults import Boom, FAST, assert_same_as, crash_at, metrics, train_log
+from helpers.processes import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
-FAST = ["eval.evaluators=[splits]", "trainer.num_threads=1"]  # 1 thread: 2 spin badly on a shared 2-core box
-TIMING_KEYS = {"train_seconds", "eval_seconds", "seconds", "train_tokens_per_s"}
-THROUGHPUT_KEYS = {"tokens_per_s", "peak_mem_gb", "mfu"}  # wall-clock figures of the training log
 # tiny config: step 0 = 21 optimizer steps (7 batches x 3 epochs), steps 1 and 2 = 12 each (6 x 2); each step's
 # held-out slice (data.heldout_share=0.05) is not trained on
 STEP0_BATCHES = 21
-
-
-def metrics(run_dir: Path) -> list[dict]:
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in rows if r.get("group") != "timing"]
-
-
-def train_log(run_dir: Path) -> list[dict]:
-    rows = [json.loads(line) for line in (run_dir / "train_log.jsonl").read_text().splitlines()]
-    return [{k: v for k, v in r.items() if k not in THROUGHPUT_KEYS} for r in rows]
-
-
-def same_weights(a: Path, b: Path) -> bool:
-    x, y = load_file(str(a / "model.safetensors")), load_file(str(b / "model.safetensors"))
-    return x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)
-
-
-def assert_same_as(reference: Path, run_dir: Path) -> None:
-    assert metrics(run_dir) == metrics(reference)
-    assert train_log(run_dir) == train_log(reference)
-    for step in range(3):
-        assert same_weights(reference / "steps" / str(step), run_dir / "steps" / str(step)), step
-
-
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory) -> Path:
-    run_dir = tmp_path_factory.mktemp("reference")
-    threads = torch.get_num_threads()
-    train(tiny_cfg(run_dir, *FAST))
-    torch.set_num_threads(threads)
-    return run_dir
 
 
 @pytest.fixture(autouse=True)
@@ -81,23 +48,6 @@ def fresh_fault_counts(monkeypatch):
     threads = torch.get_num_threads()
     yield
     torch.set_num_threads(threads)  # trainer.num_threads=1 must not leak into other tests
-
-
-class Boom(Exception):
-    pass
-
-
-def crash_at(monkeypatch, name: str, count: int) -> None:
-    """Raise ``Boom`` at the ``count``-th arrival at fault point ``name`` (an in-process stand-in for a kill)."""
-    seen = {"n": 0}
-
-    def point(where):
-        if where == name:
-            seen["n"] += 1
-            if seen["n"] == count:
-                raise Boom(f"{name}:{count}")
-
-    monkeypatch.setattr(faults, "point", point)
 
 
 # -- mid-step states -------------------------------------------------------------------------------

@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import json
 import math
-import random
 import re
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -22,82 +20,7 @@ from evolve_train.reporting.report import build_report, write_report
 from evolve_train.run import train
 from evolve_train.tracking.disk import read_jsonl
 from helpers import tiny_cfg
-
-SETS = {
-    0: ["unchanged"],
-    1: ["unchanged", "new_1", "updated_1", "outdated_1"],
-    2: ["unchanged", "new_1", "updated_1", "outdated_1", "new_2", "updated_2", "outdated_2"],
-}
-
-
-def make_run(
-    run_dir: Path, seed: int, method: str = "full", skill: float = 0.6, n: int = 40, paired: bool = True
-) -> Path:
-    """A finished run dir in the framework's layout with random (seeded) per-item outcomes."""
-    rng = random.Random(f"{method}/{seed}")
-    rows, em = [], {}
-    for ckpt, columns in SETS.items():
-        for column in columns:
-            kind, _, step = column.partition("_")
-            items = [
-                {
-                    "id": f"{column}/q{i}",
-                    "prompt": f"Q{i}",
-                    "generation": "x",
-                    "prediction": "x",
-                    "golds": ["y"],
-                    "correct": int(rng.random() < skill * (0.5 if kind == "outdated" else 1)),
-                    "f1": 0.0,
-                }
-                for i in range(n)
-            ]
-            folder = run_dir / "predictions" / f"step_{ckpt}"
-            folder.mkdir(parents=True, exist_ok=True)
-            (folder / f"{column}.jsonl").write_text("".join(json.dumps(i) + "\n" for i in items))
-            value = sum(i["correct"] for i in items) / n
-            em.setdefault(str(ckpt), {})[column] = value
-            rows.append(
-                {
-                    "group": "splits",
-                    "checkpoint": ckpt,
-                    "set": kind,
-                    "set_name": column,
-                    "set_step": int(step) if step else None,
-                    "n": n,
-                    "em": value,
-                    "f1": value,
-                    "method": method,
-                    "seed": seed,
-                    "train_seconds": 1.0,
-                    "train_tokens": 100,
-                }
-            )
-        if paired and ckpt > 0:
-            rows.append(
-                {
-                    "group": "paired",
-                    "checkpoint": ckpt,
-                    "set": "pairs",
-                    "set_name": "pairs",
-                    "set_step": None,
-                    "n": 10,
-                    "update_adoption": rng.random(),
-                    "confusion_index": rng.random(),
-                    "method": method,
-                    "seed": seed,
-                }
-            )
-    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (run_dir / "summary.json").write_text(
-        json.dumps({"run_dir": str(run_dir), "experiment": "synth", "method": method, "seed": seed, "em": em, "f1": em})
-    )
-    train_log = [
-        {"time_step": t, "optimizer_step": s, "loss": 5.0 - t - s / 10, "lr": 1e-3, "tokens": 10 * s}
-        for t in SETS
-        for s in (2, 4, 6)
-    ]
-    (run_dir / "train_log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in train_log))
-    return run_dir
+from helpers.runs import SETS, make_run, screenshot
 
 
 @pytest.fixture
@@ -290,59 +213,6 @@ def test_missing_predictions_error_and_no_ci(synth, tmp_path, capsys):
     assert "save_predictions" in capsys.readouterr().err
     html = write_report(synth, tmp_path / "o", ci=False)
     assert html.name == "report.html" and "Paired differences" not in html.read_text()
-
-
-# -- the HTML in a real browser ------------------------------------------------------------------------
-def _find_chromium():
-    return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
-
-
-@pytest.fixture(scope="session")
-def chromium() -> str:
-    """Debian's chromium, installed with apt-get when absent (skipped where it cannot be installed)."""
-    found = _find_chromium()
-    if not found and shutil.which("apt-get"):
-        env = {"DEBIAN_FRONTEND": "noninteractive", "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
-        for command in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "chromium"]):
-            done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
-            if done.returncode != 0:
-                pytest.skip(f"chromium is not installed and `{' '.join(command)}` failed: {done.stderr[-300:]}")
-        found = _find_chromium()
-    if not found:
-        pytest.skip("chromium is not installed and apt-get is not available to install it")
-    return found
-
-
-def screenshot(chromium: str, html: Path, shot: Path, size: tuple[int, int] = (1200, 1600)):
-    """Render ``html`` in headless Chromium into ``shot``; returns the RGB pixels, checked to be a real page
-    (not blank, many colours: text, tables and the embedded plots)."""
-    import matplotlib.image as mpimg
-    import numpy as np
-
-    command = [
-        chromium,
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--disable-dev-shm-usage",
-        f"--user-data-dir={shot.parent / 'chromium-profile'}",
-        f"--screenshot={shot}",
-        f"--window-size={size[0]},{size[1]}",
-        html.resolve().as_uri(),
-    ]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=180)
-    assert shot.exists(), f"no screenshot (rc {done.returncode}): {done.stderr[-800:]}"
-    pixels = mpimg.imread(shot)[..., :3]
-    assert pixels.shape[:2] == (size[1], size[0])
-    assert pixels.std() > 0.05  # not a blank page
-    colours = np.unique((pixels.reshape(-1, 3) * 255).astype(np.uint8), axis=0)
-    assert len(colours) > 50  # text, tables and the embedded plots, not a flat error page
-    return pixels
 
 
 @pytest.mark.slow

@@ -17,8 +17,9 @@ from evolve_train.reporting.report import build_report
 from evolve_train.run import train
 from evolve_train.tracking.disk import read_jsonl
 from helpers import tiny_cfg
+from helpers.processes import ROOT
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = ROOT
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import json
 import math
 
 import pytest
-from test_report import make_run
+from helpers.runs import make_run
 
 from evolve_train.evaluation.rows import load_run
 from evolve_train.reporting import plots

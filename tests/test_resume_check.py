@@ -3,17 +3,14 @@ a changed loss or metric beyond the bounds fails, and the peak is judged against
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from helpers.runs import ROOT, _spec, resume_check
 
-ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("resume_check", ROOT / "scripts" / "resume_check.py")
-resume_check = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(resume_check)
 
 

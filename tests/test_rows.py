@@ -14,7 +14,7 @@ from evolve_train.cli.report import main as report_main
 from evolve_train.evaluation.rows import ReportError, column_key, read_metrics
 from evolve_train.reporting.report import build_report
 from evolve_train.tracking.disk import DiskLogger
-from test_report import make_run
+from helpers.runs import make_run
 
 
 def test_gate_and_report_give_the_same_difference_and_ci(tmp_path, capsys):

@@ -9,10 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import TINY
-from test_ddp import free_port, read_jsonl, run
+from helpers import TINY, read_jsonl
+from helpers.processes import ROOT, free_port, run
 
-ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT_S, SLOW_S = 20, 30
 
 SLOW_TRAIN = f"""

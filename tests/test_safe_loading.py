@@ -21,8 +21,7 @@ from evolve_train.models.build import load_model, load_tokenizer, train_tokenize
 from evolve_train.run import train
 from evolve_train.training.redact import REDACTED, config_secrets, env_secrets, redact_argv, redact_yaml_file
 from helpers import TINY, tiny_cfg
-
-ROOT = Path(__file__).resolve().parents[1]
+from helpers.processes import ROOT
 
 
 def tiny_model(seed: int = 0) -> GPT2LMHeadModel:

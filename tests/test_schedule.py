@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers.faults import Boom, crash_at
 from helpers import tiny_cfg
 from safetensors.torch import load_file
 
@@ -195,9 +196,6 @@ def test_rewarm_first_is_refused_with_infinite_which_never_rewarms(tmp_path):
 
 FAST = ["eval.evaluators=[splits]", "trainer.num_threads=1"]
 STEP0_UPDATES = 21  # tiny config: step 0 trains 21 optimizer steps (5 % of its corpus held out as the slice)
-
-
-from test_reliability import Boom, crash_at  # noqa: E402  (the fault-point stand-in for a kill, one copy)
 
 
 def rows(path: Path) -> list[dict]:

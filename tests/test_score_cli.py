@@ -5,15 +5,15 @@ import math
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from evolve_train.cli.score import main
 from evolve_train.data.qa_items import QAItem
 from evolve_train.evaluation.metrics import score_items
+from helpers.processes import ROOT
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = ROOT
 
 GOLD = [
     {

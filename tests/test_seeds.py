@@ -19,9 +19,9 @@ from evolve_train.reporting.seeds import group_runs, t_interval
 from evolve_train.reporting.runs import load_runs
 from evolve_train.tracking.wandb_logger import run_identity
 from helpers import TINY, tiny_cfg
-from test_report import SETS, chromium, make_run, screenshot  # noqa: F401  (chromium: a fixture)
+from helpers.runs import SETS, make_run, screenshot
+from helpers.processes import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 T_975 = {1: 12.706204736174694, 2: 4.302652729749462}  # Student t quantiles (tables: 12.706, 4.303)
 
 
@@ -227,7 +227,7 @@ def test_sweep_of_methods_and_seeds_end_to_end(chromium, tmp_path):  # noqa: F81
 
 def check_wandb_runs(sweep: Path) -> None:
     """One W&B group (the sweep dir) for the six runs, each named by its job's overrides."""
-    from test_wandb_logger import parse_offline_run
+    from helpers.runs import parse_offline_run
 
     folders = sorted(sweep.rglob("offline-run-*"))
     assert len(folders) == 6

@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers.processes import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 
 PIP_STUB = """import json, os, sys, sysconfig

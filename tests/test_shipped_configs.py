@@ -1,16 +1,15 @@
 """Every shipped config option composes into the typed schema and passes the checks a run does before it
 starts (litgpt's rule: a config we ship is a config a test has loaded)."""
 
-from pathlib import Path
-
 import pytest
 from omegaconf import OmegaConf
 
 from evolve_train.config import Config
 from evolve_train.run import validate
 from helpers import tiny_cfg
+from helpers.processes import ROOT
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+CONFIGS = ROOT / "configs"
 GROUPS = ("model", "method", "data", "trainer", "eval", "logger", "experiment")
 OPTIONS = [(group, path.stem) for group in GROUPS for path in sorted((CONFIGS / group).glob("*.yaml"))]
 

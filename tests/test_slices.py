@@ -184,8 +184,8 @@ def test_token_nll_of_a_seq2seq_model_is_its_own_loss():
 def test_processes_score_whole_batches_of_the_slices_bit_for_bit_as_one(count):
     import threading
 
-    from test_eval_shards import Locked, ThreadShards, World, context
-    from test_generation import tiny_model
+    from helpers.shards import Locked, ThreadShards, World, context
+    from helpers.models import tiny_model
 
     from evolve_train.data.schema import TimeStep
     from evolve_train.evaluation.context import Shards

@@ -26,8 +26,8 @@ from pathlib import Path
 
 import pytest
 from helpers import TINY, losses, rows
+from helpers.processes import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = ROOT / "scripts" / "slurm" / "multinode.sbatch"
 OVERRIDES = [*TINY, "method=full", "data.world.n_steps=2", "trainer.save_every_n_steps=2"]
 ENV = {

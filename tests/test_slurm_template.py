@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers.processes import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts/slurm/multinode.sbatch"
 
 STUBS = {

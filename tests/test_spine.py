@@ -17,8 +17,8 @@ from evolve_train.errors import ConfigError
 from evolve_train.models.text_format import text_format_for_model
 from evolve_train.run import train
 from helpers import TINY, tiny_cfg
+from helpers.processes import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 SPLIT_KEYS = {"checkpoint", "set", "set_step", "em", "f1", "n"}
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -15,8 +14,9 @@ from evolve_train.compose import CONFIG_DIR, compose_config
 from evolve_train.config import Config
 from evolve_train.config_strict import command_overrides, register_config_keys, unknown_overrides
 from evolve_train.errors import ConfigError
+from helpers.processes import ROOT
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = ROOT
 
 
 @pytest.mark.parametrize("override", ["+trainer.lrrr=1", "trainer.lrrr=1", "++trainer.lrrr=1"])

@@ -4,9 +4,6 @@ and one per configuration (a sweep never puts two configurations into one run di
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,8 +17,8 @@ from evolve_train.methods import Method
 from evolve_train.models.build import train_tokenizer
 from evolve_train.training import identity
 from evolve_train.training.step0_cache import step0_key
+from helpers.runs import run_sweep
 
-ROOT = Path(__file__).resolve().parents[1]
 METHODS = ["full", "lora", "replay", "l2_init", "ewc", "freeze", "lora_replay"]
 
 
@@ -161,16 +158,6 @@ def test_the_initial_evaluation_is_made_once_and_shared(tmp_path, monkeypatch):
     assert any(json.loads(line)["checkpoint"] == -1 for line in private)  # still recorded by the run that copied
     train(tiny_cfg(tmp_path / "other", "method=lora", *common, "eval.max_new_tokens=5"))
     assert asked.count(-1) == 2  # another evaluation setting: a miss
-
-
-def run_sweep(sweep: Path, *overrides: str) -> list[Path]:
-    """``train.py -m`` on the tiny world into ``sweep``; the run dirs it wrote (summary.json), sorted."""
-    command = [sys.executable, "train.py", "-m", *TINY, f"hydra.sweep.dir={sweep}", *overrides]
-    done = subprocess.run(
-        command, cwd=ROOT, capture_output=True, text=True, timeout=300, env={**os.environ, "WANDB_MODE": "disabled"}
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return sorted(p.parent for p in sweep.rglob("summary.json") if ".step0_cache" not in p.parts)
 
 
 def sweep_points(*arguments: str) -> list[list[str]]:

@@ -5,7 +5,6 @@ gets the very ids it got before the adapter existed."""
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
 import pytest
 import torch
@@ -29,6 +28,7 @@ from evolve_train.models.text_format import (
 from evolve_train.models.build import train_tokenizer
 from evolve_train.training.examples import collate
 from helpers import tiny_cfg
+from helpers.processes import ROOT
 
 PROMPT = "Question: Who leads Acme?\nAnswer:"
 PAIRS = [
@@ -272,7 +272,7 @@ def test_the_demo_tokenizer_gets_the_ids_it_got_before(demo_timeline, arch, obje
 
 
 def test_no_function_outside_the_text_format_and_model_building_takes_seq2seq():
-    package = Path(__file__).resolve().parents[1] / "evolve_train"
+    package = ROOT / "evolve_train"
     allowed = {package / "models" / "text_format.py", package / "models" / "build.py"}
     offenders = []
     for path in package.rglob("*.py"):

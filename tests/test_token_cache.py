@@ -29,8 +29,8 @@ from evolve_train.training.examples import as_array_rows
 from evolve_train.training.rows import TokenRows
 from evolve_train.training.token_cache import TokenCache, token_key
 from helpers import tiny_cfg, wall_clock
-
-DOCS = [f"Document {k} says that the river {k % 7} flows past town {k * 3} in spring." * (1 + k % 4) for k in range(40)]
+from helpers.processes import ROOT
+from helpers.data import DOCS, step_of
 
 
 def write_docs(path: Path, docs=DOCS) -> Path:
@@ -43,11 +43,6 @@ def write_docs(path: Path, docs=DOCS) -> Path:
 @pytest.fixture(scope="module")
 def text_format():
     return make_text_format(train_tokenizer(DOCS, 300))
-
-
-def step_of(path: Path, cache_dir=None) -> TimeStep:
-    pairs, texts = read_training_file(path, cache_dir)
-    return TimeStep(index=0, name="2019", pairs=pairs, texts=texts)
 
 
 def same_rows(a, b) -> bool:
@@ -192,7 +187,7 @@ def test_two_processes_share_one_entry(tmp_path):
     script = textwrap.dedent(f"""
         import logging, sys, numpy as np
         logging.basicConfig(level=logging.INFO, format="%(message)s")
-        from test_token_cache import DOCS, step_of
+        from helpers.data import DOCS, step_of
         from evolve_train.models.text_format import make_text_format
         from evolve_train.models.build import train_tokenizer
         from evolve_train.training.rows import TokenRows
@@ -203,7 +198,7 @@ def test_two_processes_share_one_entry(tmp_path):
             step_of(root / "docs.jsonl", root / "cache"), "clm", 16))
         np.save(root / ("ids-" + sys.argv[1] + ".npy"), np.concatenate([r["input_ids"] for r in rows]))
     """)
-    here = Path(__file__).resolve().parent
+    here = ROOT / "tests"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(here), str(here.parent), os.environ.get("PYTHONPATH", "")])}
     procs = [
         subprocess.Popen([sys.executable, "-c", script, str(k)], stderr=subprocess.PIPE, text=True, env=env)

@@ -5,50 +5,29 @@ its own (the failure mode was a step that looped forever without batches)."""
 
 from __future__ import annotations
 
-import csv
 import json
 import shutil
 from pathlib import Path
 
 import pytest
 
-from dyknow_fixture import write_fixture
-from evolve_train.config import DataConfig, WorldConfig
+from helpers.dyknow import write_fixture
+from evolve_train.config import DataConfig
 from evolve_train.data.objective import check_objectives, corpus_objective, slice_objective, step_objective
 from evolve_train.data.schema import TimeStep, Timeline
 from evolve_train.data.timeline import build_timeline
-from evolve_train.data.world import generate_world, step_corpus
 from evolve_train.errors import ConfigError, DataError
 from evolve_train.run import train
 from helpers import deadline, tiny_cfg
-from test_loaders_temporal_qa import FIELDS, world_release
+from helpers.data import issue_layout, write, write_csv, write_jsonl
+from helpers.processes import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "data" / "evolvingqa_sample"
 PAIRS = [
     {"input": "The CEO of Acme is <mask>.", "output": "Ann Lee"},
     {"input": "Bolt is in <mask>.", "output": "Oslo"},
 ]
 TEXTS = [{"text": "Acme named Cy Diaz its CEO."}, {"text": "Bolt moved to Paris."}]
-
-
-def write(path: Path, text: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
-    return path
-
-
-def write_jsonl(path: Path, rows) -> Path:
-    return write(path, "".join(json.dumps(row) + "\n" for row in rows))
-
-
-def write_csv(path: Path, rows: list[dict]) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", encoding="utf-8", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=["input", "output"])
-        writer.writeheader()
-        writer.writerows({"input": r["input"], "output": r["output"]} for r in rows)
-    return path
 
 
 def qa_file(root: Path) -> Path:
@@ -240,27 +219,6 @@ def test_the_demo_world_keeps_its_objective():
 
 
 # ---------------------------------------------------------------- runs: train every step, or stop at once
-
-
-def issue_layout(root: Path) -> list[str]:
-    """Masked pairs (CSV) for one year and documents (JSONL) for the next, as docs/data.md's example."""
-    root.mkdir(parents=True, exist_ok=True)
-    world_release(root)  # qa.jsonl over the two years (and JSONL pairs we do not use)
-    world = generate_world(WorldConfig(n_entities=8, new_entities_per_step=3, n_people=8, n_cities=8, n_steps=2))
-    write_csv(root / "train_2018.csv", step_corpus(world, 0)[0])
-    write_jsonl(root / "docs_2019.jsonl", step_corpus(world, 1)[1])
-    return [
-        "data=temporal_qa",
-        f"data.root={root}",
-        "+data.train_files.2018=[train_2018.csv]",
-        "+data.train_files.2019=[docs_2019.jsonl]",
-        "data.eval_files=[qa.jsonl]",
-        *[f"data.fields.{key}={source}" for key, source in FIELDS.items()],
-        "trainer.epochs_step0=1",
-        "trainer.epochs=1",
-        "eval.max_new_tokens=4",
-        "eval.evaluators=[splits,slices]",
-    ]
 
 
 def test_pairs_then_documents_train_both_steps_under_the_default_objective(tmp_path):

@@ -12,8 +12,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from helpers.processes import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 SELF = Path(__file__).resolve().relative_to(ROOT).as_posix()
 
 RULES: dict[str, re.Pattern] = {

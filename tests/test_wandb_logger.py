@@ -9,9 +9,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import struct
-import time
-from pathlib import Path
 
 import pytest
 
@@ -19,76 +16,7 @@ from evolve_train.run import train
 from evolve_train.tracking.disk import read_jsonl
 from evolve_train.tracking.wandb_logger import RUN_ID_FILE, WandbLogger, is_secret_key, strip_secrets
 from helpers import tiny_cfg
-
-BLOCK = 32 * 1024
-FULL, FIRST, MIDDLE, LAST = 1, 2, 3, 4
-
-
-def read_records(path: Path) -> list:
-    """Every protobuf Record of an offline ``.wandb`` file."""
-    from wandb.proto import wandb_internal_pb2 as pb
-
-    data = path.read_bytes()
-    assert data[:4] == b":W&B", f"{path} is not a W&B transaction log"
-    records, pos, pending = [], 7, b""
-    while pos + 7 <= len(data):
-        if BLOCK - pos % BLOCK < 7:  # block trailer too short for a header: skip to the next block
-            pos += BLOCK - pos % BLOCK
-            continue
-        _crc, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
-        if kind == 0 or pos + 7 + length > len(data):  # zero padding, or a record still being written
-            break
-        chunk, pos = data[pos + 7 : pos + 7 + length], pos + 7 + length
-        if kind in (FULL, FIRST):
-            pending = chunk
-        elif kind in (MIDDLE, LAST):
-            pending += chunk
-        if kind in (FULL, LAST):
-            record = pb.Record()
-            record.ParseFromString(pending)
-            records.append(record)
-    return records
-
-
-def _key(item) -> str:
-    return "/".join(item.nested_key) if item.nested_key else item.key
-
-
-def parse_offline_run(run_folder: Path, timeout: float = 60.0) -> dict:
-    """run (the RunRecord), config, history rows, merged summary, metric definitions, exit code.
-
-    ``run.finish()`` can return before wandb-core has flushed the file, so wait for its exit record."""
-    deadline = time.monotonic() + timeout
-    while True:
-        parsed = _parse_offline_run(run_folder)
-        if parsed["exit_code"] is not None or time.monotonic() > deadline:
-            return parsed
-        time.sleep(0.2)
-
-
-def _parse_offline_run(run_folder: Path) -> dict:
-    (log_file,) = run_folder.glob("run-*.wandb")
-    out = {"run": None, "config": {}, "history": [], "summary": {}, "metrics": {}, "exit_code": None}
-    for record in read_records(log_file):
-        kind = record.WhichOneof("record_type")
-        if kind == "run":
-            out["run"] = record.run
-            out["config"].update({u.key: json.loads(u.value_json) for u in record.run.config.update})
-        elif kind == "config":
-            out["config"].update({u.key: json.loads(u.value_json) for u in record.config.update})
-        elif kind == "history":
-            out["history"].append({_key(i): json.loads(i.value_json) for i in record.history.item})
-        elif kind == "summary":
-            out["summary"].update({_key(u): json.loads(u.value_json) for u in record.summary.update})
-        elif kind == "metric":
-            out["metrics"][record.metric.name or record.metric.glob_name] = record.metric.step_metric
-        elif kind == "exit":
-            out["exit_code"] = record.exit.exit_code
-    return out
-
-
-def offline_runs(run_dir: Path) -> list[Path]:
-    return sorted((run_dir / "wandb").glob("offline-run-*"))
+from helpers.runs import offline_runs, parse_offline_run
 
 
 def experiment_cfg(run_dir, *overrides):

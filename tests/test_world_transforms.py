@@ -15,7 +15,7 @@ from evolve_train.data.timeline import build_timeline
 from evolve_train.errors import ConfigError, DataError
 from evolve_train.evaluation.evaluators.hygiene import kind_stats, kind_variants, surface_variants
 from helpers import tiny_cfg
-from test_loaders_temporal_qa import FIELDS, world_release
+from helpers.data import FIELDS, world_release
 
 WORLD = WorldConfig(n_entities=12, new_entities_per_step=3, n_people=8, n_cities=8, n_steps=3)
 ARMS = {

@@ -1,5 +1,5 @@
 """docs/your_data.md runs as written: its ``bash`` blocks, in order, as one script, on the corpus its own command
-writes (``tests/your_data_fixture.py``), with a tiny Llama standing in for SmolLM2. Only what the page's last
+writes (``tests/helpers/your_data.py``), with a tiny Llama standing in for SmolLM2. Only what the page's last
 section says is substituted: ``DATA``/``RUNS`` (temporary directories; the page's two ``export`` lines are left
 out) and the model (``evolve-data fetch-model`` left out; ``EVOLVE_TRAIN_CACHE`` holds the tiny Llama as
 ``models/smollm2-135m``)."""
@@ -17,11 +17,11 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from evolve_train.run import train
-from llama_helpers import save_tiny_llama
-from test_training_files import deadline
-from your_data_fixture import write_your_data
+from helpers.llama import save_tiny_llama
+from helpers import deadline
+from helpers.your_data import write_your_data
+from helpers.processes import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "your_data.md"
 BLOCK = re.compile(r"^```bash\n(.*?)^```", re.M | re.S)
 LEFT_OUT = (re.compile(r"^export (DATA|RUNS)="), re.compile(r"^evolve-data fetch-model\b"))
@@ -44,7 +44,7 @@ def test_the_page_has_the_recipe_and_the_substitutions_it_promises():
     assert [c.split("=")[0] for c in left_out] == ["export DATA", "export RUNS", "evolve-data fetch-model smollm2-135m"]
     kept = [c.split()[0:2] for c in commands if c not in left_out]
     assert kept == [
-        ["python", "tests/your_data_fixture.py"],
+        ["python", "tests/helpers/your_data.py"],
         ["evolve-data", "validate"],
         ["python", "train.py"],
         ["evolve-report", "$RUNS"],

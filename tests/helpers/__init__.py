@@ -11,7 +11,7 @@ from omegaconf import DictConfig
 
 from evolve_train.evaluation.metrics.directions import is_wall_clock as wall_clock  # noqa: F401 (tests import it)
 
-CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "configs")
+CONFIG_DIR = str(Path(__file__).resolve().parents[2] / "configs")
 
 TINY = [
     "data.world.n_entities=12",

@@ -1,7 +1,7 @@
 """A small corpus in the layout of docs/your_data.md: a folder per year of ``.txt`` documents and a dated QA
 JSONL, made from the embedded world (fictional organisations whose facts change from year to year).
 
-    python tests/your_data_fixture.py DIR      # writes DIR/2018/*.txt, DIR/2019/*.txt, DIR/2020/*.txt, DIR/qa.jsonl
+    python tests/helpers/your_data.py DIR      # writes DIR/2018/*.txt, DIR/2019/*.txt, DIR/2020/*.txt, DIR/qa.jsonl
 
 The first year's folder holds every organisation's documents, each later year's the documents of the
 organisations that changed or were founded that year. Each fact is asked once per year its value begins
@@ -57,5 +57,5 @@ def write_your_data(root: Path, world_config: WorldConfig = WORLD) -> dict:
 
 if __name__ == "__main__":
     if len(sys.argv) != 2:
-        sys.exit("usage: python tests/your_data_fixture.py DIR")
+        sys.exit("usage: python tests/helpers/your_data.py DIR")
     print(json.dumps(write_your_data(Path(sys.argv[1]))))
