@@ -26,7 +26,8 @@ dyknow`` downloads DyKnow's files at a pinned commit (sha256-checked), or copies
 into ``<cache>/data/dyknow``, where ``data=dyknow`` reads them (``data/loaders/dyknow_fetch.py``, docs/data.md).
 ``validate`` reads and checks a run's data as ``train.py`` would with the same overrides, without a model: every
 training file and QA file, each step's objective (``data/objective.py: check_objectives``); it prints per step
-its files, pairs, documents, objective and held-out slice, and the eval sets. ``prepare`` tokenizes everything
+its files, pairs, documents, objective and held-out slice, the eval sets, and the evaluators that will run (and
+why the others cannot: ``evaluation/needs.py``). ``prepare`` tokenizes everything
 the run of the same overrides trains on into its ``data.cache_dir`` (each step, the mix; a second call finds it
 all prepared), so that the run tokenizes nothing (``cli/prepare.py``, docs/data.md). Bad input exits with 2
 and one line naming file, line, field (or the config key).
@@ -333,9 +334,12 @@ def validate_data(overrides: Sequence[str], config_dir: Optional[Path] = None) -
     from evolve_train.compose import compose_config
     from evolve_train.data.objective import check_objectives
     from evolve_train.evaluation.inputs import load_inputs
+    from evolve_train.evaluation.needs import listed_evaluators, missing_inputs, select_evaluators
 
     cfg = compose_config(overrides, config_dir)
-    timeline, _ = load_inputs(cfg)
+    listed = list(cfg.eval.evaluators)
+    timeline, _ = load_inputs(cfg, explicit=listed_evaluators(overrides))  # a listed one that cannot run: error
+    evaluators = select_evaluators(listed, missing_inputs(cfg, timeline))
     objectives = check_objectives(cfg, timeline)
     steps = [
         {
@@ -350,7 +354,12 @@ def validate_data(overrides: Sequence[str], config_dir: Optional[Path] = None) -
         for step, objective in zip(timeline.steps, objectives)
     ]
     sets = [{"name": s.name, "kind": s.kind, "step": s.step, "items": len(s.items)} for s in timeline.eval_sets]
-    return {"data_kind": str(cfg.data.kind), "steps": steps, "eval_sets": sets}
+    return {
+        "data_kind": str(cfg.data.kind),
+        "steps": steps,
+        "eval_sets": sets,
+        "evaluators": {"run": evaluators.run, "left_out": evaluators.left_out, "line": evaluators.line()},
+    }
 
 
 def _print_validation(args: argparse.Namespace) -> None:
@@ -364,6 +373,7 @@ def _print_validation(args: argparse.Namespace) -> None:
         )
     sets = report["eval_sets"]
     print(f"{len(sets)} eval sets: " + ", ".join(f"{s['name']} ({s['items']})" for s in sets))
+    print(report["evaluators"]["line"])
     print("ok: the data is ready to train with the same overrides")
 
 

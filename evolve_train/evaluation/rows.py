@@ -38,6 +38,8 @@ POOLED_KINDS = ("unchanged", "new", "updated")
 """Split kinds pooled into ``all`` (Outdated, where lower is better, is reported on its own)."""
 WITHIN_STEP = "within_step"
 """``train_log.jsonl`` rows of the within-step probe (``evaluation/within_step.py``)."""
+TIMING = "timing"
+"""The group of each checkpoint's row of seconds per evaluator (not an evaluation row)."""
 
 
 def checkpoint_label(checkpoint: int) -> str:
@@ -208,8 +210,15 @@ class Run:
         return self.group_rows(SPLITS)
 
     @property
+    def has_qa(self) -> bool:
+        """Whether the run was evaluated on QA items (``splits`` rows); a run of corpora only has other rows."""
+        return bool(self.split_rows)
+
+    @property
     def checkpoints(self) -> list[int]:
-        return sorted({int(r["checkpoint"]) for r in self.split_rows})
+        """The checkpoints evaluated on QA items; without them (a run of corpora only), every evaluated one."""
+        rows = self.split_rows or [r for r in self.rows if r.get("group") != TIMING]
+        return sorted({int(r["checkpoint"]) for r in rows})
 
     @property
     def final_checkpoint(self) -> int:
@@ -263,8 +272,8 @@ def load_run(path: Path | str) -> Run:
     except json.JSONDecodeError as err:
         raise ReportError(f"{summary_path}: malformed JSON ({err.msg})") from None
     rows = read_metrics(metrics)
-    if not any(r.get("group") == SPLITS for r in rows):
-        raise ReportError(f"{metrics}: no evaluation rows (group '{SPLITS}')")
+    if not any(r.get("group") not in (None, TIMING) for r in rows):
+        raise ReportError(f"{metrics}: no evaluation rows")
     train_log = path / "train_log.jsonl"
     train_rows = _read_plain(train_log) if train_log.exists() else []
     within = [r for r in train_rows if r.get("group") == WITHIN_STEP]

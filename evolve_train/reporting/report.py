@@ -93,9 +93,9 @@ def continual_table(runs: list[Run]) -> Optional[tuple[list[str], list[list[str]
         fuar = (matrix.get("fuar") or {}).get(final)
         for kind, entry in (matrix.get("matrices") or {}).items():
             metrics = (entry.get("metrics") or {}).get(final) or {}
-            rows.append(
-                [run.label, kind, final] + [_fmt(metrics.get(k)) for k in ("avg_acc", "bwt", "fwt")] + [_fmt(fuar)]
-            )
+            values = [metrics.get(k) for k in ("avg_acc", "bwt", "fwt")] + [fuar]
+            if any(value is not None for value in values):  # a run without QA items has an empty matrix
+                rows.append([run.label, kind, final] + [_fmt(value) for value in values])
     return (["run", "matrix", "checkpoint", "avg_acc", "bwt", "fwt", "fuar"], rows) if rows else None
 
 
@@ -183,12 +183,13 @@ def make_plots(runs: list[Run], out_dir: Path, groups: Optional[list[RunGroup]] 
                 "forgetting_bands.png",
             )
         )
-    series["forgetting"] = plots.plot_forgetting_curves(runs, out_dir / "forgetting_curves.png")
-    figures.append(("EM per eval set over time steps (forgetting curves)", "forgetting_curves.png"))
+    if any(run.has_qa for run in runs):  # runs of corpora only have no EM to draw
+        series["forgetting"] = plots.plot_forgetting_curves(runs, out_dir / "forgetting_curves.png")
+        figures.append(("EM per eval set over time steps (forgetting curves)", "forgetting_curves.png"))
     if retrieval.has_open_book(runs):
         series["open_book"] = retrieval.plot_open_book(runs, out_dir / "open_book.png")
         figures.append(("Closed-book vs open-book EM per split (retrieval)", "open_book.png"))
-    for run in runs:
+    for run in (run for run in runs if run.has_qa):
         name = f"matrix_{_slug(run.label)}.png"
         series[f"matrix/{run.label}"] = plots.plot_matrix_heatmap(run, out_dir / name)
         figures.append((f"EM matrix: {run.label}", name))
@@ -287,9 +288,14 @@ def build_sections(findings: Findings, note: Optional[str], out_dir: Path = Path
         if findings.pooled is not None:
             top.append(pooled_section(findings.pooled, findings.B))
     top, head = (top, []) if findings.seeded else ([], top)
-    head.append(
-        ("Final checkpoint", "EM of each run at its last checkpoint (Outdated: lower is better).", final_table(runs))
-    )
+    if any(run.has_qa for run in runs):  # QA sections only where some run was asked questions
+        head.append(
+            (
+                "Final checkpoint",
+                "EM of each run at its last checkpoint (Outdated: lower is better).",
+                final_table(runs),
+            )
+        )
     for title, intro, table in (
         (
             "Continual-learning metrics",
@@ -322,10 +328,12 @@ def build_sections(findings: Findings, note: Optional[str], out_dir: Path = Path
         if table:
             head.append((title, intro, table))
     head += metric_sections(runs)
-    if findings.diffs is not None:
+    if findings.diffs is not None and any(run.has_qa for run in runs):
         head.append(diff_section(findings, note))
     tail = [step_mean_section(g) for g in findings.groups if findings.seeded and g.config is not None]
-    tail += [(f"Per-step EM: {run.label}", f"`{relative(run.path, out_dir)}`", step_table(run)) for run in runs]
+    tail += [
+        (f"Per-step EM: {run.label}", f"`{relative(run.path, out_dir)}`", step_table(run)) for run in runs if run.has_qa
+    ]
     return top, head, tail
 
 

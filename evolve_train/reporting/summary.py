@@ -46,8 +46,16 @@ def build_summary(run_dir: Path, timeline, cfg) -> dict:
 
 
 def format_summary_table(summary: dict) -> str:
-    """Checkpoints as rows, sets as columns, EM in the cells."""
+    """Checkpoints as rows, sets as columns, EM in the cells (no table without QA sets: a run of corpora only),
+    then the other evaluators' lines."""
     table = summary["em"]
+    lines = format_em_table(table) if table else []
+    extra = [text for text in (format_evaluation(summary), format_timesliced(summary), format_compute(summary)) if text]
+    return "\n".join(lines + extra)
+
+
+def format_em_table(table: dict[str, dict[str, float | None]]) -> list[str]:
+    """The lines of the EM table: checkpoints as rows, sets as columns."""
     columns = sorted({c for cells in table.values() for c in cells}, key=column_key)
     width = max([10] + [len(c) + 1 for c in columns])
     lines = [
@@ -60,8 +68,7 @@ def format_summary_table(summary: dict) -> str:
             checkpoint_label(int(checkpoint)).ljust(8)
             + "".join(("-" if cells.get(c) is None else f"{cells[c]:.3f}").rjust(width) for c in columns)
         )
-    extra = [text for text in (format_evaluation(summary), format_timesliced(summary), format_compute(summary)) if text]
-    return "\n".join(lines + extra)
+    return lines
 
 
 def format_compute(summary: dict) -> str:

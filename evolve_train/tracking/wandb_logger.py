@@ -12,7 +12,9 @@ to ``<run_dir>/wandb/offline-run-*`` and uploaded later with ``wandb sync``. Wha
   ``train_log.jsonl`` after a resume), and each checkpoint's ``time/train_tokens_per_s``;
 - a ``wandb.Table`` sample of each checkpoint's predictions (``predictions/step_<k>``);
 - at the end, the step x set matrices as tables (``final/matrix_em``, ``final/matrix_f1``) and the final checkpoint's
-  metrics in the run summary (``em/<set_name>``, ``f1/<set_name>``, ``final_checkpoint``).
+  metrics in the run summary (``em/<set_name>``, ``f1/<set_name>``, ``final_checkpoint``). A run of corpora only
+  (no QA items) logs no EM: its ``slices``, ``heldout`` and ``lm_eval`` groups, ``time/*`` and the TiC-LM
+  aggregates (``timesliced/nll/*``).
 
 Group and name (:func:`run_identity`): one group per sweep (``hydra.sweep.dir`` in a Hydra multirun, else the
 experiment; ``logger.wandb.group`` wins), and run names that show the job's overrides in a multirun
@@ -121,14 +123,14 @@ def eval_payload(checkpoint: int, rows: list[dict]) -> dict:
     payload: dict[str, Any] = {"time_step": checkpoint}
     for row in rows:
         group = row.get("group")
+        for metric in ("train_seconds", "train_tokens", "train_tokens_per_s"):  # on every row: QA or not
+            if group and group != "timing" and _is_number(row.get(metric)):
+                payload.setdefault(f"time/{metric}", row[metric])
         if group == "splits":
             name = _column(row)
             for metric in ("em", "f1", "n"):
                 if row.get(metric) is not None:
                     payload[f"{metric}/{name}"] = row[metric]
-            for metric in ("train_seconds", "train_tokens", "train_tokens_per_s"):
-                if _is_number(row.get(metric)):
-                    payload[f"time/{metric}"] = row[metric]
         elif group:
             prefix = f"{group}/{row['set_name']}" if row.get("set_name") else str(group)
             if row.get("store") is not None and row["store"] != checkpoint:  # the initial model at step i's store
@@ -298,14 +300,15 @@ class WandbLogger(MetricLogger):
             matrix = summary.get(metric) or {}
             columns = sorted({c for cells in matrix.values() for c in cells}, key=column_key)
             data = [[int(ckpt)] + [matrix[ckpt].get(c) for c in columns] for ckpt in sorted(matrix, key=int)]
-            tables[f"final/matrix_{metric}"] = wandb.Table(columns=["checkpoint"] + columns, data=data)
-            if matrix:
+            if matrix:  # a run of corpora only (no QA items) has no EM matrix: no empty table
+                tables[f"final/matrix_{metric}"] = wandb.Table(columns=["checkpoint"] + columns, data=data)
                 final = max(matrix, key=int)
                 for column, value in matrix[final].items():
                     self.run.summary[f"{metric}/{column}"] = value
                 self.run.summary["final_checkpoint"] = int(final)
         self.run.summary.update(summary_scalars(summary))
-        self.run.log(tables)
+        if tables:
+            self.run.log(tables)
 
     def close(self, ok=True):
         if self._closed:
