@@ -29,6 +29,8 @@ SIZES = {
     "bench": dict(hidden=256, layers=2, heads=4, kv=2, ffn=704, vocab=128256, rows=4, width=2048),
     "tiny": dict(hidden=64, layers=2, heads=4, kv=2, ffn=176, vocab=32000, rows=2, width=256),
     "small": dict(hidden=192, layers=4, heads=6, kv=2, ffn=512, vocab=20000, rows=4, width=512),
+    # weights (and under FSDP2 their float32 masters, gradients and moments) outweigh activations and loss
+    "wide": dict(hidden=512, layers=4, heads=8, kv=4, ffn=1408, vocab=16384, rows=1, width=256),
 }
 
 
@@ -57,6 +59,8 @@ def worker(variant: str, size: dict, checkpointing: bool = False) -> dict:
     from evolve_train.utils.host_memory import resident_bytes
 
     part, kind = variant.split("_")
+    if part == "masters":
+        return masters_worker(size, checkpointing)
     if kind == "unchunked":
         scoring.chunk_capable = lambda model: False
 
@@ -88,6 +92,61 @@ def worker(variant: str, size: dict, checkpointing: bool = False) -> dict:
     return {"variant": variant, "peak_bytes": peak - before, "process_peak_bytes": peak}
 
 
+def masters_worker(size: dict, checkpointing: bool = False) -> dict:
+    """bf16 weights trained as an FSDP2 launch under ``mixed_precision=bf16`` trains them, in one gloo process:
+    the trainable weights upcast to float32 masters (accelerate's ``fsdp2_prepare_model``), ``fully_shard`` per
+    block and the root (bf16 compute, float32 reduce), one chunked-loss step under bf16 autocast with AdamW, the
+    optimizer dropped, then the step-end gather into a plain bf16 model (``training/distributed.py:
+    unsharded_copy``). Peak bytes over all of it, from before the bf16 model was built."""
+    import tempfile
+
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from transformers import LlamaForCausalLM
+
+    from evolve_train.training.distributed import meta_skeleton, unsharded_copy
+    from evolve_train.training.loss import batch_loss
+    from evolve_train.utils.host_memory import resident_bytes
+
+    with tempfile.NamedTemporaryFile() as rendezvous:
+        dist.init_process_group("gloo", init_method=f"file://{rendezvous.name}", rank=0, world_size=1)
+    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+
+    def step(size: dict) -> None:
+        torch.manual_seed(0)
+        ids = torch.randint(3, size["vocab"], (size["rows"], size["width"]))
+        batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids.clone()}
+        nonlocal before
+        before = resident_bytes()
+        model = LlamaForCausalLM._from_config(llama_config(size), torch_dtype=torch.bfloat16)
+        if checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        skeleton = meta_skeleton(model)
+        for parameter in model.parameters():
+            parameter.data = parameter.data.to(torch.float32)
+        for block in model.model.layers:
+            fully_shard(block, mp_policy=policy)
+        fully_shard(model, mp_policy=policy)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = batch_loss(model, model, batch)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        del optimizer, loss
+        unsharded_copy(model, skeleton)
+
+    before = 0
+    step(dict(size, hidden=16, layers=1, heads=2, kv=1, ffn=32, vocab=256, rows=1, width=16))  # loads the runtime
+    gc.collect()
+    reset_peak()
+    step(size)
+    peak = peak_rss()
+    dist.destroy_process_group()
+    return {"variant": "masters_chunked", "peak_bytes": peak - before, "process_peak_bytes": peak}
+
+
 def reset_peak() -> None:
     """Start the process's peak resident memory (``VmHWM``) again from its resident memory now (Linux >= 4.0)."""
     try:
@@ -117,11 +176,14 @@ def measure(variant: str, size_name: str, checkpointing: bool = False) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def preflight_estimate(size: dict, checkpointing: bool = False) -> float:
+def preflight_estimate(size: dict, checkpointing: bool = False, masters: bool = False) -> float:
+    """The preflight's estimate of :func:`worker`'s step (``masters``: of :func:`masters_worker`'s: bf16 weights,
+    bf16 compute, FSDP2 over one process)."""
     from evolve_train.training.preflight import estimate, shape_of
 
     tokens = size["rows"] * size["width"]
-    return estimate(shape_of(llama_config(size)), tokens=tokens, checkpointing=checkpointing).total
+    settings = dict(weight_bytes=2, compute_bytes=2, sharded=True, masters=True) if masters else {}
+    return estimate(shape_of(llama_config(size)), tokens=tokens, checkpointing=checkpointing, **settings).total
 
 
 def memory_part(size_name: str = "bench") -> dict:

@@ -3,19 +3,30 @@ and a stop with the settings that would fit when it exceeds the device's memory.
 
 Parts (bytes per device; ``W`` = the world size, sharded parts divided by it under FSDP):
 
-* parameters: every weight in ``model.dtype`` (fp32 4 bytes, bf16 2); under FSDP sharded over ``W``;
-* gradients: the trainable weights (every weight, or LoRA's adapters), same dtype, sharded under FSDP;
-* optimizer state: AdamW's two moments per trainable weight, in the weights' dtype, sharded under FSDP;
+* parameters: every weight in ``model.dtype`` (fp32 4 bytes, bf16 2); under FSDP sharded over ``W``. Under FSDP2
+  with mixed precision the trainable weights are float32 masters whatever ``model.dtype`` says (accelerate's
+  ``fsdp2_prepare_model`` upcasts them before ``fully_shard``; ``masters=True``);
+* gradients: the trainable weights (every weight, or LoRA's adapters), in the masters' dtype, sharded under FSDP;
+* optimizer state: AdamW's two moments per trainable weight, in the masters' dtype, sharded under FSDP;
 * activations: per token and transformer block ``ACT_PER_H`` x width + ``ACT_PER_FF`` x MLP width elements
   saved for the backward (norm inputs, q/k/v, attention output, MLP inputs and products), in the compute dtype
   (bf16 under ``mixed_precision=bf16``); with ``model.gradient_checkpointing`` one width per block (its input)
   plus one block's full set during its recompute;
 * loss: the logits held at once: ``LOSS_CHUNK`` positions (the chunked loss, ``models/head.py``) or every
   token (the model's own loss: small vocabularies), x vocabulary x ``LOGIT_BYTES`` (float32 logits, their
-  log-softmax and gradient).
+  log-softmax and gradient);
+* working (FSDP only): the weights ``fully_shard`` gathers for compute and their unsharded gradients, in the
+  compute dtype: the root's (embeddings, head: kept through the step) and two blocks' (the one computing and the
+  one prefetched);
+* unsharded (FSDP only): the full copy of the model a process holds beside its shards between time steps: at
+  the start of a step the whole model with its trainable weights upcast to the masters' dtype, before
+  ``fully_shard`` splits it; at the end the gathered copy in ``model.dtype`` (``training/distributed.py:
+  unsharded_copy``, for saving and evaluation) plus one float32 embedding matrix being gathered.
 
-Calibrated against measured peaks on CPU (tests/test_preflight.py: within 25 %); a GPU adds the CUDA context
-and the allocator's fragmentation, which :data:`HEADROOM` leaves room for.
+The estimate (:attr:`Estimate.total`) is the larger of the two phases: a training step (every part but
+``unsharded``) and the time between steps (``parameters`` + ``unsharded``; no gradients, no optimizer state).
+Calibrated against measured peaks on CPU (tests/test_preflight.py, tests/test_preflight_masters.py: within
+25 %); a GPU adds the CUDA context and the allocator's fragmentation, which :data:`HEADROOM` leaves room for.
 """
 
 from __future__ import annotations
@@ -54,10 +65,22 @@ class Estimate:
     optimizer: float
     activations: float
     loss: float
+    working: float = 0.0
+    unsharded: float = 0.0
+
+    @property
+    def step(self) -> float:
+        """Bytes held during a training step."""
+        return self.parameters + self.gradients + self.optimizer + self.activations + self.loss + self.working
+
+    @property
+    def between_steps(self) -> float:
+        """Bytes held while the model is unsharded between time steps (FSDP: shards and a full copy)."""
+        return self.parameters + self.unsharded
 
     @property
     def total(self) -> float:
-        return sum(getattr(self, f.name) for f in fields(self))
+        return max(self.step, self.between_steps)
 
     def lines(self) -> str:
         parts = ", ".join(f"{f.name} {getattr(self, f.name) / GIB:.2f}" for f in fields(self))
@@ -85,13 +108,17 @@ def estimate(
     compute_bytes: int = 4,
     world: int = 1,
     sharded: bool = False,
+    masters: bool = False,
     trainable: Optional[int] = None,
     checkpointing: bool = False,
     chunked: bool = True,
     chunk: int = 1024,
 ) -> Estimate:
-    """Bytes per device of one training step at ``tokens`` tokens per micro-batch and device."""
+    """Bytes per device of one training step at ``tokens`` tokens per micro-batch and device. ``masters``: the
+    trainable weights are float32 masters under FSDP2 with mixed precision, whatever ``weight_bytes``."""
     trainable = shape.parameters if trainable is None else trainable
+    frozen = shape.parameters - trainable
+    master_bytes = 4 if masters and sharded else weight_bytes
     share = world if sharded else 1
     per_block = ACT_PER_H * shape.hidden + ACT_PER_FF * shape.ffn
     if checkpointing:
@@ -100,13 +127,36 @@ def estimate(
         elements = tokens * shape.layers * per_block
     elements += 4 * tokens * shape.hidden  # embeddings, final norm, the hidden states the loss reads
     logits = min(tokens, chunk) if chunked else tokens
+    full = trainable * master_bytes + frozen * weight_bytes
     return Estimate(
-        parameters=shape.parameters * weight_bytes / share,
-        gradients=trainable * weight_bytes / share,
-        optimizer=2 * trainable * weight_bytes / share,
+        parameters=full / share,
+        gradients=trainable * master_bytes / share,
+        optimizer=2 * trainable * master_bytes / share,
         activations=elements * compute_bytes,
         loss=logits * shape.vocab * LOGIT_BYTES,
+        working=2 * gathered_parameters(shape) * compute_bytes if sharded else 0.0,
+        unsharded=_unsharded(shape, full, weight_bytes) if sharded else 0.0,
     )
+
+
+def block_parameters(shape: Shape) -> int:
+    """Weights of one transformer block: four width x width attention projections (an upper bound under grouped
+    keys and values) and three width x MLP width ones."""
+    return 4 * shape.hidden * shape.hidden + 3 * shape.hidden * shape.ffn
+
+
+def gathered_parameters(shape: Shape) -> int:
+    """Weights ``fully_shard`` holds gathered at once during a step: the root's (what is outside the blocks:
+    embeddings, final norm, an untied head) and two blocks'."""
+    blocks = shape.layers * block_parameters(shape)
+    root = max(shape.parameters - blocks, shape.vocab * shape.hidden)
+    return root + 2 * min(block_parameters(shape), blocks)
+
+
+def _unsharded(shape: Shape, full: float, weight_bytes: int) -> float:
+    """The full copy beside the shards between steps: the model in the masters' dtype before sharding, or the
+    gathered copy in ``model.dtype`` with one float32 embedding matrix being gathered into it."""
+    return max(full, shape.parameters * weight_bytes + 4 * shape.vocab * shape.hidden)
 
 
 def what_fits(shape: Shape, budget: float, **settings) -> list[str]:
@@ -183,6 +233,7 @@ def run_preflight(cfg, accelerator) -> Optional[Estimate]:
     half = str(getattr(accelerator, "mixed_precision", "no")) in ("bf16", "fp16")
     strategies = [str(s) for s in (getattr(cfg.method, "strategies", None) or [cfg.method.name])]
     trainable = _lora_parameters(shape, cfg.method.lora.r) if "lora" in strategies else None
+    sharded = bool(getattr(accelerator, "is_fsdp2", False))
     return check(
         shape,
         device_memory(accelerator.device, int(os.environ.get("LOCAL_WORLD_SIZE", "1"))),
@@ -191,7 +242,8 @@ def run_preflight(cfg, accelerator) -> Optional[Estimate]:
         weight_bytes=weight_bytes,
         compute_bytes=2 if half else weight_bytes,
         world=accelerator.num_processes,
-        sharded=bool(getattr(accelerator, "is_fsdp2", False)),
+        sharded=sharded,
+        masters=sharded and half,  # accelerate upcasts trainable weights to float32 for fully_shard
         trainable=trainable,
         checkpointing=bool(model.gradient_checkpointing),
         chunked=shape.vocab >= SPARSE_MIN_VOCAB,
