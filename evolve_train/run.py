@@ -50,7 +50,7 @@ from evolve_train.reporting.summary import build_summary, format_summary_table
 from evolve_train.tracking import build_logger
 from evolve_train.tracking.disk import DiskLogger
 from evolve_train.training import carry, identity
-from evolve_train.training.collectives import agreed_signal, set_collective_timeout
+from evolve_train.training.collectives import agreed_signal, end_process_group, set_collective_timeout
 from evolve_train.training.preflight import run_preflight as memory_preflight
 from evolve_train.training.checkpoint import (
     RunState,
@@ -167,18 +167,14 @@ def shut_down(logger, accelerator, ok: bool, agreed: Optional[bool] = None) -> N
 
     ``agreed`` (default ``ok``): every process ends the same way (finished, or stopped together by a signal
     at the same point); only then a barrier and the process group's orderly end. After a failure there is no
-    collective: the other processes may sit in another collective, or be gone, and a barrier would hang the
-    job until the collective timeout. The failing process exits at once (non-zero) and the launcher
-    (torchrun, ``srun --kill-on-bad-exit``) ends the others."""
+    collective and no ``destroy_process_group`` (which waits for pending collectives): the other processes may
+    sit in another collective, or be gone, and either would hang the job until the collective timeout. The
+    failing process aborts its NCCL communicators and exits at once (non-zero), and the launcher (torchrun,
+    ``srun --kill-on-bad-exit``) ends the others (``training/collectives.py: end_process_group``)."""
     agreed = ok if agreed is None else agreed
     if logger is not None:
         logger.close(ok)
-    if accelerator is not None:
-        if agreed:
-            accelerator.wait_for_everyone()
-        accelerator.end_training()
-    if agreed and torch.distributed.is_available() and torch.distributed.is_initialized():
-        torch.distributed.destroy_process_group()  # without it, multi-process runs may abort at exit
+    end_process_group(accelerator, agreed)
 
 
 class ContinualRun:

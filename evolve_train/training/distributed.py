@@ -24,6 +24,8 @@ from typing import Callable, Optional
 
 import torch
 
+from evolve_train.training.collectives import flight_recorder_defaults
+
 log = logging.getLogger(__name__)
 
 
@@ -144,11 +146,13 @@ def build_accelerator(trainer, **kwargs):
     """The run's ``Accelerator``: ``trainer.mixed_precision`` (``auto`` resolved for this device:
     :func:`resolve_precision`), the process-group timeout ``trainer.dist_timeout_s`` (``InitProcessGroupKwargs``),
     gradient accumulation (under FSDP2 gradients reduced after every micro-batch: ``trainer.fsdp_sync_each_batch``)
-    and FSDP2 on CPU where asked for."""
+    and FSDP2 on CPU where asked for. NCCL's flight recorder is on unless the launch set its variables
+    (``training/collectives.py: flight_recorder_defaults``)."""
     from accelerate import Accelerator
     from accelerate.utils import GradientAccumulationPlugin, InitProcessGroupKwargs
 
     handler = InitProcessGroupKwargs(timeout=timedelta(seconds=trainer.dist_timeout_s))
+    flight_recorder_defaults()  # before the process group: NCCL reads them when it is created
     main = int(os.environ.get("RANK", 0)) == 0
     precision = announce_precision(trainer, launch_device(kwargs.get("cpu", False)), main)
     forget_single_process_state(precision)
