@@ -1,6 +1,6 @@
 """`evolve-train`: train and evaluate over time steps from any directory, with the overrides of `python train.py`.
 
-    evolve-train [--config-dir DIR] [-m] [key=value ...]
+    evolve-train [--config-dir DIR] [-m] [--dry-run] [key=value ...]
 
 The configs ship inside the package (``evolve_train.compose.CONFIG_DIR``: ``configs/`` of a clone, or the copy
 a built wheel carries), so the command needs no clone. Your own config folder joins the search path with
@@ -8,7 +8,8 @@ a built wheel carries), so the command needs no clone. Your own config folder jo
 environment variable ``EVOLVE_TRAIN_CONFIG_DIR`` when no ``--config-dir`` is given. Relative paths (the run dir
 ``runs/...``, ``data.root``, ``data.mix_files``) are resolved against the directory you run in: the working
 directory is never changed. Unknown keys are refused before anything is written (``config_strict.py``); a
-former key name is read as it is now, with a warning (``config_renames.py``).
+former key name is read as it is now, with a warning (``config_renames.py``). ``--dry-run`` prints what each run (or
+sweep point) would be, without training or writing anything (``cli/dry_run.py``).
 """
 
 from __future__ import annotations
@@ -119,6 +120,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from evolve_train.config_renames import renamed_overrides
 
     args = renamed_overrides(with_config_dir(list(sys.argv[1:] if argv is None else argv)))
+    from evolve_train.cli.dry_run import run_if_asked
+
+    dry = run_if_asked(args, CONFIG_DIR)
+    if dry is not None:
+        return dry
     refuse_a_sweep_in_every_rank(["evolve-train", *args])
     refuse_unknown_keys(args, [CONFIG_DIR, *user_config_dirs(args)])
     run = hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="config")(task)
