@@ -105,6 +105,12 @@ def build_parser() -> argparse.ArgumentParser:
     from hydra._internal.utils import get_args_parser
 
     parser = get_args_parser()
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print each run's (each sweep point's with -m) run dir, differing overrides, world size, tokens per "
+        "optimizer step, memory and wall-time estimates; train, launch and write nothing (cli/dry_run.py)",
+    )
     parser.prog = "evolve-train"
     parser.description = __doc__.splitlines()[0]
     return parser
