@@ -334,12 +334,12 @@ def validate_data(overrides: Sequence[str], config_dir: Optional[Path] = None) -
     from evolve_train.compose import compose_config
     from evolve_train.data.objective import check_objectives
     from evolve_train.evaluation.inputs import load_inputs
-    from evolve_train.evaluation.needs import listed_evaluators, missing_inputs, select_evaluators
+    from evolve_train.evaluation.needs import listed_evaluators, missing_inputs, opt_in_evaluators, select_evaluators
 
     cfg = compose_config(overrides, config_dir)
     listed = list(cfg.eval.evaluators)
     timeline, _ = load_inputs(cfg, explicit=listed_evaluators(overrides))  # a listed one that cannot run: error
-    evaluators = select_evaluators(listed, missing_inputs(cfg, timeline))
+    evaluators = select_evaluators(listed, missing_inputs(cfg, timeline), opt_in=opt_in_evaluators())
     objectives = check_objectives(cfg, timeline)
     steps = [
         {

@@ -5,15 +5,17 @@ the data and the config meet.
 A timeline of corpora without QA items (``data=temporal_qa`` with ``data.train_files`` and no
 ``data.eval_files``) is evaluated by what needs no questions: the time slices (``slices``), the held-out text
 (``heldout``) and lm-eval tasks when set. The evaluators of ``eval.evaluators`` that cannot run are left out
-with one log line saying why; an evaluator the command line lists itself (``eval.evaluators=[...]``) whose needs
-are unmet is a ConfigError naming it and what it lacks, before training.
+with one log line saying why. An evaluator the user chose whose needs are unmet is a ConfigError naming it and what
+it lacks, before training: every listed one when the command line sets ``eval.evaluators``, and always one that no
+shipped eval group lists (``lm_eval``: an opt-in, :func:`opt_in_evaluators`).
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from pathlib import Path
+from typing import Iterable, Optional, Sequence
 
 from evolve_train.errors import ConfigError
 from evolve_train.evaluation.registry import HELDOUT_TEXT, LM_EVAL_TASKS, NEEDS, QA_ITEMS, SLICES
@@ -51,24 +53,39 @@ def missing_inputs(cfg, timeline) -> dict[str, str]:
     if not list(cfg.eval.heldout_text):
         missing[HELDOUT_TEXT] = "no held-out text (eval.heldout_text)"
     if not list(cfg.eval.lm_eval.tasks):
-        missing[LM_EVAL_TASKS] = "no lm-eval task (eval.lm_eval.tasks)"
+        missing[LM_EVAL_TASKS] = "eval.lm_eval.tasks: empty (list the lm-eval tasks to score)"
     return missing
 
 
-def select_evaluators(names: Sequence[str], missing: dict[str, str], explicit: bool = False) -> Selection:
-    """The evaluators of ``names`` whose needs are met (``missing``: :func:`missing_inputs`). With ``explicit``
-    (the user listed ``names`` themselves) one that cannot run is a ConfigError naming it and what it lacks."""
+def select_evaluators(
+    names: Sequence[str], missing: dict[str, str], explicit: bool = False, opt_in: Iterable[str] = ()
+) -> Selection:
+    """The evaluators of ``names`` whose needs are met (``missing``: :func:`missing_inputs`). One that cannot run
+    is a ConfigError naming it and what it lacks when ``explicit`` (the user listed ``names`` themselves) or when
+    it is one of ``opt_in``."""
     run, left_out = [], {}
+    chosen = set(opt_in)
     for name in names:
         lacks = [missing[need] for need in NEEDS.get(name, ()) if need in missing]
+        if lacks and (explicit or name in chosen):
+            raise ConfigError(f"{EVALUATORS_KEY} lists '{name}', which cannot run: {'; '.join(lacks)}")
         if lacks:
             left_out[name] = "; ".join(lacks)
         else:
             run.append(name)
-    if explicit and left_out:
-        name, lack = next(iter(left_out.items()))
-        raise ConfigError(f"{EVALUATORS_KEY} lists '{name}', which cannot run: {lack}")
     return Selection(run, left_out)
+
+
+def opt_in_evaluators(config_dir: Optional[Path] = None) -> set[str]:
+    """The evaluators no shipped eval group (``configs/eval/*.yaml``) lists: listing one is always a choice."""
+    from omegaconf import OmegaConf
+
+    from evolve_train.compose import CONFIG_DIR
+
+    shipped: set[str] = set()
+    for path in sorted(Path(config_dir or CONFIG_DIR, "eval").glob("*.yaml")):
+        shipped.update(str(name) for name in OmegaConf.load(path).get("evaluators") or [])
+    return set(NEEDS) - shipped
 
 
 def listed_evaluators(overrides: Sequence[str]) -> bool:
@@ -88,9 +105,11 @@ def command_lists_evaluators() -> bool:
 def choose_evaluators(cfg, timeline, explicit: Optional[bool] = None) -> Selection:
     """Pick the evaluators of ``eval.evaluators`` that can run on ``timeline`` (``cfg.eval.evaluators`` becomes
     that list) and log which run and why the others cannot. ``explicit`` (default: the command line sets
-    ``eval.evaluators``): an unmet need of a listed evaluator is an error."""
+    ``eval.evaluators``): an unmet need of a listed evaluator is an error (of an opt-in one, always)."""
     explicit = command_lists_evaluators() if explicit is None else explicit
-    selection = select_evaluators(list(cfg.eval.evaluators), missing_inputs(cfg, timeline), explicit)
+    selection = select_evaluators(
+        list(cfg.eval.evaluators), missing_inputs(cfg, timeline), explicit, opt_in_evaluators()
+    )
     cfg.eval.evaluators = list(selection.run)
     log.info(selection.line())
     return selection

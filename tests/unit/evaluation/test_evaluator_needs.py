@@ -15,6 +15,7 @@ from evolve_train.evaluation.needs import (
     choose_evaluators,
     listed_evaluators,
     missing_inputs,
+    opt_in_evaluators,
     select_evaluators,
 )
 from evolve_train.evaluation.registry import EVALUATORS, HELDOUT_TEXT, LM_EVAL_TASKS, NEEDS, QA_ITEMS, SLICES
@@ -98,3 +99,11 @@ def test_choose_sets_the_run_list_and_logs_one_line(caplog):
 )
 def test_listed_on_the_command_line(overrides, listed):
     assert listed_evaluators(overrides) is listed
+
+
+def test_an_opt_in_evaluator_that_cannot_run_is_an_error_even_from_a_config():
+    assert opt_in_evaluators() >= {"lm_eval"} and not opt_in_evaluators() & set(DEFAULT)
+    with pytest.raises(ConfigError, match=r"lists 'lm_eval', which cannot run: eval\.lm_eval\.tasks: empty"):
+        select_evaluators(["splits", "lm_eval"], missing_inputs(cfg(), timeline(qa=True)), opt_in=opt_in_evaluators())
+    kept = select_evaluators(["splits", "heldout"], missing_inputs(cfg(heldout_text=()), timeline(qa=True)))
+    assert kept.run == ["splits"]  # a shipped default whose need is unmet is only left out
