@@ -777,6 +777,15 @@ class TrainerConfig:
     ``sync_each_batch``), so each process keeps only its shard of the gradients between micro-batches; ``false``
     keeps the unsharded gradients until the last micro-batch (less traffic, a full model's gradients more in
     memory). docs/distributed.md."""
+    fsdp_mesh: str = runtime("auto")
+    """FSDP2's device mesh: ``fsdp`` (every process one shard of the model), ``hsdp`` (shards within a group of
+    processes, replicas across groups: a 2-D ``(replicate, shard)`` mesh, gradients reduce-scattered within a
+    node and all-reduced across nodes) or ``auto`` (``hsdp`` with one replica per node when the job spans
+    nodes, ``WORLD_SIZE > LOCAL_WORLD_SIZE``, or ``trainer.fsdp_replicate`` > 1; else ``fsdp``).
+    docs/distributed.md."""
+    fsdp_replicate: int = runtime(0)
+    """Replicas under ``trainer.fsdp_mesh=hsdp`` (0 = one per node: ``WORLD_SIZE / LOCAL_WORLD_SIZE``); the
+    processes divide into this many groups of equal size, each holding the whole model in shards."""
     memory_preflight: str = runtime("check")
     """Before the weights load, the estimated memory of a training step per device (``training/preflight.py``):
     ``check`` prints it and stops a run that cannot fit, naming settings that would; ``warn`` prints and warns

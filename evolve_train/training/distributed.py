@@ -6,7 +6,8 @@
   timeout (``trainer.dist_timeout_s``); under an FSDP2 launch on CPU (``accelerate launch --config_file
   accelerate_configs/fsdp.yaml`` with ``ACCELERATE_USE_CPU=1``), where accelerate itself falls back to DDP,
   it switches the accelerator to its own FSDP2 engine (:func:`enable_fsdp2_on_cpu`), so the GPU code path
-  is what runs and is tested on CPU with gloo.
+  is what runs and is tested on CPU with gloo; across nodes FSDP2 runs as HSDP (:func:`use_mesh`: shards
+  within a node, replicas across nodes, ``trainer.fsdp_mesh``).
 * :func:`train_sharded`: one time step's training of a model that accelerate shards (FSDP2) in place;
   afterwards the run continues with a plain, unsharded model rebuilt from the gathered weights
   (:func:`unsharded_copy`), so methods (LoRA merge, EWC), checkpoints, the step-0 cache and evaluation
@@ -167,7 +168,58 @@ def build_accelerator(trainer, **kwargs):
     plugin = getattr(accelerator.state, "fsdp_plugin", None)
     if plugin is not None and getattr(plugin, "fsdp_version", 1) == 2:
         reduce_in(plugin, str(getattr(trainer, "fsdp_reduce_dtype", "float32")))
+        use_mesh(accelerator, trainer)
     return accelerator
+
+
+FSDP_MESHES = ("auto", "fsdp", "hsdp")
+
+
+def mesh_sizes(mode: str, replicate: int, world: int, local: int) -> Optional[tuple[int, int]]:
+    """``(replicas, shards per replica)`` of FSDP2's 2-D mesh under ``trainer.fsdp_mesh`` / ``fsdp_replicate``
+    for ``world`` processes, ``local`` per node; ``None`` for plain FSDP (one dimension: every process one shard).
+    ``auto`` is ``hsdp`` when the job spans nodes or ``replicate`` > 1; ``replicate`` 0 means one replica per node."""
+    from evolve_train.errors import ConfigError
+
+    if mode not in FSDP_MESHES:
+        raise ConfigError(f"trainer.fsdp_mesh must be one of {', '.join(FSDP_MESHES)}, got {mode!r}")
+    replicas = replicate if replicate > 0 else world // max(1, min(local, world))
+    if mode == "fsdp" or world <= 1 or (mode == "auto" and replicas <= 1):
+        return None
+    if replicas <= 1 or replicas >= world or world % replicas:
+        raise ConfigError(
+            f"trainer.fsdp_mesh=hsdp: {replicas} replica(s) of {world} processes; needs from 2 to {world // 2} "
+            "replicas dividing the processes (trainer.fsdp_replicate; 0 = one per node), or trainer.fsdp_mesh=fsdp"
+        )
+    return replicas, world // replicas
+
+
+def use_mesh(accelerator, trainer) -> Optional[tuple[int, int]]:
+    """Under FSDP2, shard within groups and replicate across them (HSDP) where :func:`mesh_sizes` says so:
+    accelerate's ``ParallelismConfig`` with ``dp_replicate`` x ``dp_shard``, whose 2-D device mesh
+    (``init_device_mesh``) its ``fsdp2_prepare_model`` passes to ``fully_shard``. Set after the accelerator is
+    built (accelerate checks a mesh against the FSDP2 state, which CPU runs get from :func:`enable_fsdp2_on_cpu`).
+    Returns the sizes, or ``None`` for plain FSDP."""
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", accelerator.num_processes))
+    mode, replicate = str(getattr(trainer, "fsdp_mesh", "auto")), int(getattr(trainer, "fsdp_replicate", 0))
+    sizes = mesh_sizes(mode, replicate, accelerator.num_processes, local)
+    if sizes is None:
+        return None
+    from accelerate.utils import ParallelismConfig
+
+    config = ParallelismConfig(dp_replicate_size=sizes[0], dp_shard_size=sizes[1])
+    accelerator.state.parallelism_config = config
+    accelerator.state.device_mesh = config.get_device_mesh(accelerator.device.type)
+    config._validate_accelerator(accelerator)
+    log.info("FSDP2 as HSDP: %d replicas x %d shards (sharded within a group, replicated across groups)", *sizes)
+    return sizes
+
+
+def shard_group_size(accelerator) -> int:
+    """Processes one copy of the model is sharded over: the shard dimension under HSDP, else every process."""
+    config = getattr(accelerator, "parallelism_config", None)
+    shards = int(getattr(config, "dp_shard_size", 1) or 1) if config is not None else 1
+    return shards if shards > 1 else accelerator.num_processes
 
 
 REDUCE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "param": None}

@@ -227,6 +227,7 @@ def run_preflight(cfg, accelerator) -> Optional[Estimate]:
         log.info("memory preflight skipped: the model's config could not be read (%s)", err)
         return None
     from evolve_train.models.head import LOSS_CHUNK, SPARSE_MIN_VOCAB
+    from evolve_train.training.distributed import shard_group_size
 
     trainer, model = cfg.trainer, cfg.model
     weight_bytes = 2 if str(model.dtype) == "bfloat16" else 4
@@ -241,7 +242,7 @@ def run_preflight(cfg, accelerator) -> Optional[Estimate]:
         tokens=trainer.tokens_per_batch or trainer.batch_size * trainer.seq_len,
         weight_bytes=weight_bytes,
         compute_bytes=2 if half else weight_bytes,
-        world=accelerator.num_processes,
+        world=shard_group_size(accelerator) if sharded else accelerator.num_processes,
         sharded=sharded,
         masters=sharded and half,  # accelerate upcasts trainable weights to float32 for fully_shard
         trainable=trainable,
