@@ -1,9 +1,13 @@
-.PHONY: setup demo test test-all
+.PHONY: setup demo test test-e2e test-all
 setup:
 	bash scripts/setup.sh
 demo:
 	bash scripts/demo.sh
+# unit and component tests (tests/unit): a few minutes on a laptop CPU
 test:
 	bash scripts/test.sh
+# end-to-end runs, multi-process runs and the SLURM cluster tier (what CI runs after `make test`)
+test-e2e:
+	bash scripts/test.sh tests/e2e tests/distributed tests/cluster
 test-all:
-	bash scripts/test.sh -m "slow or not slow"
+	bash scripts/test.sh tests

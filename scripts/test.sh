@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Set up the environment and run the test suite. Extra arguments go to pytest
-# (e.g. `bash scripts/test.sh -m slow` for the slow end-to-end checks only).
+# Set up the environment and run the tests. Extra arguments go to pytest; with none it runs tests/unit, the
+# unit tier (`make test`); `bash scripts/test.sh tests/e2e tests/distributed tests/cluster` runs the others.
 # pytest exits 5 when no test ran: that is a failure here, like any non-zero status.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,6 +1,6 @@
 """Test set-up shared by every tier: ``tests/`` on the import path (``from helpers import ...``), W&B and the hub
-off, and the fixtures more than one module uses. Session fixtures are built once per test process; a test that
-changes what one holds copies it first (``copy_of``)."""
+off, and the fixtures more than one module uses. The widest ones are built once per test process: a test reads
+what they hold and never writes into it."""
 
 import os
 import shutil
@@ -61,3 +61,13 @@ def chromium() -> str:
     if not found:
         pytest.skip("chromium is not installed and apt-get is not available to install it")
     return found
+
+
+UNIT = Path(__file__).parent / "unit"
+
+
+def pytest_collection_modifyitems(config, items):
+    """The unit tier (what `make test` runs) stays fast: a test marked slow there is a collection error."""
+    misplaced = [item.nodeid for item in items if item.get_closest_marker("slow") and UNIT in Path(item.path).parents]
+    if misplaced:
+        raise pytest.UsageError(f"slow tests belong in tests/e2e, tests/distributed or tests/cluster: {misplaced}")

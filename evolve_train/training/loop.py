@@ -353,7 +353,8 @@ class StepTrainer:
             self._read(loss)  # a skipped update found here is taken back from optimizer_steps
             if self._log_due(progress.optimizer_steps):
                 self._log()
-        self.lines.update(progress.optimizer_steps, progress.last_loss, self.all_tokens - self.begin_tokens)
+        # a progress line (due every progress_every_s seconds, not per step) reads this step's loss itself
+        self.lines.update(progress.optimizer_steps, lambda: float(loss.detach()), self.all_tokens - self.begin_tokens)
         self.hooks.call("on_optimizer_step", self)  # before a due state is saved, so the state carries its rows
         if not self.short_timeout:  # from the first update on, a hang ends the job sooner (training/collectives.py)
             set_collective_timeout(self.cfg.train_timeout_s)

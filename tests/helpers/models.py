@@ -2,6 +2,7 @@
 
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+import functools
 
 
 TEXTS = [f"The director of Company{i} is Person{i % 7} and it is based in City{i % 5}." for i in range(50)]
@@ -41,3 +42,21 @@ def tiny_model(kind: str, tokenizer):
         pad_token_id=tokenizer.pad_token_id,
     )
     return LlamaForCausalLM(config).eval()
+
+
+OOM = "CUDA out of memory. Tried to allocate 2.00 GiB"
+
+
+def failing_above(model, rows: int, error=RuntimeError(OOM)):
+    """``model`` whose forward raises ``error`` for batches of more than ``rows`` rows; the sizes it ran."""
+    original, seen = model.forward, []
+
+    @functools.wraps(original)  # generate() reads forward's signature
+    def forward(*args, **kwargs):
+        if kwargs["input_ids"].shape[0] > rows:
+            raise error
+        seen.append(kwargs["input_ids"].shape[0])
+        return original(*args, **kwargs)
+
+    model.forward = forward
+    return model, seen

@@ -13,6 +13,8 @@ import sys
 import struct
 import time
 import importlib.util
+import pytest
+import yaml
 
 
 def fake_run(
@@ -250,3 +252,33 @@ _spec = importlib.util.spec_from_file_location("resume_check", ROOT / "scripts" 
 
 
 resume_check = importlib.util.module_from_spec(_spec)
+
+
+def hydra_run(run_dir: Path, method: str, seed: int, skill: float, lr: float = 0.001, threads: int = 0) -> Path:
+    """A synthetic finished run with the ``.hydra/`` files a Hydra job saves."""
+    make_run(run_dir, seed, method, skill)
+    (run_dir / ".hydra").mkdir()
+    config = {
+        "method": {"name": method},
+        "trainer": {"lr": lr, "num_threads": threads},
+        "seed": seed,
+        "run_dir": None,
+        "logger": {"backends": ["disk"]},
+        "data": {"world": {"n_entities": 12}},
+    }
+    (run_dir / ".hydra" / "config.yaml").write_text(yaml.safe_dump(config))
+    overrides = [f"method={method}", f"seed={seed}", "data.world.n_entities=12", f"trainer.num_threads={threads}"]
+    overrides += [f"trainer.lr={lr}"] if lr != 0.001 else []
+    (run_dir / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(overrides))
+    return run_dir
+
+
+@pytest.fixture
+def sweep(tmp_path) -> Path:
+    """full and lora, seeds 0, 1, 2 each, in dirs whose names say nothing (runs are found by content)."""
+    root = tmp_path / "sweep"
+    for index, (method, seed, skill) in enumerate(
+        [(m, s, k) for m, k in (("full", 0.7), ("lora", 0.45)) for s in (0, 1, 2)]
+    ):
+        hydra_run(root / f"job{index}" / "out", method, seed, skill, threads=seed)  # threads: not a result key
+    return root

@@ -31,7 +31,7 @@ import numpy as np
 
 from evolve_train.data.loaders.dyknow_facts import Fact, FactKey, Value
 from evolve_train.errors import DataError
-from evolve_train.evaluation.metrics.cutoff import DatedAnswer, LossMatrix, LossRow
+from evolve_train.data.evidence import DatedAnswer, LossMatrix, LossRow
 
 TIC_LM_FILE = "aggregated_ppl_evals.jsonl"
 Z95 = 1.959964

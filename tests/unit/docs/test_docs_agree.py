@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -17,9 +16,6 @@ def read(name: str) -> str:
 def squash(text: str) -> str:
     """Markdown text with its line breaks and runs of spaces as single spaces (a phrase may wrap)."""
     return re.sub(r"\s+", " ", text)
-
-
-# The model before training: `initial` wherever it is printed, -1 in the rows.
 
 
 def test_the_console_names_the_model_before_training_initial():
@@ -36,9 +32,6 @@ def test_the_docs_call_the_base_model_checkpoint_initial_and_its_rows_minus_one(
     outputs = squash(read("docs/outputs.md"))
     assert "`-1` = the initial model" in outputs and "`step_-1`" in outputs
 
-
-# SLURM: the template and both submitit launchers ran as jobs of a real one-node SLURM cluster; several nodes
-# and GPUs under SLURM did not.
 
 NEVER_UNDER_SLURM = re.compile(r"never ran under SLURM|Not run: real SLURM|real SLURM: NCCL|Awaiting [^.]*real SLURM")
 
@@ -59,9 +52,9 @@ def test_every_page_says_the_slurm_template_ran_on_a_real_one_node_cluster():
         assert "several nodes" in text and "test_slurm_cluster.py" in text, page
 
 
-# The demo's figures live in the README block; docs/results/demo.md explains every line of it and quotes none.
-
 FIGURE = re.compile(r"-?\d+\.\d{3}\b")
+
+
 TABLE_ROW = re.compile(r"^(ckpt|initial|\d+)\s{2,}")
 
 
@@ -114,18 +107,12 @@ def test_the_demo_figures_are_in_one_place():
     assert "docs/results/demo.md#every-line-of-the-demo-output" in readme
 
 
-# Installing torch: setup.sh's pin, and a CPU build only where the index serves one.
-
-
 def test_the_readme_states_the_torch_pin_and_how_to_choose_the_cpu_build():
     pinned = re.search(r"TORCH_VERSION:-([\d.]+)", read("scripts/setup.sh")).group(1)
     readme = squash(read("README.md"))
     assert f"torch=={pinned}" in readme
     assert f"pip install torch=={pinned} --index-url https://download.pytorch.org/whl/cpu" in readme
     assert "CUDA build" in readme and f"pins `torch=={pinned}` (CPU" not in readme
-
-
-# Step 0 in a sweep: shared through a cache without a lock, so parallel jobs that miss it each train it.
 
 
 def test_the_readme_says_parallel_jobs_each_train_step_0():
@@ -138,9 +125,6 @@ def test_the_readme_says_parallel_jobs_each_train_step_0():
     assert "trains step 0 once" not in readme
     assert "by each of the parallel jobs that start before it is stored" in readme
     assert "Parallel jobs (SLURM) that both miss simply both train" in squash(read("docs/methods.md"))
-
-
-# LoRA checkpoints: full weights at step 0 only (by default), so lm_eval needs an export for k >= 2.
 
 
 def lora_lm_eval_section() -> str:
@@ -168,35 +152,3 @@ def test_a_lora_step_after_0_saves_no_weights_and_the_docs_say_so():
     assert "pretrained=steps/<k-1>,peft=steps/<k>/adapter" not in evaluation
     section = squash(lora_lm_eval_section())
     assert "pretrained=RUN/steps/0,peft=RUN/steps/1/adapter" in section and "k ≥ 2" in section
-
-
-@pytest.mark.slow
-def test_the_documented_export_gives_the_model_the_run_held(tmp_path):
-    """A tiny LoRA run (3 steps; steps 1 and 2 adapter-only); docs/evaluation.md's export command, as written, on
-    its step 2; the exported dir loads with plain transformers to the weights the project's loader rebuilds."""
-    import os
-    import subprocess
-    import sys
-
-    import torch
-    from helpers import TINY
-    from transformers import AutoModelForCausalLM
-
-    from evolve_train.config import ModelConfig
-    from evolve_train.models.build import load_model
-
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled", "HF_HUB_OFFLINE": "1"}
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    run = tmp_path / "run"
-    overrides = [*TINY, "method=lora", "eval.evaluators=[splits]", f"hydra.run.dir={run}"]
-    done = subprocess.run([sys.executable, "train.py", *overrides], cwd=ROOT, env=env, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert not (run / "steps" / "2" / "model.safetensors").exists() and (run / "steps" / "2" / "adapter").is_dir()
-    block = lora_lm_eval_section().split("```bash\n", 1)[1].split("```", 1)[0]
-    export = block.split("\nlm_eval ", 1)[0].replace("\\\n", "").replace("RUN/", f"{run}/")
-    done = subprocess.run(["bash", "-c", export], cwd=tmp_path, env=env, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-3000:]
-    exported = AutoModelForCausalLM.from_pretrained(tmp_path / "merged" / "2").state_dict()
-    rebuilt = load_model(str(run / "steps" / "2"), ModelConfig()).state_dict()
-    assert exported.keys() == rebuilt.keys() and all(torch.equal(exported[k], rebuilt[k]) for k in exported)
-    assert (tmp_path / "merged" / "2" / "tokenizer.json").is_file()
