@@ -43,7 +43,19 @@ PLACEHOLDER = re.compile(r"\.\.\.|…|<[^>]*>|\$")
 TOOLS = ("evolve-data", "evolve-eval", "evolve-report", "evolve-gate", "evolve-score", "evolve-train")
 WRAPPERS = {"/usr/bin/time": 0, "time": 0, "-v": 0, "timeout": 1, "nohup": 0, "exec": 0}
 """Words that run the command after them (and how many arguments they take themselves)."""
-HYDRA_FLAGS = {"-m", "--multirun", "--cfg", "job", "hydra", "all", "--help", "-h", "--hydra-help", "--resolve"}
+HYDRA_FLAGS = {
+    "-m",
+    "--multirun",
+    "--cfg",
+    "job",
+    "hydra",
+    "all",
+    "--help",
+    "-h",
+    "--hydra-help",
+    "--resolve",
+    "--dry-run",
+}
 STARTS = re.compile(
     r"(?:^|\s)((?:[A-Z_]+=\S*\s+)*(?:/usr/bin/time\s+(?:-v\s+)?)?(?:python3?\s+\S+\.py|python3?\s+-m\s+\S+"
     r"|bash\s+scripts/\S+|accelerate\s+launch|evolve-(?:data|eval|report|gate|score)\b|evolve-train(?=\s+[^\s:]|\s*$)).*)"
