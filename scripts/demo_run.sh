@@ -3,7 +3,7 @@
 # train every time step of the generated world, checkpoint and evaluate each step, print the tables, write the
 # report and check the run against the documented bands. RUN_DIR (default runs/demo) is where it all goes;
 # extra arguments are Hydra overrides. The README's demo block is this script's output
-# (tests/test_readme_demo.py compares them).
+# (tests/unit/docs/test_readme_demo.py and tests/e2e/test_readme_demo.py compares them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUN_DIR=${RUN_DIR:-runs/demo}

@@ -4,7 +4,7 @@ decoder-only models a greedy decoding loop that drops each prompt's row from the
 Short QA answers end after a few tokens, but ``transformers``' ``generate`` keeps every row of a batch
 until the longest answer is done; ``greedy_decode`` stops computing a row at its stop token (on the demo's
 final checkpoint, 2,387 decode row-steps instead of 6,961), with the same answers token for token
-(``tests/test_generation.py``). ``eval.greedy_decoder=generate`` switches back to ``generate``, which
+(``tests/unit/models/test_generation.py``). ``eval.greedy_decoder=generate`` switches back to ``generate``, which
 encoder-decoder models always use.
 """
 

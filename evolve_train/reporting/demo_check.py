@@ -3,7 +3,7 @@
 ``BANDS`` are the documented acceptance bands of the default recipe: every run of
 ``scripts/demo_matrix.py`` (seeds 0-2 x two kernel settings) met them when the recipe was chosen.
 ``MEASURED`` is the min-max of each figure over those runs, as the README's "What varies" quotes it
-(``tests/test_demo_check.py`` keeps the two in step). A figure outside its band says the run is not what the
+(``tests/unit/reporting/test_demo_check.py`` keeps the two in step). A figure outside its band says the run is not what the
 README describes: another recipe (overrides), a broken install, or a CPU whose kernels take the trajectory
 elsewhere. The informational figures have no band: they vary more between runs and the README says why.
 

@@ -25,7 +25,7 @@ Parts (bytes per device; ``W`` = the world size, sharded parts divided by it und
 
 The estimate (:attr:`Estimate.total`) is the larger of the two phases: a training step (every part but
 ``unsharded``) and the time between steps (``parameters`` + ``unsharded``; no gradients, no optimizer state).
-Calibrated against measured peaks on CPU (tests/test_preflight.py, tests/test_preflight_masters.py: within
+Calibrated against measured peaks on CPU (tests/unit/training/test_preflight.py and tests/e2e/test_preflight.py, tests/e2e/test_preflight_masters.py: within
 25 %); a GPU adds the CUDA context and the allocator's fragmentation, which :data:`HEADROOM` leaves room for.
 """
 

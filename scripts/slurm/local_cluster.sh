@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A real single-node SLURM cluster on this machine, for the tests that submit to a scheduler
-# (tests/test_slurm_cluster.py) and for trying the sbatch template and the submitit launchers by hand.
+# (tests/cluster/test_slurm_cluster.py) and for trying the sbatch template and the submitit launchers by hand.
 #
 #   sudo bash scripts/slurm/local_cluster.sh          # install if needed, configure, start; wait for the node
 #   sudo bash scripts/slurm/local_cluster.sh stop     # stop the daemons (the configuration stays)

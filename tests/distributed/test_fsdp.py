@@ -5,11 +5,11 @@
   with ``method=full`` and ``method=lora``, writes checkpoints that load (transformers; the LoRA adapter with
   peft on the previous checkpoint), ends close to the same run on one process (EM per set within 0.02) and
   trains the same weights as DDP up to float rounding (relative difference < 1e-4; both scale each rank's
-  mean loss to its share of the global batch's token mean, so they match one process too: tests/test_ddp.py).
+  mean loss to its share of the global batch's token mean, so they match one process too: tests/distributed/test_ddp.py).
 * Evaluating the same checkpoints with 2 processes: each process answers or scores 40-60 % of the prompts
   and options, in whole batches of the one-process plan; every metric (EM, F1, ..., and those from option
   log-likelihoods: calibration) and every predictions file equals the one-process evaluation's exactly
-  (fp32; tests/test_eval_shards.py checks the same without a process group).
+  (fp32; tests/unit/evaluation/test_eval_shards.py checks the same without a process group).
 * ``trainer.dist_timeout_s`` reaches the process group.
 * QA adaptation runs with 2 FSDP2 processes.
 """

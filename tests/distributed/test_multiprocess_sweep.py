@@ -4,7 +4,7 @@ point one submitit job of several tasks, and each task one rank of that point's 
 The slow test runs the local form on CPU (gloo): a ``method=full,lora`` sweep whose points are 2-process runs.
 Each point must be the run a plain ``accelerate launch --num_processes 2`` makes of the same config: the same
 world size, the same global batches, the same gloo reductions, so every metric row and training-log loss is
-equal (timings aside), stricter than the 1e-5 / 0.1 tolerance of 2 processes against 1 (tests/test_ddp.py),
+equal (timings aside), stricter than the 1e-5 / 0.1 tolerance of 2 processes against 1 (tests/distributed/test_ddp.py),
 which the test checks too. The references share step 0 and the initial evaluation through one cache (a
 2-process hit of both); the sweep's points share theirs through the sweep's.
 """
@@ -23,7 +23,7 @@ from hydra import compose, initialize_config_dir
 
 from evolve_train.training import submitit_env
 
-SCORE_TOLERANCE = 0.1  # EM/F1 of 2 processes against 1 (tests/test_ddp.py, docs/distributed.md)
+SCORE_TOLERANCE = 0.1  # EM/F1 of 2 processes against 1 (tests/distributed/test_ddp.py, docs/distributed.md)
 FLAGS = ("from_eval_cache", "from_step0_cache")  # where a row came from, not what it says
 
 

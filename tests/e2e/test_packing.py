@@ -66,7 +66,7 @@ def test_with_attention_reset_a_document_is_blind_to_the_others_and_its_loss_is_
 
 
 def test_a_crash_mid_epoch_under_a_token_budget_resumes_to_the_same_run_bitwise(tmp_path, monkeypatch, caplog):
-    """The fixed-row resume check of tests/test_reliability.py, with ``trainer.tokens_per_batch``."""
+    """The fixed-row resume check of tests/unit/training/test_reliability.py and tests/e2e/test_reliability.py, with ``trainer.tokens_per_batch``."""
     import json
     import logging
 

@@ -1,4 +1,4 @@
-"""Run under ``accelerate launch`` by tests/test_fsdp.py: the process group's timeout, as configured."""
+"""Run under ``accelerate launch`` by tests/distributed/test_fsdp.py: the process group's timeout, as configured."""
 
 import sys
 

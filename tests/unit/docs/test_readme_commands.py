@@ -1,5 +1,5 @@
 """Each ``evolve-*`` (and ``lm_eval``) line of the README's code blocks runs as written, in order, on the outputs
-of a small run in ``runs/demo``: not only parsed (tests/test_docs_commands.py) but executed. Lines that fetch
+of a small run in ``runs/demo``: not only parsed (tests/e2e/test_docs_commands.py) but executed. Lines that fetch
 from the network (``evolve-data fetch-*``) are only parsed."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The version is defined once (``evolve_train.__version__``): pyproject.toml reads it at build time, and
-CITATION.cff and CHANGELOG.md's newest release quote it. (The built wheel's metadata: tests/test_evolve_train_cli.py.)"""
+CITATION.cff and CHANGELOG.md's newest release quote it. (The built wheel's metadata: tests/unit/cli/test_evolve_train_cli.py and tests/e2e/test_evolve_train_cli.py.)"""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ Every process gets whole batches of the plan one process would form (``TextForma
   kernels, so no test asserts that it does);
 * a prompt cut to fit the model scores the same whatever else its call scores.
 
-The 2-process runs with real gloo process groups are in tests/test_fsdp.py.
+The 2-process runs with real gloo process groups are in tests/distributed/test_fsdp.py.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 The model is a stub reader (``ctx.answers`` replaced): it answers with the last word of the first line of the
 prompt, i.e. of the best retrieved passage, so every number here is hand-computed from which passages BM25
-returns. The end-to-end run with a real tiny model is in tests/test_retrieval_run.py.
+returns. The end-to-end run with a real tiny model is in tests/e2e/test_retrieval_run.py.
 """
 
 import json

@@ -1,7 +1,7 @@
 """Stale evidence in the open book (``evaluators/retrieval.py``) and the time-aware store ``scope=newest_version``
 (``retrieval_index.py``), on a hand-built three-step store whose documents carry their ``doc_id`` across steps.
 
-The model is the stub reader of tests/test_retrieval.py: it answers with the last word of the prompt's first
+The model is the stub reader of tests/unit/evaluation/test_retrieval.py: it answers with the last word of the prompt's first
 line (the best retrieved passage), so every number is hand-computed from which passages BM25 returns."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Fast checks of the multi-process helpers (the 2-process runs are in tests/test_fsdp.py)."""
+"""Fast checks of the multi-process helpers (the 2-process runs are in tests/distributed/test_fsdp.py)."""
 
 from __future__ import annotations
 
