@@ -15,6 +15,8 @@ import sys
 import tomllib
 from pathlib import Path
 
+from evolve_train.utils.pages import write_or_check
+
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "cli.md"
 PYPROJECT = ROOT / "pyproject.toml"
@@ -149,20 +151,7 @@ def anchor(command: str, name: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="write docs/cli.md from the tools' argument parsers")
-    parser.add_argument("--check", action="store_true", help="exit 1 if docs/cli.md is out of date")
-    args = parser.parse_args(argv)
-    text = render()
-    if args.check:
-        current = PAGE.read_text(encoding="utf-8") if PAGE.exists() else ""
-        if current != text:
-            print(f"{PAGE.relative_to(ROOT)} is out of date: run {REGENERATE}", file=sys.stderr)
-            return 1
-        print(f"{PAGE.relative_to(ROOT)} is up to date")
-        return 0
-    PAGE.write_text(text, encoding="utf-8")
-    print(f"wrote {PAGE.relative_to(ROOT)}")
-    return 0
+    return write_or_check(PAGE, render, REGENERATE, "the tools' argument parsers", argv)
 
 
 if __name__ == "__main__":

@@ -10,9 +10,10 @@ A test compares the page with :func:`render`, so it cannot drift from the code.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
+
+from evolve_train.utils.pages import write_or_check
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "metrics_glossary.md"
@@ -103,20 +104,7 @@ def render() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="write docs/metrics_glossary.md from the metric registry")
-    parser.add_argument("--check", action="store_true", help="exit 1 if docs/metrics_glossary.md is out of date")
-    args = parser.parse_args(argv)
-    text = render()
-    if args.check:
-        current = PAGE.read_text(encoding="utf-8") if PAGE.exists() else ""
-        if current != text:
-            print(f"{PAGE.relative_to(ROOT)} is out of date: run {REGENERATE}", file=sys.stderr)
-            return 1
-        print(f"{PAGE.relative_to(ROOT)} is up to date")
-        return 0
-    PAGE.write_text(text, encoding="utf-8")
-    print(f"wrote {PAGE.relative_to(ROOT)}")
-    return 0
+    return write_or_check(PAGE, render, REGENERATE, "the metric registry", argv)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ are the folders of ``configs/``. A test compares the page with :func:`render`, s
 
 from __future__ import annotations
 
-import argparse
 import ast
 import dataclasses
 import enum
@@ -21,6 +20,8 @@ import types
 import typing
 from pathlib import Path
 from typing import Any
+
+from evolve_train.utils.pages import write_or_check
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = ROOT / "evolve_train" / "config.py"
@@ -231,20 +232,7 @@ def render() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="write docs/options.md from the configuration schema")
-    parser.add_argument("--check", action="store_true", help="exit 1 if docs/options.md is out of date")
-    args = parser.parse_args(argv)
-    text = render()
-    if args.check:
-        current = PAGE.read_text(encoding="utf-8") if PAGE.exists() else ""
-        if current != text:
-            print(f"{PAGE.relative_to(ROOT)} is out of date: run {REGENERATE}", file=sys.stderr)
-            return 1
-        print(f"{PAGE.relative_to(ROOT)} is up to date")
-        return 0
-    PAGE.write_text(text, encoding="utf-8")
-    print(f"wrote {PAGE.relative_to(ROOT)}")
-    return 0
+    return write_or_check(PAGE, render, REGENERATE, "the configuration schema", argv)
 
 
 if __name__ == "__main__":
