@@ -249,9 +249,8 @@ def offline_runs(run_dir: Path) -> list[Path]:
 
 
 _spec = importlib.util.spec_from_file_location("resume_check", ROOT / "scripts" / "resume_check.py")
-
-
-resume_check = importlib.util.module_from_spec(_spec)
+resume_check = importlib.util.module_from_spec(_spec)  # scripts/resume_check.py, as gpu_check.sh runs it
+_spec.loader.exec_module(resume_check)
 
 
 def hydra_run(run_dir: Path, method: str, seed: int, skill: float, lr: float = 0.001, threads: int = 0) -> Path:

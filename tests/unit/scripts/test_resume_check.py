@@ -9,9 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers.runs import ROOT, _spec, resume_check
-
-_spec.loader.exec_module(resume_check)
+from helpers.runs import ROOT, resume_check
 
 
 def write_run(path: Path, losses: list[float], em: float, resumed: bool = True, peak_gb: float | None = None) -> Path:
