@@ -64,10 +64,16 @@ def chromium() -> str:
 
 
 UNIT = Path(__file__).parent / "unit"
+# the longest modules of tests/e2e (minutes each on a 2-core CPU: the demo, a fresh venv, the real pretrained model)
+LONGEST = ("test_readme_demo.py", "test_gpu_env_rehearsal.py", "test_pretrained_slow.py", "test_bench.py")
 
 
 def pytest_collection_modifyitems(config, items):
-    """The unit tier (what `make test` runs) stays fast: a test marked slow there is a collection error."""
+    """The unit tier (what `make test` runs) stays fast: a test marked slow there is a collection error. Elsewhere
+    the modules with slow tests come first, so that parallel workers (pytest-xdist) start the longest work first
+    and finish together; within a module the order stays as written."""
     misplaced = [item.nodeid for item in items if item.get_closest_marker("slow") and UNIT in Path(item.path).parents]
     if misplaced:
         raise pytest.UsageError(f"slow tests belong in tests/e2e, tests/distributed or tests/cluster: {misplaced}")
+    slow_modules = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: (item.path.name not in LONGEST, item.path not in slow_modules))
