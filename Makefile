@@ -3,9 +3,9 @@ setup:
 	bash scripts/setup.sh
 demo:
 	bash scripts/demo.sh
-# unit and component tests (tests/unit): a few minutes on a laptop CPU
+# unit and component tests (tests/unit) on two pytest-xdist workers: about a minute on a 2-core laptop CPU
 test:
-	bash scripts/test.sh
+	bash scripts/test.sh -n 2
 # end-to-end runs, multi-process runs and the SLURM cluster tier (what CI runs after `make test`)
 test-e2e:
 	bash scripts/test.sh tests/e2e -n 2 --dist loadscope
