@@ -10,6 +10,13 @@ model's config alone) and a training wall-time estimate: the training FLOPs ``(4
 (``training/telemetry.py``) of the tokens every step would train (its token budget, else its optimizer steps,
 else its epochs over its corpus at :data:`CHARS_PER_TOKEN`) at :data:`UTILISATION` of ``trainer.peak_flops``, or
 of an assumed device peak (:data:`ASSUMED_PEAK`) where it is 0. Evaluation time is not counted.
+
+The memory estimate is the one a launch in this environment would check: FSDP2's shards where the environment
+says what ``accelerate launch --config_file accelerate_configs/fsdp.yaml`` sets in every process
+(``ACCELERATE_USE_FSDP=true``, ``FSDP_VERSION=2``), over ``WORLD_SIZE`` processes, or one node's
+(``LOCAL_WORLD_SIZE``) under HSDP. A ``model.name_or_path`` that is a local path without a ``config.json`` (a
+recipe's placeholder, a checkpoint not copied here yet) is estimated from the ``model.*`` shape keys instead, and
+the plan says so; data that cannot be read leaves the wall time unknown, not the memory.
 """
 
 from __future__ import annotations
@@ -184,6 +191,44 @@ def _duration(seconds: float) -> str:
     return f"{hours}:{rest // 60:02d}:{rest % 60:02d}"
 
 
+def is_local_placeholder(name_or_path: Optional[str]) -> bool:
+    """``name_or_path`` names a local directory (absolute, ``~``, ``./``) that holds no ``config.json``."""
+    if not name_or_path or not name_or_path.startswith(("/", "~", "./", "../")):
+        return False
+    return not (Path(name_or_path).expanduser() / "config.json").is_file()
+
+
+def model_shape(model) -> tuple:
+    """``(shape, note)`` of the model the run would train: from its config (``training/preflight.py``), or, for a
+    local ``name_or_path`` without a ``config.json``, from the ``model.*`` shape keys (the note says so)."""
+    from dataclasses import replace
+
+    from evolve_train.training import preflight
+
+    if not is_local_placeholder(model.name_or_path):
+        return preflight.shape_of(preflight._transformers_config(model)), ""
+    shape = preflight.shape_of(preflight._transformers_config(replace(model, name_or_path=None)))
+    note = (
+        f"estimated from the model.* shape keys ({model.n_layer} blocks, width {model.n_embd}, MLP "
+        f"{model.n_inner or 4 * model.n_embd}, vocabulary {model.vocab_size}, tied head): {model.name_or_path} has "
+        "no config.json here"
+    )
+    return shape, note
+
+
+def shard_group(world: int, trainer) -> int:
+    """Processes one copy of the model is sharded over under the FSDP2 launch this environment describes
+    (``ACCELERATE_USE_FSDP=true``, ``FSDP_VERSION=2``): every process, or a node's under HSDP
+    (``trainer.fsdp_mesh``, ``LOCAL_WORLD_SIZE``); 0 when the run would not be sharded."""
+    from evolve_train.training.distributed import fsdp2_requested, mesh_sizes
+
+    if world <= 1 or not fsdp2_requested():
+        return 0
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)) or world)
+    sizes = mesh_sizes(str(trainer.fsdp_mesh), int(trainer.fsdp_replicate), world, local)
+    return sizes[1] if sizes else world
+
+
 def plan_point(point: Point, cfg, cache: dict) -> Point:
     """Fill in the point's tokens per optimizer step, memory per device and wall-time estimate."""
     from evolve_train.config import Config
@@ -200,24 +245,35 @@ def plan_point(point: Point, cfg, cache: dict) -> Point:
     precision = str(trainer.mixed_precision)
     half = precision in ("bf16", "fp16", "auto")
     try:
-        shape = preflight.shape_of(preflight._transformers_config(model))
+        shape, source = model_shape(model)
     except Exception as err:  # a remote or missing pretrained config: the rest still prints
         point.memory = point.wall = f"unknown (the model's config could not be read: {err})"
         return point
     strategies = [str(s) for s in (getattr(config.method, "strategies", None) or [config.method.name])]
     trainable = preflight._lora_parameters(shape, config.method.lora.r) if "lora" in strategies else None
     weight_bytes = 2 if str(model.dtype) == "bfloat16" else 4
+    shards = shard_group(point.world, trainer)
     estimate = preflight.estimate(
         shape,
         tokens=micro,
         weight_bytes=weight_bytes,
         compute_bytes=2 if half else weight_bytes,
-        world=point.world,
+        world=shards or point.world,
+        sharded=bool(shards),
+        masters=bool(shards) and half,  # accelerate upcasts trainable weights to float32 for fully_shard
         trainable=trainable,
         checkpointing=bool(model.gradient_checkpointing),
     )
-    point.memory = f"{estimate.lines()} ({shape.parameters / 1e6:.2f}M parameters)"
-    tokens = step_tokens(trainer, corpus_tokens(config.data, cache), point.tokens_per_update)
+    sharding = f"; FSDP2, sharded over {shards} processes" if shards else ""
+    point.memory = f"{estimate.lines()} ({shape.parameters / 1e6:.2f}M parameters{sharding})"
+    if source:
+        point.notes.append(source)
+    try:
+        corpus = corpus_tokens(config.data, cache)
+    except Exception as err:  # data not given or not here (a recipe's placeholders): the memory still prints
+        point.wall = f"unknown (the corpus could not be read: {err})"
+        return point
+    tokens = step_tokens(trainer, corpus, point.tokens_per_update)
     flops = training_flops(shape.parameters, trainable or shape.parameters, int(sum(tokens)))
     peak = float(trainer.peak_flops) or ASSUMED_PEAK["gpu" if half else "cpu"]
     source = "trainer.peak_flops" if trainer.peak_flops else "assumed: set trainer.peak_flops"
@@ -264,6 +320,7 @@ def format_plan(points: list[Point], keys: list[str]) -> str:
             f"  world size: {point.world} ({point.world_from})",
             f"  tokens per optimizer step: {point.tokens_line}",
             f"  memory per device (preflight estimate): {point.memory}",
+            *[f"    {note}" for note in point.notes],
             f"  wall time: {point.wall}",
         ]
     return "\n".join(lines)
