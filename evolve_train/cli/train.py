@@ -1,6 +1,7 @@
 """`evolve-train`: train and evaluate over time steps from any directory, with the overrides of `python train.py`.
 
     evolve-train [--config-dir DIR] [-m] [--dry-run] [key=value ...]
+    evolve-train recipes [show NAME | copy NAME DIR]
 
 The configs ship inside the package (``evolve_train.compose.CONFIG_DIR``: ``configs/`` of a clone, or the copy
 a built wheel carries), so the command needs no clone. Your own config folder joins the search path with
@@ -9,7 +10,8 @@ environment variable ``EVOLVE_TRAIN_CONFIG_DIR`` when no ``--config-dir`` is giv
 ``runs/...``, ``data.root``, ``data.mix_files``) are resolved against the directory you run in: the working
 directory is never changed. Unknown keys are refused before anything is written (``config_strict.py``); a
 former key name is read as it is now, with a warning (``config_renames.py``). ``--dry-run`` prints what each run (or
-sweep point) would be, without training or writing anything (``cli/dry_run.py``).
+sweep point) would be, without training or writing anything (``cli/dry_run.py``). ``evolve-train recipes`` lists the
+recipes for real runs that ship with the package, shows one or copies it to edit (``cli/recipes.py``).
 """
 
 from __future__ import annotations
@@ -113,7 +115,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.prog = "evolve-train"
     parser.description = __doc__.splitlines()[0]
+    add_recipes_command(parser)
     return parser
+
+
+RECIPES_COMMAND = "recipes"
+
+
+def add_recipes_command(parser: argparse.ArgumentParser) -> None:
+    """``evolve-train recipes ...`` as a subcommand of the parser (what docs/cli.md shows; :func:`main` hands a
+    first argument ``recipes`` to ``cli/recipes.py`` before Hydra sees the command line)."""
+    from evolve_train.cli import recipes
+
+    commands = parser.add_subparsers(dest="subcommand", metavar="{recipes}")
+    help_line = "list the recipes for real runs shipped with the package, show one, or copy one to edit"
+    sub = commands.add_parser(RECIPES_COMMAND, prog="evolve-train recipes", help=help_line, description=help_line)
+    recipes.add_arguments(sub)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -125,7 +142,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     from evolve_train.config_renames import renamed_overrides
 
-    args = renamed_overrides(with_config_dir(list(sys.argv[1:] if argv is None else argv)))
+    given = list(sys.argv[1:] if argv is None else argv)
+    if given[:1] == [RECIPES_COMMAND]:
+        from evolve_train.cli import recipes
+
+        return recipes.main(given[1:])
+    args = renamed_overrides(with_config_dir(given))
     from evolve_train.cli.dry_run import run_if_asked
 
     dry = run_if_asked(args, CONFIG_DIR)

@@ -299,6 +299,12 @@ def check_tool(words: list[str], complete: bool = True) -> None:
         tool, arguments = "evolve-eval", words[2:]
     parsers = console_parsers()
     assert tool in parsers, f"no such tool {tool}"
+    if tool == "evolve-train" and arguments[:1] == ["recipes"]:  # its subcommand: cli/recipes.py's own parser
+        if complete:
+            _parse(importlib.import_module("evolve_train.cli.recipes").build_parser(), arguments[1:])
+        else:
+            _mentioned(parsers[tool](), arguments)
+        return
     if tool == "evolve-train" and complete:  # the arguments of python train.py
         check_train(arguments)
         return
