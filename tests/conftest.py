@@ -70,10 +70,12 @@ LONGEST = ("test_readme_demo.py", "test_gpu_env_rehearsal.py", "test_pretrained_
 
 def pytest_collection_modifyitems(config, items):
     """The unit tier (what `make test` runs) stays fast: a test marked slow there is a collection error. Elsewhere
-    the modules with slow tests come first, so that parallel workers (pytest-xdist) start the longest work first
-    and finish together; within a module the order stays as written."""
+    the longest modules (LONGEST), then the other modules with slow tests, come first, so that parallel workers
+    (pytest-xdist with --dist loadscope --no-loadscope-reorder hands out modules in this order) start the longest work first and finish together; within
+    a module the order stays as written."""
     misplaced = [item.nodeid for item in items if item.get_closest_marker("slow") and UNIT in Path(item.path).parents]
     if misplaced:
         raise pytest.UsageError(f"slow tests belong in tests/e2e, tests/distributed or tests/cluster: {misplaced}")
     slow_modules = {item.path for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: (item.path.name not in LONGEST, item.path not in slow_modules))
+    rank = {name: i for i, name in enumerate(LONGEST)}  # the longest first, in the order listed
+    items.sort(key=lambda item: (rank.get(item.path.name, len(LONGEST)), item.path not in slow_modules))
