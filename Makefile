@@ -8,7 +8,7 @@ test:
 	bash scripts/test.sh -n 2
 # end-to-end runs, multi-process runs and the SLURM cluster tier (what CI runs after `make test`)
 test-e2e:
-	bash scripts/test.sh tests/e2e -n 2 --dist loadscope --no-loadscope-reorder
+	bash scripts/test.sh tests/e2e -n 2 --dist loadscope
 	bash scripts/test.sh tests/distributed tests/cluster
 test-all:
 	bash scripts/test.sh tests

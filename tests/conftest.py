@@ -64,18 +64,10 @@ def chromium() -> str:
 
 
 UNIT = Path(__file__).parent / "unit"
-# the longest modules of tests/e2e (minutes each on a 2-core CPU: the demo, a fresh venv, the real pretrained model)
-LONGEST = ("test_readme_demo.py", "test_gpu_env_rehearsal.py", "test_pretrained_slow.py", "test_bench.py")
 
 
 def pytest_collection_modifyitems(config, items):
-    """The unit tier (what `make test` runs) stays fast: a test marked slow there is a collection error. Elsewhere
-    the longest modules (LONGEST), then the other modules with slow tests, come first, so that parallel workers
-    (pytest-xdist with --dist loadscope --no-loadscope-reorder hands out modules in this order) start the longest work first and finish together; within
-    a module the order stays as written."""
+    """The unit tier (what `make test` runs) stays fast: a test marked slow there is a collection error."""
     misplaced = [item.nodeid for item in items if item.get_closest_marker("slow") and UNIT in Path(item.path).parents]
     if misplaced:
         raise pytest.UsageError(f"slow tests belong in tests/e2e, tests/distributed or tests/cluster: {misplaced}")
-    slow_modules = {item.path for item in items if item.get_closest_marker("slow")}
-    rank = {name: i for i, name in enumerate(LONGEST)}  # the longest first, in the order listed
-    items.sort(key=lambda item: (rank.get(item.path.name, len(LONGEST)), item.path not in slow_modules))
