@@ -17,17 +17,14 @@
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from helpers import TINY, read_jsonl
-from helpers.processes import CPU_ENV as ENV, ROOT, launch, relative_difference, run
+from helpers.processes import CPU_ENV as ENV, ROOT, launch, run_killed, relative_difference, run, SMALL, em_rows
 from safetensors.torch import load_file
-from helpers.processes import SMALL, em_rows
 
 EM_TOLERANCE = 0.02
 SAME_AS_DDP = 1e-4
@@ -195,15 +192,7 @@ def test_fsdp2_mid_step_state_resumes_to_the_same_weights(tmp_path):
     overrides = [*SMALL, "method=full", "trainer.batch_size=8", "trainer.save_every_n_steps=2"]
     run([*launch(), "train.py", *overrides, f"hydra.run.dir={reference}"], ENV)
     command = [*launch(), "train.py", *overrides, f"hydra.run.dir={resumed}"]
-    crashed = subprocess.run(
-        command,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=500,
-        env={**os.environ, "WANDB_MODE": "disabled", **ENV, "EVOLVE_TRAIN_FAULT": "optimizer_step:27"},
-    )
-    assert crashed.returncode != 0
+    run_killed(command, ENV, "optimizer_step:27")
     states = sorted(p.name for p in (resumed / "train_state").iterdir() if not p.name.startswith("."))
     assert states, "no mid-step state was saved before the kill"
     output = run(command, ENV)

@@ -3,15 +3,11 @@ the steps and in the checkpoints, and a run killed mid-step resumes to the unint
 
 from __future__ import annotations
 
-import os
-import subprocess
 
 import pytest
 import torch
 from safetensors.torch import load_file
-from helpers.processes import relative_difference
-from helpers.processes import CPU_ENV as ENV, ROOT, launch, run
-from helpers.processes import SMALL, em_rows
+from helpers.processes import relative_difference, CPU_ENV as ENV, launch, run_killed, run, SMALL, em_rows
 
 BF16 = [*SMALL, "method=full", "model.dtype=bfloat16", "trainer.mixed_precision=bf16", "trainer.batch_size=8"]
 
@@ -25,15 +21,7 @@ def test_fsdp2_bf16_weights_stay_bf16_and_a_resumed_run_equals_the_uninterrupted
     for k in range(3):  # after step 0's and step 1's FSDP2 training, and in every checkpoint
         assert {t.dtype for t in load_file(reference / f"steps/{k}/model.safetensors").values()} == {torch.bfloat16}
     command = [*launch(), "train.py", *overrides, f"hydra.run.dir={resumed}"]
-    crashed = subprocess.run(
-        command,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=500,
-        env={**os.environ, "WANDB_MODE": "disabled", **ENV, "EVOLVE_TRAIN_FAULT": "optimizer_step:27"},
-    )
-    assert crashed.returncode != 0
+    run_killed(command, ENV, "optimizer_step:27")
     output = run(command, ENV)
     assert "resuming time step" in output
     for k in range(3):

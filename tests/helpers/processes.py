@@ -65,3 +65,18 @@ def em_rows(run_dir: Path) -> list[tuple]:
     return [
         (r["checkpoint"], r["group"], r.get("set"), r["em"]) for r in read_jsonl(run_dir / "metrics.jsonl") if "em" in r
     ]
+
+
+def run_killed(command: list[str], env: dict, fault: str, timeout: int = 500) -> subprocess.CompletedProcess:
+    """Run ``command`` from the repo root with the fault point ``fault`` planted (``EVOLVE_TRAIN_FAULT``); fails the
+    test unless the run died of it."""
+    done = subprocess.run(
+        command,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "WANDB_MODE": "disabled", **env, "EVOLVE_TRAIN_FAULT": fault},
+    )
+    assert done.returncode != 0, done.stdout[-2000:]
+    return done
