@@ -6,9 +6,10 @@ nothing of it is bundled, every path is an argument. Prints Markdown tables (doc
 
 TiC-LM: each file is one oracle's ``<name with cutoffYYYYMM>/ppl_evals/aggregated_ppl_evals.jsonl``; the
 reference is the oracle with the latest cutoff; every other (oracle, domain) is a case whose true cutoff slice
-is the one labelled with its cutoff month. Besides the estimator (the largest jump) it prints the variants
-tried on the same cases: the jump divided by its standard error, and the first jump whose 95 % interval is
-above 0.
+is the one labelled with its cutoff month. It prints the hinge rule and the largest jump per case, and
+the summary of both with the variants tried on the same cases: the hinge unweighted, on slice positions,
+without its no-cutoff rule and with a step; the jump divided by its standard error, and the first jump whose
+95 % interval is above 0.
 
 DyKnow: per model, the current-value step and the answered-year mode from the stored answer sheets and dates
 (models with no dates: the generated answers judged by ``match_value``), beside the stated training cutoff.
@@ -31,6 +32,7 @@ from evolve_train.evaluation.metrics.cutoff import (
     LossRow,
     answer_year,
     current_value_year,
+    hinge_cutoff,
     slice_cutoff,
 )
 
@@ -90,6 +92,15 @@ def variant_first(gap: np.ndarray, se: np.ndarray) -> int:
     return int(above[0]) if len(above) else -1
 
 
+def hinge_variants(row: LossRow, slices: list, reference: Optional[LossRow], B: int, seed: int):
+    """(name, estimate) of the hinge rule and its variants named in docs/metrics.md#14-knowledge-cutoff."""
+    yield "hinge", hinge_cutoff(row, slices, reference, B=B, seed=seed)
+    yield "hinge unweighted", hinge_cutoff(row, slices, reference, B=B, seed=seed, weighted=False)
+    yield "hinge on slice positions", hinge_cutoff(row, slices, reference, B=B, seed=seed, times=range(len(slices)))
+    yield "hinge, point (no 'none' rule)", hinge_cutoff(row, slices, reference, B=0, seed=seed, test=False)
+    yield "step plus hinge", hinge_cutoff(row, slices, reference, B=B, seed=seed, step=True)
+
+
 def _label(est: CutoffEstimate) -> str:
     if not est.found:
         return "none"
@@ -115,6 +126,9 @@ def tic_lm(paths: list[Path], B: int, seed: int) -> None:
         count[2] += 1
         return "exact" if exact else ("±1" if near else "off")
 
+    def index_of(est: CutoffEstimate) -> Optional[int]:
+        return matrix.slices.index(est.estimate) if est.found else None
+
     for domain, matrix in matrices.items():
         ref = max(matrix.rows, key=lambda r: _cutoff_of(r.name))
         for row in matrix.rows:
@@ -123,16 +137,21 @@ def tic_lm(paths: list[Path], B: int, seed: int) -> None:
             truth = matrix.slices.index(_cutoff_of(row.name))
             cells = [domain, row.name, matrix.slices[truth]]
             for tag, reference in (("ref", ref), ("raw", None)):
-                est = slice_cutoff(row, matrix.slices, reference, B=B, seed=seed)
-                index = matrix.slices.index(est.estimate) if est.found else None
-                cells += [_label(est), tally(f"largest jump, {tag}", index, truth)]
+                for name, est in hinge_variants(row, matrix.slices, reference, B, seed):
+                    mark = tally(f"{name}, {tag}", index_of(est), truth)
+                    if name == "hinge":
+                        cells += [_label(est), mark]
+            for tag, reference in (("ref", ref), ("raw", None)):
+                est = slice_cutoff(row, matrix.slices, reference, B=B, seed=seed, rule="jump")
+                cells += [_label(est), tally(f"largest jump, {tag}", index_of(est), truth)]
                 gap, se = _gap_and_se(row, reference)
                 point = matrix.slices.index(est.before) if est.before is not None else None
                 tally(f"largest jump, point (no 'none' rule), {tag}", point, truth)
                 for name, fn in (("jump / its SE", variant_z), ("first significant jump", variant_first)):
                     tally(f"{name}, {tag}", fn(gap, se), truth)
             rows.append(cells)
-    header = ["domain", "model", "true cutoff", "with reference", "", "without reference", ""]
+    header = ["domain", "model", "true cutoff", "hinge, reference", "", "hinge, raw", ""]
+    header += ["largest jump, reference", "", "largest jump, raw", ""]
     print(_md(header, rows), end="\n\n")
     summary = [[name, f"{c[0]} / {c[2]}", f"{c[1]} / {c[2]}"] for name, c in counts.items()]
     print(_md(["estimator, evidence", "exact", "within one slice"], summary), end="\n\n")

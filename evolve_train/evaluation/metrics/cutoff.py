@@ -7,6 +7,9 @@ Two kinds of evidence:
   slices in time order. The cutoff slice is the one before the largest increase of loss between consecutive
   slices, taken on the loss minus a reference row's loss when a reference is given (e.g. the last checkpoint
   or the most recent model: what is left is what the row has not learned), on the raw loss without one.
+  :func:`slice_cutoff` picks the rule: the largest jump (:func:`jump_cutoff`, the default, :data:`DEFAULT_RULE`)
+  or the hinge (:func:`hinge_cutoff`: a free level up to the cutoff slice, a linear rise over slice time after
+  it, fitted to every slice by weighted least squares; found when it beats no change by BIC).
 * **Dated answers** (:func:`answer_year` and :func:`current_value_year`): per fact and prompt, the start year
   of the value the model gave and whether it is the fact's current value.
 
@@ -15,10 +18,10 @@ over documents when per-document losses are given (paired with the reference's d
 the same documents), else a normal draw per cell from the slice's standard error over its items (the
 aggregate form of the same bootstrap), over facts for dated answers.
 
-"No cutoff found" (``estimate`` None, with ``reason``) when the change does not stand out: the one-sided lower
-bootstrap bound of the change at the chosen position, Bonferroni-corrected for having picked the largest of
-``m`` candidate positions (quantile 0.025 / m), is not above ``min_change`` (0). Without any noise estimate the
-point change must be above ``min_change``.
+"No cutoff found" (``estimate`` None, with ``reason``) for the largest jump when the change does not stand out:
+the one-sided lower bootstrap bound of the change at the chosen position, Bonferroni-corrected for having
+picked the largest of ``m`` candidate positions (quantile 0.025 / m), is not above ``min_change`` (0). Without
+any noise estimate the point change must be above ``min_change``.
 """
 
 from __future__ import annotations
@@ -33,6 +36,13 @@ from evolve_train.data.evidence import DatedAnswer, Label, LossMatrix, LossRow  
 
 JUMP = "loss_jump"
 JUMP_REFERENCE = "loss_jump_vs_reference"
+HINGE = "loss_hinge"
+HINGE_REFERENCE = "loss_hinge_vs_reference"
+RULES = ("hinge", "jump")
+DEFAULT_RULE = "jump"
+"""The rule :func:`slice_cutoff` uses when none is named (docs/results/knowledge_cutoff.md says why)."""
+MIN_HINGE_SLICES = 4
+"""Below this many slices the hinge leaves no residual to compare and the largest-jump rule decides."""
 ANSWER_MODE = "answered_year_mode"
 CURRENT_STEP = "current_value_step"
 
@@ -66,6 +76,8 @@ class CutoffEstimate:
     also when no cutoff is found: the position that was tested."""
     over: str = OVER_NOTHING
     """What the bootstrap resampled."""
+    criterion: Optional[float] = None
+    """The hinge rule's BIC margin over no change (> 0: a cutoff); None for the other rules."""
 
     @property
     def found(self) -> bool:
@@ -127,7 +139,31 @@ def _draws(row: LossRow, reference: Optional[LossRow], B: int, seed: int) -> tup
     return None, OVER_NOTHING
 
 
+def _check_shape(row: LossRow, slices: Sequence[Label], reference: Optional[LossRow]) -> None:
+    if len(slices) != len(row.means) or (reference is not None and len(reference.means) != len(slices)):
+        raise ValueError(f"{len(slices)} slices but rows of {len(row.means)} values")
+
+
 def slice_cutoff(
+    row: LossRow,
+    slices: Sequence[Label],
+    reference: Optional[LossRow] = None,
+    B: int = 2000,
+    seed: int = 0,
+    min_change: float = 0.0,
+    rule: Optional[str] = None,
+) -> CutoffEstimate:
+    """The cutoff slice of ``row`` by ``rule`` (``"hinge"``: :func:`hinge_cutoff`; ``"jump"``:
+    :func:`jump_cutoff`; None: :data:`DEFAULT_RULE`)."""
+    rule = rule or DEFAULT_RULE
+    if rule not in RULES:
+        raise ValueError(f"rule {rule!r} is not one of {RULES}")
+    if rule == "hinge":
+        return hinge_cutoff(row, slices, reference, B=B, seed=seed)
+    return jump_cutoff(row, slices, reference, B=B, seed=seed, min_change=min_change)
+
+
+def jump_cutoff(
     row: LossRow,
     slices: Sequence[Label],
     reference: Optional[LossRow] = None,
@@ -139,8 +175,7 @@ def slice_cutoff(
     reference's loss when given), with the interval and the rule of the module docstring."""
     method = JUMP_REFERENCE if reference is not None else JUMP
     n = row.n + (reference.n if reference is not None else 0)
-    if len(slices) != len(row.means) or (reference is not None and len(reference.means) != len(slices)):
-        raise ValueError(f"{len(slices)} slices but rows of {len(row.means)} values")
+    _check_shape(row, slices, reference)
     gap = _gap(row, reference)
     if len(slices) < 2 or not np.all(np.isfinite(gap)):
         return CutoffEstimate(None, None, None, method, n, "fewer than two slices with a finite loss")
@@ -166,12 +201,134 @@ def slice_cutoff(
     return CutoffEstimate(before, slices[lo], slices[hi], method, n, "", float(jumps[j]), low, before, after, over)
 
 
+def slice_times(slices: Sequence[Label]) -> np.ndarray:
+    """Each slice's time in years: ``YYYYMM`` -> y + (m - 1) / 12, ``YYYY`` -> y, a number as given; the
+    positions 0, 1, ... when any label is none of these."""
+    out = []
+    for label in slices:
+        text = str(label).strip()
+        if isinstance(label, (int, float, np.integer, np.floating)) and not isinstance(label, bool):
+            out.append(float(label))
+        elif text.isdigit() and len(text) == 6 and 1 <= int(text[4:]) <= 12:
+            out.append(int(text[:4]) + (int(text[4:]) - 1) / 12)
+        elif text.isdigit() and len(text) == 4:
+            out.append(float(text))
+        else:
+            return np.arange(len(slices), dtype=float)
+    return np.asarray(out, dtype=float)
+
+
+def _gap_stderr(row: LossRow, reference: Optional[LossRow]) -> Optional[np.ndarray]:
+    """The standard error of each slice's gap (None without a noise estimate)."""
+    if row.docs is not None and (reference is None or reference.docs is not None):
+        if _paired(row, reference):
+            diffs = [a - b for a, b in zip(row.docs, reference.docs)]
+            return np.array([d.std(ddof=1) / np.sqrt(len(d)) if len(d) > 1 else np.nan for d in diffs])
+        parts = [
+            [d.std(ddof=1) / np.sqrt(len(d)) if len(d) > 1 else np.nan for d in r.docs] for r in (row, reference) if r
+        ]
+        return np.sqrt(np.sum(np.square(parts), axis=0))
+    if row.stderr is not None and (reference is None or reference.stderr is not None):
+        return np.sqrt(row.stderr**2 + (reference.stderr**2 if reference is not None else 0.0))
+    return None
+
+
+def _weights(se: Optional[np.ndarray], J: int) -> np.ndarray:
+    """1 / se² scaled to mean 1 (1 everywhere without usable standard errors)."""
+    if se is None or not np.all(np.isfinite(se)) or not np.all(se > 0):
+        return np.ones(J)
+    w = 1.0 / se**2
+    return w / w.mean()
+
+
+def hinge_fits(gaps: np.ndarray, times: np.ndarray, w: np.ndarray, step: bool = False) -> np.ndarray:
+    """Weighted RSS of the hinge at each candidate k = 0 .. J-2 for each row of ``gaps`` (draws × J): inf
+    where its slope is not above 0 (or, with ``step``, the step below 0)."""
+    gaps = np.atleast_2d(gaps)
+    root = np.sqrt(w)
+    y = (gaps * root).T
+    out = np.full((gaps.shape[0], len(times) - 1), np.inf)
+    for k in range(len(times) - 1):
+        columns = [np.ones_like(times), np.maximum(0.0, times - times[k])]
+        if step:
+            columns.insert(1, (times > times[k]).astype(float))
+        X = np.stack(columns, axis=1) * root[:, None]
+        coef = np.linalg.lstsq(X, y, rcond=None)[0]
+        rss = np.sum((y - X @ coef) ** 2, axis=0)
+        ok = coef[-1] > 1e-12
+        if step:
+            ok &= coef[1] >= 0
+        out[ok, k] = rss[ok]
+    return out
+
+
+def _null_rss(gaps: np.ndarray, w: np.ndarray) -> np.ndarray:
+    gaps = np.atleast_2d(gaps)
+    mean = (gaps * w).sum(axis=1, keepdims=True) / w.sum()
+    return ((gaps - mean) ** 2 * w).sum(axis=1)
+
+
+def hinge_cutoff(
+    row: LossRow,
+    slices: Sequence[Label],
+    reference: Optional[LossRow] = None,
+    B: int = 2000,
+    seed: int = 0,
+    weighted: bool = True,
+    times: Optional[Sequence[float]] = None,
+    step: bool = False,
+    test: bool = True,
+) -> CutoffEstimate:
+    """The cutoff slice of ``row`` by the hinge rule (docs/metrics.md#14-knowledge-cutoff): the last slice of a
+    free level before a linear rise of the gap, fitted over every slice; found when it beats no change by BIC.
+    ``weighted``, ``times`` (default :func:`slice_times`), ``step`` (a step plus the hinge) and ``test`` (False:
+    no no-cutoff rule) give the variants measured beside it."""
+    _check_shape(row, slices, reference)
+    if len(slices) < MIN_HINGE_SLICES:
+        return jump_cutoff(row, slices, reference, B=B, seed=seed)
+    method = HINGE_REFERENCE if reference is not None else HINGE
+    n = row.n + (reference.n if reference is not None else 0)
+    gap = _gap(row, reference)
+    if not np.all(np.isfinite(gap)):
+        return CutoffEstimate(None, None, None, method, n, "a slice without a finite loss")
+    t = slice_times(slices) if times is None else np.asarray(times, dtype=float)
+    w = _weights(_gap_stderr(row, reference) if weighted else None, len(gap))
+    rss = hinge_fits(gap, t, w, step)[0]
+    null = float(_null_rss(gap, w)[0])
+    draws, over = _draws(row, reference, B, seed)
+    if not np.isfinite(rss).any() or null <= 1e-24 * max(1.0, float(np.sum(gap**2))):
+        reason = "the gap is constant or never rises after a slice: no hinge"
+        return CutoffEstimate(None, None, None, method, n, reason, over=over, criterion=None)
+    k = int(np.argmin(rss))
+    J, p = len(gap), 4 if step else 3
+    margin = J * np.log(null / max(float(rss[k]), null * 1e-12)) - (p - 1) * np.log(J)
+    slope = float(
+        np.linalg.lstsq(
+            np.stack([np.ones(J), np.maximum(0.0, t - t[k])], axis=1) * np.sqrt(w)[:, None],
+            gap * np.sqrt(w),
+            rcond=None,
+        )[0][1]
+    )
+    before, after = slices[k], slices[k + 1]
+    if test and not margin > 0:
+        reason = f"the hinge after {before} does not beat no change by BIC (margin {margin:.3g} <= 0)"
+        return CutoffEstimate(None, None, None, method, n, reason, slope, None, before, after, over, margin)
+    lo = hi = None
+    if draws is not None:
+        boot = hinge_fits(draws, t, w, step)
+        picks = np.argmin(boot, axis=1)[np.isfinite(boot).any(axis=1)]
+        if len(picks):
+            a, b = _interval(picks.tolist())
+            lo, hi = slices[a], slices[b]
+    return CutoffEstimate(before, lo, hi, method, n, "", slope, None, before, after, over, margin)
+
+
 def matrix_cutoffs(
-    matrix: LossMatrix, reference: Optional[str] = None, B: int = 2000, seed: int = 0
+    matrix: LossMatrix, reference: Optional[str] = None, B: int = 2000, seed: int = 0, rule: Optional[str] = None
 ) -> dict[str, CutoffEstimate]:
     """:func:`slice_cutoff` of every row (the reference row itself included: its gap is 0, so none found)."""
     ref = matrix.row(reference) if reference is not None else None
-    return {row.name: slice_cutoff(row, matrix.slices, ref, B=B, seed=seed) for row in matrix.rows}
+    return {row.name: slice_cutoff(row, matrix.slices, ref, B=B, seed=seed, rule=rule) for row in matrix.rows}
 
 
 def _by_fact(answers: Iterable[DatedAnswer]) -> dict[Hashable, list[DatedAnswer]]:

@@ -6,6 +6,9 @@ import pytest
 from evolve_train.evaluation.metrics.cutoff import (
     ANSWER_MODE,
     CURRENT_STEP,
+    DEFAULT_RULE,
+    HINGE,
+    HINGE_REFERENCE,
     JUMP,
     JUMP_REFERENCE,
     OVER_DOCUMENTS,
@@ -17,8 +20,10 @@ from evolve_train.evaluation.metrics.cutoff import (
     LossRow,
     answer_year,
     current_value_year,
+    hinge_cutoff,
     matrix_cutoffs,
     slice_cutoff,
+    slice_times,
     timesliced_rows,
 )
 
@@ -146,3 +151,55 @@ def test_timesliced_rows_of_a_run_matrix():
     assert [rows[i]["cutoff_slice"] for i in range(3)] == [0, 1, 2]
     assert rows[3]["cutoff_slice"] is None and rows[3]["reason"]
     assert timesliced_rows({}) == []
+
+
+def hinge_row(name: str, cut: int, rng, slope: float = 0.05, se: float = 0.01) -> LossRow:
+    """Slice means flat at 2.0 up to slice ``cut``, then rising by ``slope`` per year, noise of ``se``."""
+    t = np.arange(10.0)
+    means = 2.0 + slope * np.maximum(0.0, t - cut) + rng.normal(0.0, se, 10)
+    return LossRow(name, means, stderr=np.full(10, se))
+
+
+def test_planted_hinge_lands_in_its_interval():
+    est = hinge_cutoff(hinge_row("a", CUT, np.random.default_rng(4)), SLICES, B=300)
+    assert est.found and est.method == HINGE and est.over == OVER_ITEMS
+    assert est.estimate == "2018" and (est.before, est.after) == ("2018", "2019")
+    assert est.lo <= "2018" <= est.hi and est.criterion > 0
+    assert est.change == pytest.approx(0.05, abs=0.02)  # the slope per year
+
+
+def test_planted_hinge_against_a_reference_with_paired_documents():
+    rng = np.random.default_rng(5)
+    difficulty = [rng.normal(0, 0.5, 150) + 0.3 * (j == 7) for j in range(10)]
+    ref = LossRow("ref", None, docs=[2.0 + d for d in difficulty])
+    rise = [0.04 * max(0, j - CUT) for j in range(10)]
+    row = LossRow("a", None, docs=[2.0 + d + rise[j] + rng.normal(0, 0.05, 150) for j, d in enumerate(difficulty)])
+    est = hinge_cutoff(row, SLICES, ref, B=300)
+    assert est.method == HINGE_REFERENCE and est.over == OVER_DOCUMENTS_PAIRED
+    assert est.estimate == "2018" and est.lo <= "2018" <= est.hi
+
+
+def test_hinge_without_change_finds_no_cutoff():
+    flat = hinge_row("flat", 99, np.random.default_rng(6), slope=0.0)
+    est = hinge_cutoff(flat, SLICES, B=300)
+    assert not est.found and est.lo is None and "does not beat no change" in est.reason and est.criterion <= 0
+    itself = hinge_cutoff(flat, SLICES, flat, B=100)
+    assert not itself.found and "constant" in itself.reason
+
+
+def test_hinge_falls_back_to_the_jump_under_four_slices_and_the_rule_is_chosen_by_name():
+    row = LossRow("m", [1.0, 1.0, 1.5])
+    assert hinge_cutoff(row, list("abc")).method == JUMP
+    planted = hinge_row("a", CUT, np.random.default_rng(7))
+    assert slice_cutoff(planted, SLICES, B=100, rule="hinge").method == HINGE
+    assert slice_cutoff(planted, SLICES, B=100, rule="jump").method == JUMP
+    assert slice_cutoff(planted, SLICES, B=100).method == {"hinge": HINGE, "jump": JUMP}[DEFAULT_RULE]
+    with pytest.raises(ValueError, match="rule"):
+        slice_cutoff(planted, SLICES, rule="median")
+
+
+def test_slice_times_in_years():
+    assert slice_times(["201301", "201307", "201401"]).tolist() == [2013.0, 2013.5, 2014.0]
+    assert slice_times(["2018", "2020"]).tolist() == [2018.0, 2020.0]
+    assert slice_times([0, 2, 5]).tolist() == [0.0, 2.0, 5.0]
+    assert slice_times(["early", "late"]).tolist() == [0.0, 1.0]
