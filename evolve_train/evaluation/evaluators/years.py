@@ -11,8 +11,9 @@ of the whole timeline, so the rows of all checkpoints are over the same items.
 Rows (group ``year_resolved``): one per year (``set_name`` = the year) with ``n`` (facts with a value that
 year), ``share_undated`` (the share of them whose undated answer is that year's value) and ``dated_acc`` (the
 share answered with that year's value when asked with that year's date); one row ``all`` with
-``knowledge_year`` (the year with the highest ``share_undated``; a tie goes to the latest year), ``n`` (facts)
-and ``dated_acc`` over every (fact, year).
+``knowledge_year`` (the year with the highest ``share_undated``; a tie goes to the latest year) with
+``knowledge_year_ci`` (its 95 % bootstrap interval over facts, ``cutoff.resolved_year``), ``n`` (facts) and
+``dated_acc`` over every (fact, year).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from evolve_train.evaluation.context import EvalContext
 from evolve_train.evaluation.evaluators.ablation import retimestamped
 from evolve_train.evaluation.evaluators.common import ALL, row
 from evolve_train.evaluation.metrics.calibration import mc_predict
+from evolve_train.evaluation.metrics.cutoff import resolved_year
 from evolve_train.evaluation.registry import register_evaluator
 
 GROUP = "year_resolved"
@@ -91,11 +93,26 @@ def year_summary(
         best = max(entry["share_undated"] for entry in per_year)
         knowledge = [entry["year"] for entry in per_year if entry["share_undated"] == best][-1]
     summary = {
-        "knowledge_year": int(knowledge) if knowledge is not None and knowledge.isdigit() else knowledge,
+        "knowledge_year": _year(knowledge),
+        "knowledge_year_ci": _year_interval(facts, picked, years),
         "n": len(facts),
         "dated_acc": right_total / asked_total if asked_total else None,
     }
     return per_year, summary
+
+
+def _year(year: Optional[str]):
+    return int(year) if year is not None and year.isdigit() else year
+
+
+def _year_interval(facts: list[Fact], picked: dict[str, str], years: list[str]) -> Optional[list]:
+    """The 95 % bootstrap interval (over facts) of ``knowledge_year`` (``cutoff.resolved_year``)."""
+    if not facts:
+        return None
+    nan = float("nan")
+    matches = [[float(picked[f.key] == f.values[y]) if y in f.values else nan for y in years] for f in facts]
+    est = resolved_year(matches, years)
+    return [_year(est.lo), _year(est.hi)] if est.lo is not None else None
 
 
 @register_evaluator(GROUP)

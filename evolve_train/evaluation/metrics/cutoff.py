@@ -45,6 +45,7 @@ MIN_HINGE_SLICES = 4
 """Below this many slices the hinge leaves no residual to compare and the largest-jump rule decides."""
 ANSWER_MODE = "answered_year_mode"
 CURRENT_STEP = "current_value_step"
+RESOLVED = "undated_share_argmax"
 
 OVER_DOCUMENTS = "documents"
 OVER_DOCUMENTS_PAIRED = "documents (paired with the reference)"
@@ -379,6 +380,37 @@ def answer_year(answers: Iterable[DatedAnswer], B: int = 2000, seed: int = 0) ->
         )
     lo, hi = _interval([years[k] for k in np.argmax(boot, axis=1)])
     return CutoffEstimate(years[mode], lo, hi, ANSWER_MODE, len(facts), "", margin, low, years[mode], over=OVER_FACTS)
+
+
+def _latest_argmax(shares: np.ndarray) -> np.ndarray:
+    """Per row, the index of the largest share, a tie going to the latest (NaN counts as lowest)."""
+    filled = np.nan_to_num(np.atleast_2d(shares), nan=-np.inf)
+    return filled.shape[1] - 1 - np.argmax(filled[:, ::-1], axis=1)
+
+
+def resolved_year(matches: np.ndarray, years: Sequence[Label], B: int = 2000, seed: int = 0) -> CutoffEstimate:
+    """The ``knowledge_year`` of ``year_resolved`` (docs/metrics.md#12-year-resolved-answers): ``matches`` is
+    facts × years, 1 where a fact's undated answer gives that year's value, 0 where it does not, NaN where the
+    fact held no value that year; the year with the highest share (a tie: the latest), its interval by a
+    bootstrap over facts. No cutoff found without facts."""
+    matches = np.asarray(matches, dtype=float).reshape(-1, len(years))
+    if not len(matches) or not np.isfinite(matches).any():
+        return CutoffEstimate(None, None, None, RESOLVED, 0, "no fact with two values", over=OVER_FACTS)
+    held, hits = np.isfinite(matches).astype(float), np.nan_to_num(matches)
+
+    def argmax(h: np.ndarray, m: np.ndarray) -> np.ndarray:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return _latest_argmax(m / h)
+
+    k = int(argmax(held.sum(axis=0), hits.sum(axis=0))[0])
+    picks = np.random.default_rng(seed).integers(0, len(matches), size=(B, len(matches)))
+    counts = np.stack([np.bincount(row, minlength=len(matches)) for row in picks]) if B else np.zeros((0, 1))
+    lo = hi = None
+    if B:
+        a, b = _interval(argmax(counts @ held, counts @ hits).tolist())
+        lo, hi = years[a], years[b]
+    share = float(hits[:, k].sum() / held[:, k].sum())
+    return CutoffEstimate(years[k], lo, hi, RESOLVED, len(matches), "", share, None, years[k], over=OVER_FACTS)
 
 
 def _current_outcomes(answers: Iterable[DatedAnswer]) -> tuple[np.ndarray, np.ndarray]:

@@ -15,6 +15,7 @@ from evolve_train.evaluation.metrics.cutoff import (
     OVER_DOCUMENTS_PAIRED,
     OVER_ITEMS,
     OVER_NOTHING,
+    RESOLVED,
     DatedAnswer,
     LossMatrix,
     LossRow,
@@ -22,6 +23,7 @@ from evolve_train.evaluation.metrics.cutoff import (
     current_value_year,
     hinge_cutoff,
     matrix_cutoffs,
+    resolved_year,
     slice_cutoff,
     slice_times,
     timesliced_rows,
@@ -203,3 +205,16 @@ def test_slice_times_in_years():
     assert slice_times(["2018", "2020"]).tolist() == [2018.0, 2020.0]
     assert slice_times([0, 2, 5]).tolist() == [0.0, 2.0, 5.0]
     assert slice_times(["early", "late"]).tolist() == [0.0, 1.0]
+
+
+def test_resolved_year_of_a_planted_checkpoint():
+    """60 facts over 2016..2021 with a value per year; the checkpoint gives each fact's 2019 value, so a fact
+    matches the years whose value equals its 2019 one (those before a change in 2020 or 2021 too)."""
+    rng = np.random.default_rng(8)
+    years = list(range(2016, 2022))
+    changes = rng.integers(2017, 2022, size=60)  # the year each fact's value changed
+    matches = np.array([[float((y < c) == (2019 < c)) for y in years] for c in changes])
+    matches[rng.random(matches.shape) < 0.1] = np.nan  # some facts held no value some years
+    est = resolved_year(matches, years, B=300)
+    assert est.method == RESOLVED and est.n == 60 and est.estimate == 2019 and est.lo <= 2019 <= est.hi
+    assert not resolved_year(np.zeros((0, 3)), [1, 2, 3], B=10).found

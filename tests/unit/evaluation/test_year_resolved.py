@@ -136,3 +136,12 @@ def test_shares_equal_the_hand_computation(checkpoint):
 def test_a_timeline_without_changed_facts_gives_no_rows():
     timeline = Timeline(steps=[], eval_sets=[EvalSet("unchanged", "unchanged", None, [])])
     assert year_resolved_evaluator(scripted_ctx(timeline, 0, [])) == []
+
+
+@pytest.mark.parametrize("checkpoint", [0, 1, 2])
+def test_the_knowledge_year_carries_its_bootstrap_interval(checkpoint):
+    (summary,) = [
+        r for r in year_resolved_evaluator(scripted_ctx(hand_timeline(), checkpoint, [])) if r["set_name"] == "all"
+    ]
+    lo, hi = summary["knowledge_year_ci"]
+    assert lo <= summary["knowledge_year"] <= hi and {lo, hi} <= {2018, 2019, 2020}
