@@ -145,7 +145,10 @@ def format_matrix(summary: dict[str, Any], kind: str = LEARNED) -> str:
     def cell(value) -> str:
         return "-" if value is None else f"{value:.3f}"
 
-    lines = [f"Continual-learning matrix '{kind}' (EM; rows: checkpoint i, columns: set of step j)", head]
+    # fwt_i compares checkpoint i-1 with the model before any training: without its rows (a model trained from
+    # scratch, eval.eval_initial=false, or a checkpoint series) the column stays '-', and the title says why
+    why_no_fwt = "" if entry["A_init"] else "; fwt: - without an evaluated initial model"
+    lines = [f"Continual-learning matrix '{kind}' (EM; rows: checkpoint i, columns: set of step j{why_no_fwt})", head]
     if entry["A_init"]:
         lines.append(
             checkpoint_label(INITIAL).ljust(8) + "".join(cell(entry["A_init"].get(str(j))).rjust(8) for j in columns)

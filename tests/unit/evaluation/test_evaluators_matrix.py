@@ -109,3 +109,11 @@ def test_format_matrix_prints_rows_and_metrics():
     assert "learned" in lines[0] and "avg_acc" in lines[1] and "fuar" in lines[1]
     assert lines[2].startswith("initial ") and lines[-1].startswith("2 ")
     assert "0.975" in lines[-1] and "0.067" in lines[-1]  # A[2][2] and fuar_2
+    assert "fwt: -" not in lines[0]  # the initial model's rows are there: fwt has a value
+
+
+def test_without_the_initial_model_the_matrix_says_why_fwt_is_empty():
+    text = format_matrix(matrix_summary([row for row in ROWS if row["checkpoint"] >= 0]))
+    lines = text.splitlines()
+    assert lines[0].endswith("; fwt: - without an evaluated initial model)") and not lines[2].startswith("initial")
+    assert all(line.split()[-2] == "-" for line in lines[2:])  # the fwt column
