@@ -786,6 +786,13 @@ class TrainerConfig:
     fsdp_replicate: int = runtime(0)
     """Replicas under ``trainer.fsdp_mesh=hsdp`` (0 = one per node: ``WORLD_SIZE / LOCAL_WORLD_SIZE``); the
     processes divide into this many groups of equal size, each holding the whole model in shards."""
+    accelerate_config: Optional[str] = runtime(None)
+    """An accelerate config file (``accelerate_configs/fsdp.yaml``: FSDP2; ``ddp.yaml``) for each point of a sweep
+    whose points are submitit jobs of several tasks (``hydra/launcher=submitit_slurm_multi`` or
+    ``submitit_local_multi``): every task exports what ``accelerate launch --config_file`` sets from it
+    (``training/submitit_env.py``), so the point runs as that launch would, with the job's processes and
+    ``mixed_precision``. A relative path is read from the working directory. ``null``: plain data parallel.
+    Refused elsewhere (a single run takes ``accelerate launch --config_file``). docs/distributed.md."""
     memory_preflight: str = runtime("check")
     """Before the weights load, the estimated memory of a training step per device (``training/preflight.py``):
     ``check`` prints it and stops a run that cannot fit, naming settings that would; ``warn`` prints and warns

@@ -78,8 +78,8 @@ def task(cfg) -> None:
     from evolve_train.run import train
     from evolve_train.training.submitit_env import export_submitit_env
 
-    export_submitit_env()  # a task of a multi-process sweep point: its rank; elsewhere nothing
     with exit_on_user_error():
+        export_submitit_env(cfg.trainer)  # a task of a multi-process sweep point: its rank (and launch config)
         train(cfg)
 
 
