@@ -21,7 +21,7 @@ from evolve_train.cli.dry_run import run_if_asked
 from evolve_train.compose import CONFIG_DIR, compose_dict
 from evolve_train.config import Config
 from helpers import read_jsonl
-from helpers.your_data import write_your_data
+from helpers.your_data import SHRINK, YEARS, write_your_data
 
 RECIPES = {recipe.name: recipe for recipe in recipes.all_recipes()}
 NAMES = sorted(RECIPES)
@@ -30,27 +30,6 @@ H100_BYTES = 80e9
 """An H100's memory as the recipes' headers name it (80 GB; the card reports about 79.6 GiB)."""
 HEADROOM = 0.9
 """The share of a device's memory the run's own preflight allows (training/preflight.py)."""
-SHRINK = [
-    "model.name_or_path=null",
-    "model.n_layer=1",
-    "model.n_embd=32",
-    "model.n_head=2",
-    "model.n_kv_head=1",
-    "model.n_inner=64",
-    "model.n_positions=128",
-    "model.vocab_size=300",
-    "trainer.seq_len=64",
-    "trainer.tokens_per_batch=256",
-    "trainer.tokens_per_step0=1024",
-    "trainer.tokens_per_step=512",
-    "trainer.warmup_steps=1",
-    "trainer.num_threads=1",
-    "eval.heldout_text=[general]",
-    "logger.backends=[disk]",
-]
-"""Size only: a tiny model built from config (no download), rows of 64 tokens, about one optimizer step a time step."""
-YEARS = ("2018", "2019", "2020")
-"""The yearly folders tests/helpers/your_data.py writes."""
 
 
 def words(line: str, data: Path = Path("DATA")) -> list[str]:

@@ -19,6 +19,30 @@ from evolve_train.config import WorldConfig
 from evolve_train.data.relations import RELATIONS_BY_NAME
 from evolve_train.data.world import generate_world, step_corpus
 
+# A shipped recipe at a size a CPU trains in seconds: the same recipe, overrides for size only.
+SHRINK = [
+    "model.name_or_path=null",
+    "model.n_layer=1",
+    "model.n_embd=32",
+    "model.n_head=2",
+    "model.n_kv_head=1",
+    "model.n_inner=64",
+    "model.n_positions=128",
+    "model.vocab_size=300",
+    "trainer.seq_len=64",
+    "trainer.tokens_per_batch=256",
+    "trainer.tokens_per_step0=1024",
+    "trainer.tokens_per_step=512",
+    "trainer.warmup_steps=1",
+    "trainer.num_threads=1",
+    "eval.heldout_text=[general]",
+    "logger.backends=[disk]",
+]
+"""Size only: a tiny model built from config (no download), rows of 64 tokens, about one optimizer step a time step."""
+YEARS = ("2018", "2019", "2020")
+"""The yearly folders write_your_data writes."""
+
+
 WORLD = WorldConfig(seed=0, n_entities=10, n_steps=3, new_entities_per_step=2, n_people=10, n_cities=10, dates="inline")
 
 
