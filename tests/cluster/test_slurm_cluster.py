@@ -6,6 +6,8 @@ starts; these tests skip, saying so, where no SLURM node answers).
   every rank at one optimizer step with a state saved there, and the requeued job resumes to the same rows.
 - ``python train.py -m hydra/launcher=submitit_slurm`` (and ``submitit_slurm_multi``, 2 tasks a point) goes through
   the real ``sbatch``; a preempted submitit job (SIGUSR2, as SLURM sends it) is requeued and resumes.
+- ``submitit_slurm_multi`` with ``trainer.accelerate_config=accelerate_configs/fsdp.yaml``: each point is an FSDP2
+  job of 2 processes whose rows equal ``accelerate launch --config_file accelerate_configs/fsdp.yaml`` of that point.
 
 A rank is held at a known optimizer step by ``EVOLVE_TRAIN_FAULT=...:pause`` until the scheduler's signal
 arrives, so the step where the ranks stop does not depend on timing. SLURM holds a requeued job for about two
@@ -26,7 +28,8 @@ from pathlib import Path
 
 import pytest
 from helpers import TINY, losses, rows
-from helpers.processes import ROOT
+from helpers.processes import CPU_ENV, ROOT, accelerate_launch
+from helpers.processes import run as run_command
 
 TEMPLATE = ROOT / "scripts" / "slurm" / "multinode.sbatch"
 OVERRIDES = [*TINY, "method=full", "data.world.n_steps=2", "trainer.save_every_n_steps=2"]
@@ -286,3 +289,32 @@ def test_a_preempted_submitit_job_of_two_processes_is_requeued_and_resumes_to_th
     assert f"resuming time step 1 from the training state {preempted / 'train_state/step1-opt4'}" in logs
     assert what_it_says(preempted) == what_it_says(plain)
     assert losses(preempted) == losses(plain)  # no optimizer update trained twice
+
+
+def test_a_submitit_slurm_multi_sweep_with_the_fsdp_config_runs_each_point_as_accelerate_launch_does(tmp_path):
+    """``trainer.accelerate_config=accelerate_configs/fsdp.yaml``: each task exports what ``accelerate launch
+    --config_file`` sets (training/submitit_env.py), so each point is an FSDP2 run of 2 gloo processes. The
+    references are ``accelerate launch --config_file accelerate_configs/fsdp.yaml --num_processes 2 --mixed_precision
+    no`` of each point, the launch the setting stands for, run by accelerate's own launcher rather than through the
+    same export (a one-point submitit job would share any fault of that export); they share one step-0 cache, as the
+    sweep's points do, so step 0 is trained once on each side."""
+    methods, fsdp = ("full", "lora"), "trainer.accelerate_config=accelerate_configs/fsdp.yaml"
+    sweep_dir = tmp_path / "sweep"
+    process = sweep(sweep_dir, "submitit_slurm_multi", "method=full,lora", "hydra.launcher.tasks_per_node=2", fsdp)
+    common = [*TINY, "data.world.n_steps=2", "trainer.save_every_n_steps=2", f"method.step0_cache={tmp_path / 'cache'}"]
+    for method in methods:
+        command = [*accelerate_launch(2, "fsdp"), "train.py", *common, f"method={method}"]
+        run_command([*command, f"hydra.run.dir={tmp_path / method}"], CPU_ENV)
+    runs = finished(process, sweep_dir)
+    assert [run.relative_to(sweep_dir).parts[0] for run in runs] == list(methods)
+    for method, point in zip(methods, runs):
+        assert what_it_says(point) == what_it_says(tmp_path / method), method
+        assert losses(point) == losses(tmp_path / method), method
+        assert {r["num_processes"] for r in rows(point)} == {2}
+        log = (point / "train.log").read_text()
+        assert "FSDP2 on CPU: 2 gloo processes" in log and "fsdp.yaml: FSDP2, 2 processes" in log, log[-3000:]
+        held = re.findall(r"FSDP2: processes held \[(\d+), (\d+)\] of (\d+) parameter values", log)
+        assert held and all(max(int(a), int(b)) < int(total) for a, b, total in held), held  # each held a shard
+    jobs = [d for d in (sweep_dir / ".submitit").iterdir() if d.is_dir() and "_" in d.name]
+    assert len(jobs) == 2 and all(len(list(d.glob("*_result.pkl"))) == 2 for d in jobs)  # 2 jobs x 2 tasks
+    assert all(wait_ended(d.name)["JobState"] == "COMPLETED" for d in jobs)
