@@ -119,7 +119,7 @@ def accelerate_config_env(path: str, num_processes: int, mixed_precision: str) -
     try:
         args, defaults, _ = _validate_launch_command(launch_command_parser().parse_args(flags))
     except (OSError, ValueError, TypeError, KeyError, AttributeError, yaml.YAMLError) as error:
-        raise ConfigError(f"trainer.accelerate_config: {file} is not an accelerate config: {error}") from error
+        raise ConfigError(f"trainer.accelerate_config: accelerate launch refuses {file}: {error}") from error
     kind = getattr(getattr(defaults, "distributed_type", None), "value", None)
     if kind not in SUPPORTED:
         raise ConfigError(
