@@ -54,7 +54,7 @@ def export_submitit_env(trainer: Any = None) -> Optional[dict]:
     and, where ``trainer.accelerate_config`` names a file, the variables ``accelerate launch`` sets from it; return
     what was exported. Elsewhere return ``None`` and change nothing (a set ``trainer.accelerate_config`` there is a
     :class:`ConfigError`). Call it before the accelerator is built."""
-    config = getattr(trainer, "accelerate_config", None) if trainer is not None else None
+    config = getattr(trainer, "accelerate_config", None)
     if not in_submitit_job():
         refuse_outside_a_job(config, "this run is not a task of a submitit job")
         return None
