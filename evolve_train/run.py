@@ -36,6 +36,7 @@ from evolve_train.evaluation.evaluator import check_eval_config
 from evolve_train.evaluation.inputs import load_inputs
 from evolve_train.hooks import build_hooks
 from evolve_train.methods import Method, TokenizedHistory
+from evolve_train.methods.lora import step0_policy
 from evolve_train.models.build import (
     build_model,
     build_text_format,
@@ -191,6 +192,9 @@ class ContinualRun:
         """Everything that can fail on bad input fails here, before the run dir is written."""
         cfg = self.cfg
         validate(cfg)
+        policy = step0_policy(cfg.method.name, cfg.method.strategies, cfg.method.at_step0)
+        if policy is not None and process_index() == 0:  # the run's first line: what trains at step 0
+            log.info(policy)
         check_model_source(cfg.model.name_or_path)  # a missing path, a GGUF file or dir: one clear error
         check_model_source(cfg.model.tokenizer, "model.tokenizer")
         self.run_dir = resolve_run_dir(cfg)

@@ -72,6 +72,16 @@ def default_targets(model: torch.nn.Module) -> list[str]:
     return DEFAULT_TARGETS[model_type]
 
 
+def step0_policy(name: str, strategies, at_step0: bool) -> str | None:
+    """What a LoRA run trains at step 0, in one line (the run's first log line, the report's header); None for a
+    method without the ``lora`` strategy."""
+    if "lora" not in list(strategies):
+        return None
+    if at_step0:
+        return f"method {name}: LoRA adapters from step 0 (method.at_step0=true); no step trains all weights"
+    return f"method {name}: step 0 trains all weights (method.at_step0=false); LoRA adapters from step 1"
+
+
 def is_adapter_param(name: str) -> bool:
     return "lora_" in name
 

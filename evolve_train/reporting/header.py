@@ -1,5 +1,5 @@
-"""The report's header: when and by which code it was made, where each run came from and how the runs' configs
-differ.
+"""The report's header: when and by which code it was made, where each run came from (and, for a LoRA run, what
+trained at step 0) and how the runs' configs differ.
 
 Each run's provenance is its ``summary.json`` ``provenance`` (``utils/provenance.py``; runs from before it was
 recorded show ``-``); its configuration is the saved Hydra config (``.hydra/config.yaml``) or, for a run started
@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from evolve_train.evaluation.rows import Run
+from evolve_train.methods.lora import step0_policy
 from evolve_train.reporting.seeds import _differing, saved_config, saved_overrides
 from evolve_train.utils.provenance import describe, provenance
 
@@ -73,8 +74,24 @@ def provenance_section(runs: list[Run], out_dir: Path):
         "Where each run came from (summary.json `provenance`): its dir relative to this report, when it finished, "
         "the commit (dirty: uncommitted changes), library versions, hardware and processes, and its command line."
     )
+    policies = step0_policies(runs)
+    if policies:
+        intro += " Step 0 of the LoRA runs: " + "; ".join(policies) + "."
     header = ["run", "dir", "finished", "code and machine", "command", "overrides"]
     return "Runs and provenance", intro, (header, rows)
+
+
+def step0_policies(runs: list[Run]) -> list[str]:
+    """``<run>: <what trains at step 0>`` for each LoRA run (``methods/lora.py: step0_policy``, the line the run
+    printed first), from its saved config."""
+    lines = []
+    for run in runs:
+        config = run_config(run) or {}
+        strategies = config.get("method.strategies") or []
+        policy = step0_policy(str(config.get("method.name")), strategies, bool(config.get("method.at_step0")))
+        if policy is not None:
+            lines.append(f"{run.label}: {policy}")
+    return lines
 
 
 def config_section(runs: list[Run]):
@@ -92,4 +109,4 @@ def config_section(runs: list[Run]):
     return "Configuration differences", "The config keys whose values differ between the runs.", (header, rows)
 
 
-__all__ = ["config_section", "generated_line", "provenance_section", "relative", "run_config"]
+__all__ = ["config_section", "generated_line", "provenance_section", "relative", "run_config", "step0_policies"]
