@@ -1,13 +1,26 @@
-"""README.md and docs/ say what the code does: each test pins one statement of the docs to the code behind it."""
+"""README.md and docs/ say what the code does: each test pins one statement of the docs to the code behind it.
+
+One tiny LoRA run of three time steps (``method=lora``: steps 1 and 2 adapter-only) through ``train.py`` serves
+them all: docs/evaluation.md's "LoRA checkpoints and `lm_eval`" commands, run as written, and the line the run
+prints first (what trains at step 0).
+"""
 
 from __future__ import annotations
 
+import json
+import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from helpers import TINY, read_jsonl
+from helpers.lm_eval import needs_harness
 
 ROOT = Path(__file__).resolve().parents[2]
+SET = "unchanged"
 
 
 def read(name: str) -> str:
@@ -18,33 +31,108 @@ def lora_lm_eval_section() -> str:
     return read("docs/evaluation.md").split("### LoRA checkpoints and `lm_eval`", 1)[1].split("\n## ", 1)[0]
 
 
-@pytest.mark.slow
-def test_the_documented_export_gives_the_model_the_run_held(tmp_path):
-    """A tiny LoRA run (3 steps; steps 1 and 2 adapter-only); docs/evaluation.md's export command, as written, on
-    its step 2; the exported dir loads with plain transformers to the weights the project's loader rebuilds."""
-    import os
-    import subprocess
-    import sys
+def documented_lines() -> list[str]:
+    """The command lines of the section's code block, continuation lines joined."""
+    block = lora_lm_eval_section().split("```bash\n", 1)[1].split("```", 1)[0]
+    return [line for line in block.replace("\\\n", " ").splitlines() if line.strip()]
 
+
+def environment(tmp_path: Path) -> dict:
+    """The reader's shell, offline: the package's and lm-eval's commands on PATH."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled", "HF_HUB_OFFLINE": "1"}
+    env.update(HF_DATASETS_OFFLINE="1", HF_DATASETS_CACHE=str(tmp_path / "hf_datasets"), TOKENIZERS_PARALLELISM="false")
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+def run_documented(line: str, run: Path, cwd: Path, *extra: str) -> None:
+    done = subprocess.run(
+        ["bash", "-c", " ".join([line.replace("RUN/", f"{run}/").replace("RUN ", f"{run} "), *extra])],
+        cwd=cwd,
+        env=environment(cwd),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, (line, done.stderr[-3000:])
+
+
+@pytest.fixture(scope="module")
+def lora_run(tmp_path_factory) -> tuple[Path, str]:
+    """The tiny LoRA run (3 time steps; steps 1 and 2 hold adapters only) and its console output."""
+    run = tmp_path_factory.mktemp("lora") / "run"
+    overrides = [*TINY, "method=lora", "eval.evaluators=[splits]", f"hydra.run.dir={run}"]
+    done = subprocess.run(
+        [sys.executable, "train.py", *overrides], cwd=ROOT, env=environment(run.parent), capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    for step in (1, 2):
+        assert not (run / "steps" / str(step) / "model.safetensors").exists()
+        assert (run / "steps" / str(step) / "adapter").is_dir()
+    return run, done.stdout
+
+
+@pytest.mark.slow
+def test_the_documented_export_gives_the_model_the_run_held(lora_run, tmp_path):
+    """docs/evaluation.md's export command, as written, on step 2: the exported dir loads with plain transformers
+    to the weights the project's loader rebuilds."""
     import torch
-    from helpers import TINY
     from transformers import AutoModelForCausalLM
 
     from evolve_train.config import ModelConfig
     from evolve_train.models.build import load_model
 
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled", "HF_HUB_OFFLINE": "1"}
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    run = tmp_path / "run"
-    overrides = [*TINY, "method=lora", "eval.evaluators=[splits]", f"hydra.run.dir={run}"]
-    done = subprocess.run([sys.executable, "train.py", *overrides], cwd=ROOT, env=env, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert not (run / "steps" / "2" / "model.safetensors").exists() and (run / "steps" / "2" / "adapter").is_dir()
-    block = lora_lm_eval_section().split("```bash\n", 1)[1].split("```", 1)[0]
-    export = block.split("\nlm_eval ", 1)[0].replace("\\\n", "").replace("RUN/", f"{run}/")
-    done = subprocess.run(["bash", "-c", export], cwd=tmp_path, env=env, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-3000:]
+    run, _ = lora_run
+    (export,) = [line for line in documented_lines() if line.startswith("evolve-data export-merged")]
+    run_documented(export, run, tmp_path)
     exported = AutoModelForCausalLM.from_pretrained(tmp_path / "merged" / "2").state_dict()
     rebuilt = load_model(str(run / "steps" / "2"), ModelConfig()).state_dict()
     assert exported.keys() == rebuilt.keys() and all(torch.equal(exported[k], rebuilt[k]) for k in exported)
     assert (tmp_path / "merged" / "2" / "tokenizer.json").is_file()
+
+
+def _step(model_args: str) -> int:
+    """The checkpoint a documented ``--model_args`` loads: the last step number it names."""
+    return int(re.findall(r"/(\d+)", model_args)[-1])
+
+
+@needs_harness
+@pytest.mark.slow
+def test_the_documented_lm_eval_commands_give_the_runs_own_predictions(lora_run, tmp_path):
+    """Each documented case (k=0: ``steps/0``; k=1: ``steps/0`` with ``peft=steps/1/adapter``; k=2: exported, then
+    ``merged/2``), run as written on the exported tasks: lm-eval's answers are the run's own predictions of that
+    checkpoint item by item, and its exact match the run's EM."""
+    from evolve_train.cli.data import main as evolve_data
+
+    run, _ = lora_run
+    data = [o for o in TINY if o.startswith(("data.", "eval."))]  # the run's timeline and prompts
+    assert evolve_data(["export-lm-eval", "--out", str(tmp_path / "lm_eval_tasks"), *data]) == 0
+    lm_eval = [line for line in documented_lines() if line.startswith("lm_eval ")]
+    steps = [_step(line.split("--model_args ", 1)[1].split()[0]) for line in lm_eval]
+    assert steps == [0, 1, 2]
+    for line in documented_lines():  # in order: the export comes before the line that reads it
+        extra = ["--device", "cpu", "--log_samples", "--output_path", f"out/{steps.pop(0)}"] if line in lm_eval else []
+        run_documented(line, run, tmp_path, *extra)
+    metrics = [r for r in read_jsonl(run / "metrics.jsonl") if r.get("group") == "splits" and r["set_name"] == SET]
+    ours = {}
+    for step in (0, 1, 2):
+        ours[step] = {
+            r["id"]: r["prediction"] for r in read_jsonl(run / "predictions" / f"step_{step}" / f"{SET}.jsonl")
+        }
+        (samples,) = (tmp_path / "out" / str(step)).rglob(f"samples_evolve_{SET}_*.jsonl")
+        assert {s["doc"]["id"]: s["filtered_resps"][0] for s in read_jsonl(samples)} == ours[step], step
+        (results,) = (tmp_path / "out" / str(step)).rglob("results_*.json")
+        em = json.loads(results.read_text())["results"][f"evolve_{SET}"]["exact_match,answer"]
+        assert em == pytest.approx(next(r["em"] for r in metrics if r["checkpoint"] == step), abs=1e-12)
+    assert len({tuple(sorted(p.items())) for p in ours.values()}) == 3  # the checkpoints answer differently
+
+
+@pytest.mark.slow
+def test_a_lora_run_says_first_what_trains_at_step_0(lora_run):
+    """The run's first line, on the console and in its ``train.log``: step 0 trains all weights (the default)."""
+    from evolve_train.methods.lora import step0_policy
+
+    run, console = lora_run
+    policy = step0_policy("lora", ["lora"], False)
+    assert policy in console.splitlines()[0]
+    assert policy in (run / "train.log").read_text(encoding="utf-8").splitlines()[0]
