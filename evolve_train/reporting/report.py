@@ -29,7 +29,7 @@ from typing import Iterable, Optional
 
 from evolve_train.evaluation.compare import PairedDiff, check_same_columns, compare_pairs
 from evolve_train.evaluation.rows import Run, column_key
-from evolve_train.reporting import plots, plots_field, retrieval, timesliced
+from evolve_train.reporting import knowledge, plots, plots_field, retrieval, timesliced
 from evolve_train.reporting.header import config_section, generated_line, provenance_section, relative
 from evolve_train.reporting.metric_tables import metric_sections
 from evolve_train.reporting.runs import load_runs
@@ -316,6 +316,14 @@ def build_sections(findings: Findings, note: Optional[str], out_dir: Path = Path
             "95 % bootstrap intervals over the slices' examples and the perplexity exp(NLL); EM of the §3 "
             "matrices; regret = run − oracle over shared cells when `eval.oracle_run` was set.",
             timesliced.aggregates_table(runs),
+        ),
+        (
+            "Knowledge year",
+            "docs/metrics.md#14-knowledge-cutoff per checkpoint, where the run has the evidence: the year whose "
+            "values the undated `year_resolved` answers pick most, with its 95 % bootstrap interval over facts; "
+            "the cutoff slice of the held-out slice NLL against the last checkpoint (named by its time step), "
+            "with its paired bootstrap interval over the slices' examples; or no cutoff found, with why.",
+            knowledge.knowledge_table(runs),
         ),
         (
             "Compute",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -135,6 +136,16 @@ def test_scores_a_model_that_no_run_produced_on_another_timeline(trained, tmp_pa
     assert splits["unchanged"]["n"] == counts["unchanged"] and splits["updated_1"]["n"] == counts["updated"]
     assert all(r["checkpoint"] == 1 for r in splits.values())  # the last step of that timeline
     assert (out / "summary.json").is_file() and (out / "predictions" / "step_1" / "unchanged.jsonl").is_file()
+
+
+def test_a_model_dir_prints_its_knowledge_year(trained, tmp_path, capsys):
+    model_dir = trained / "steps" / "1"  # a plain HF model dir, scored as the last step of the same timeline
+    args = [f"model.name_or_path={model_dir}", *TINY, "eval.evaluators=[year_resolved,slices]"]
+    assert evolve_eval([*args, "--out", str(tmp_path / "scored")]) == 0
+    printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("knowledge year @")]
+    assert len(printed) == 1 and printed[0].startswith("knowledge year @ checkpoint 2: year_resolved "), printed
+    assert re.search(r"year_resolved \d{4} \[\d{4}, \d{4}\] \(\d+ facts\)", printed[0]), printed
+    assert "cutoff slice no cutoff found (the reference itself" in printed[0]  # one checkpoint: nothing to compare
 
 
 def test_bad_requests_fail_clearly_before_writing(trained, tmp_path, capsys):

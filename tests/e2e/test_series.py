@@ -2,8 +2,8 @@
 
 A tiny run's own ``steps/0..2`` as a series give the run's own rows (every evaluator that needs no training
 state); an interrupted series goes on at the next entry; a changed entry or config is refused; hub entries
-(``id@revision``) reach ``from_pretrained`` as ``revision=``; one model is in memory at a time; the report
-draws the run's plots.
+(``id@revision``) reach ``from_pretrained`` as ``revision=``; one model is in memory at a time; a series prints
+a knowledge year per checkpoint; the report draws the run's plots and a knowledge-year line per checkpoint.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import gc
 import hashlib
 import json
+import re
 import weakref
 from pathlib import Path
 
@@ -25,7 +26,7 @@ from evolve_train.run import train
 from evolve_train.saved_eval import SeriesEntry, parse_entry, read_series_file
 from helpers import TINY, tiny_cfg, wall_clock
 
-EVALUATORS = "eval.evaluators=[splits,matrix,paired,slices]"
+EVALUATORS = "eval.evaluators=[splits,matrix,paired,slices,year_resolved]"
 SETTINGS = [*TINY, EVALUATORS]
 TRAINING_KEYS = {
     "train_seconds",
@@ -42,6 +43,8 @@ TRAINING_KEYS = {
 """Metadata of the training that made a checkpoint (a series has none) and the evaluation's duration."""
 TRAINING_PLOTS = {"training_loss.png", "retention_vs_flops.png"}
 """Plots of the training log and of the training FLOPs: a series holds neither."""
+KNOWN = re.compile(r"\d{4} \[\d{4}, \d{4}\]|no cutoff found")
+"""A knowledge year (or cutoff slice) with its interval, or no cutoff found."""
 
 
 def rows(path: Path) -> list[dict]:
@@ -153,9 +156,16 @@ def test_an_interrupted_series_goes_on_at_the_next_entry_and_a_second_call_chang
     assert loads == [] and tree_hashes(out) == before
 
 
-def test_a_series_given_the_first_steps_grows_by_the_next(trained, tmp_path, loads):
+def test_a_series_given_the_first_steps_grows_by_the_next(trained, tmp_path, loads, capsys):
     out = tmp_path / "series"
     assert series(trained, out, 2) == 0
+    printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("knowledge year @")]
+    assert [line.split(":")[0] for line in printed] == [
+        "knowledge year @ checkpoint 0",
+        "knowledge year @ checkpoint 1",
+    ]
+    for line in printed:  # each estimate: a year with its interval, or no cutoff found
+        assert len(KNOWN.findall(line)) == 2, line
     assert {r["checkpoint"] for r in rows(out / "metrics.jsonl")} == {0, 1}
     assert series(trained, out, 3) == 0
     assert [name for name, _ in loads] == ["0", "1", "2"]
@@ -278,3 +288,7 @@ def test_report_on_a_series_draws_the_runs_plots(trained, scored_series, tmp_pat
     assert pngs["series"] == pngs["run"] - TRAINING_PLOTS
     assert any(name.startswith("matrix_") for name in pngs["series"])
     assert any(name.startswith("slices_") for name in pngs["series"])
+    section = (tmp_path / "series" / "report.md").read_text().split("## Knowledge year", 1)[1].split("\n## ", 1)[0]
+    lines = [line for line in section.splitlines() if line.startswith("| ") and not line.startswith("| run |")]
+    assert [line.split(" | ")[1] for line in lines] == ["0", "1", "2"]  # a knowledge-year line per checkpoint
+    assert all(len(KNOWN.findall(line)) == 2 for line in lines), lines

@@ -3,7 +3,9 @@
 From the ``slices`` rows: the matrix ``P`` (``{"<i>": {"<j>": nll}}``, trained checkpoints), ``P_init`` (the
 model before training, when evaluated), the aggregates ``backward`` / ``in_dist`` / ``forward`` with their
 perplexities and per-row values, and 95 % bootstrap intervals over the slices' examples (from
-``predictions/step_<i>/slices.jsonl``). The same aggregates on EM of every split matrix ``A`` (§3,
+``predictions/step_<i>/slices.jsonl``); ``cutoff``: each checkpoint's knowledge-cutoff slice against the last
+checkpoint (``cutoff.timesliced_rows``, docs/metrics.md#14-knowledge-cutoff), paired over the examples when
+their losses are there. The same aggregates on EM of every split matrix ``A`` (§3,
 ``matrix_summary``). With ``eval.oracle_run``: ``regret`` per aggregate, for NLL and for each EM matrix, over
 the cells the run and the oracle share.
 """
@@ -20,6 +22,7 @@ import numpy as np
 from evolve_train.evaluation.evaluators.matrix import INITIAL, matrix_summary
 from evolve_train.evaluation.evaluators.slices import GROUP, PREDICTIONS
 from evolve_train.evaluation.metrics.continual import as_int_matrix
+from evolve_train.evaluation.metrics.cutoff import timesliced_rows
 from evolve_train.evaluation.metrics.timesliced import aggregate_intervals, aggregates, regret, with_perplexity
 from evolve_train.evaluation.rows import METRICS_FILE, checkpoint_label, read_metrics
 
@@ -85,6 +88,7 @@ def timesliced_summary(
         items = slice_items(run_dir, sorted(P)) if run_dir is not None else None
         if items:
             out["nll"]["ci"] = aggregate_intervals(items, B=BOOTSTRAP)
+        out["nll"]["cutoff"] = timesliced_rows(P, B=BOOTSTRAP, items=items)
     em = {kind: aggregates(A) for kind, A in em_matrices(rows).items() if A}
     if em:
         out["em"] = em

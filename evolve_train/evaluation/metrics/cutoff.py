@@ -476,21 +476,45 @@ def current_value_year(
     return CutoffEstimate(year, lo, hi, CURRENT_STEP, len(years), "", drop, low, year, after, OVER_FACTS)
 
 
-def timesliced_rows(P, B: int = 2000, seed: int = 0) -> list[dict]:
+def _document_losses(items, i: int, slices: list[int]) -> Optional[list[np.ndarray]]:
+    """Per-document mean NLL per loss token of checkpoint ``i`` on each slice (None when a slice is missing)."""
+    row = (items or {}).get(i) or {}
+    if any(j not in row for j in slices):
+        return None
+    out = []
+    for j in slices:
+        sums, tokens = (np.asarray(a, dtype=float) for a in row[j])
+        keep = tokens > 0
+        out.append(sums[keep] / tokens[keep])
+    return out
+
+
+def _timesliced_row(values: dict, i: int, slices: list[int], items) -> LossRow:
+    docs = _document_losses(items, i, slices)
+    return LossRow(str(i), np.array([values[j] for j in slices]), docs=docs)
+
+
+def timesliced_rows(P, B: int = 2000, seed: int = 0, items=None, rule: Optional[str] = None) -> list[dict]:
     """Per-checkpoint estimate rows from a run's slice NLL matrix ``P[i][j]`` (docs/metrics.md#9-time-sliced-perplexity;
     ``summary.json`` ``timesliced.nll.P``), the last checkpoint as the reference: ``{"checkpoint", "cutoff_slice",
-    "lo", "hi", "jump", "reason"}``. ``P`` holds means only, so no interval: the jump must be above 0. Slices a
-    checkpoint lacks are left out of its row and the reference's."""
+    "lo", "hi", "jump", "method", "reason"}`` (``jump``: the estimate's ``change``). With ``items``
+    (``{i: {j: (per-document NLL sums, loss tokens)}}``, the documents in the same order at every checkpoint)
+    the estimate is on per-document mean NLL with the paired bootstrap over documents; from ``P`` alone (means
+    only) there is no interval. Slices a checkpoint lacks are left out of its row and the reference's."""
     rows = {int(i): {int(j): v for j, v in row.items() if v is not None} for i, row in P.items()}
     if not rows:
         return []
+    items = {int(i): {int(j): cell for j, cell in row.items()} for i, row in (items or {}).items()}
     last = max(rows)
     out = []
     for i in sorted(rows):
         slices = sorted(set(rows[i]) & set(rows[last]))
-        row = LossRow(str(i), np.array([rows[i][j] for j in slices]))
-        ref = LossRow(str(last), np.array([rows[last][j] for j in slices]))
-        est = slice_cutoff(row, slices, ref, B=B, seed=seed)
+        row, ref = _timesliced_row(rows[i], i, slices, items), _timesliced_row(rows[last], last, slices, items)
+        if (row.docs is None) != (ref.docs is None):
+            row, ref = LossRow(row.name, row.means), LossRow(ref.name, ref.means)
+        est = slice_cutoff(row, slices, ref, B=B, seed=seed, rule=rule)
+        if i == last:
+            est = CutoffEstimate(None, None, None, est.method, est.n, "the reference itself (the last checkpoint)")
         out.append(
             {
                 "checkpoint": i,
@@ -498,6 +522,7 @@ def timesliced_rows(P, B: int = 2000, seed: int = 0) -> list[dict]:
                 "lo": est.lo,
                 "hi": est.hi,
                 "jump": est.change,
+                "method": est.method,
                 "reason": est.reason,
             }
         )

@@ -218,3 +218,16 @@ def test_resolved_year_of_a_planted_checkpoint():
     est = resolved_year(matches, years, B=300)
     assert est.method == RESOLVED and est.n == 60 and est.estimate == 2019 and est.lo <= 2019 <= est.hi
     assert not resolved_year(np.zeros((0, 3)), [1, 2, 3], B=10).found
+
+
+def test_timesliced_rows_with_the_examples_carry_an_interval():
+    """Checkpoint i has learned slices 0..i (NLL about 2 there, 3 after), 40 examples per slice."""
+    rng = np.random.default_rng(9)
+    tokens = np.full(40, 10.0)
+    noise = {j: rng.normal(0, 0.2, 40) for j in range(4)}
+    items = {i: {j: ((np.where(j <= i, 2.0, 3.0) + noise[j]) * tokens, tokens) for j in range(4)} for i in range(4)}
+    P = {str(i): {str(j): float(np.mean(items[i][j][0]) / 10) for j in range(4)} for i in range(4)}
+    rows = {r["checkpoint"]: r for r in timesliced_rows(P, B=200, items=items)}
+    for i in range(3):
+        assert rows[i]["cutoff_slice"] == i and rows[i]["lo"] <= i <= rows[i]["hi"]
+    assert rows[3]["cutoff_slice"] is None and rows[3]["reason"]
