@@ -128,11 +128,15 @@ def test_the_documented_lm_eval_commands_give_the_runs_own_predictions(lora_run,
 
 
 @pytest.mark.slow
-def test_a_lora_run_says_first_what_trains_at_step_0(lora_run):
-    """The run's first line, on the console and in its ``train.log``: step 0 trains all weights (the default)."""
+def test_a_lora_run_says_first_what_trains_at_step_0(lora_run, tmp_path):
+    """The run's first line, on the console and in its ``train.log``: step 0 trains all weights (the default); its
+    report's provenance section says it again."""
     from evolve_train.methods.lora import step0_policy
+    from evolve_train.reporting.report import build_report
 
     run, console = lora_run
     policy = step0_policy("lora", ["lora"], False)
     assert policy in console.splitlines()[0]
     assert policy in (run / "train.log").read_text(encoding="utf-8").splitlines()[0]
+    build_report([run], tmp_path / "report", ci=False)
+    assert policy in (tmp_path / "report" / "report.md").read_text(encoding="utf-8")
