@@ -29,6 +29,7 @@ from evolve_train.errors import ConfigError
 from evolve_train.models.attention import attention_implementation, check_packed_layout, flat_batch, packed_layout
 from evolve_train.training import faults
 from evolve_train.training.collectives import set_collective_timeout
+from evolve_train.training.compile import compile_model, uncompile_blocks
 from evolve_train.training.distributed import (
     clip_gradients,
     configure_deepspeed,
@@ -113,10 +114,13 @@ def train_time_step(
     (training/hooks.py) are called at the loop's points; ``log_fn`` receives the training rows.
     """
     start = time.perf_counter()
-    trainer = StepTrainer(plan, model, accelerator, hooks or Hooks())
-    trainer.begin(log_fn, states)
-    trainer.run()
-    trainer.hooks.call("on_train_end", trainer)
+    try:
+        trainer = StepTrainer(plan, model, accelerator, hooks or Hooks())
+        trainer.begin(log_fn, states)
+        trainer.run()
+        trainer.hooks.call("on_train_end", trainer)
+    finally:
+        uncompile_blocks(model)  # trainer.compile: evaluation and the next step see the plain model
     seconds = time.perf_counter() - start
     accelerator.free_memory()  # drops accelerate's references between time steps (a gc pass: not training time)
     return trainer.result(seconds)
@@ -171,8 +175,8 @@ class StepTrainer:
         factor = lr_factor(cfg, plan.schedule_step, self.total, plan.n_time_steps)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
         model = plain_forward(model)  # one autocast layer from this prepare, whatever the model went through before
-        if cfg.compile:  # trains the same parameters in place through a compiled graph
-            model = torch.compile(model)
+        if cfg.compile:  # per transformer block, before fully_shard (training/compile.py); undone after the step
+            model = compile_model(model)
         configure_deepspeed(accelerator, cfg.batch_size)  # no-op unless launched with a DeepSpeed config
         self.model, self.optimizer, self.scheduler = accelerator.prepare(model, optimizer, scheduler)
         # the loop splits each global batch across processes itself: one schedule step per optimizer step
