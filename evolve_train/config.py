@@ -300,7 +300,8 @@ class ModelConfig:
     allow_pickle: bool = False
     """Allow loading pickle-based weights (``.bin``/``.pt``). Off: only safetensors load."""
     gradient_checkpointing: bool = False
-    """Trade compute for memory on large models; re-applied after every load (resume, step-0 cache)."""
+    """Activation checkpointing of each transformer block (transformers'): trade compute for memory on large
+    models; re-applied after every load (resume, step-0 cache). With ``trainer.compile`` inside each compiled block."""
     dtype: WeightDtype = WeightDtype.float32
     """Dtype of the weights (built, loaded from any path) and so of the saved checkpoints: ``float32`` or
     ``bfloat16`` (half the memory and checkpoint size; AdamW then updates bf16 weights). Independent of
@@ -751,7 +752,10 @@ class TrainerConfig:
     """Without a terminal (a SLURM log, ``> file``), a progress line every this many seconds: time step k/K,
     optimizer step n/total, loss, tokens/s and ETA (0 = off). With a terminal the tqdm bar shows the same."""
     compile: bool = False
-    """Wrap the model in ``torch.compile`` (GPU)."""
+    """``torch.compile`` (inductor) of each transformer block (the model's ``_no_split_modules`` class) in place,
+    after ``model.gradient_checkpointing`` and before FSDP2 shards the blocks, as torchtitan orders them; the whole
+    model where it names no blocks. Compiled at the first batches (once more when the batch shape first changes)
+    and reused by every later time step of the process. See docs/training.md."""
     save_every_n_steps: int = runtime(0)
     """Save a resumable training state (``train_state/step<k>-opt<n>/``) every N optimizer steps of a time step
     and at its last one, so ``resume=auto`` continues mid-step (0 = resume at step boundaries only; Ctrl-C
