@@ -2,10 +2,10 @@
 
 ``BANDS`` are the documented acceptance bands of the default recipe: every run of
 ``scripts/demo_matrix.py`` (seeds 0-2 x two kernel settings) met them when the recipe was chosen.
-``MEASURED`` is the min-max of each figure over those runs, as the README's "What varies" quotes it
+``MEASURED`` is the min-max of each figure over those runs, as docs/results/demo.md, "What varies", quotes it
 (``tests/unit/reporting/test_demo_check.py`` keeps the two in step). A figure outside its band says the run is not what the
 README describes: another recipe (overrides), a broken install, or a CPU whose kernels take the trajectory
-elsewhere. The informational figures have no band: they vary more between runs and the README says why.
+elsewhere. The informational figures have no band: they vary more between runs and docs/results/demo.md says why.
 
     python -m evolve_train.reporting.demo_check RUN_DIR
 """
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
-SEE = "see README 'What varies'"
+SEE = "see docs/results/demo.md, 'What varies'"
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ MEASURED = {
     "timestamp_reliance@last": (-0.010, 0.096),
     "paraphrase_gap@last": (0.483, 0.598),
 }
-"""Figure -> (min, max) over the runs of ``scripts/demo_matrix.py`` (README "What varies")."""
+"""Figure -> (min, max) over the runs of ``scripts/demo_matrix.py`` (docs/results/demo.md, "What varies")."""
 
 
 def _em(summary: dict, checkpoint: int, column: str) -> Optional[float]:

@@ -223,11 +223,39 @@ def _split_overrides(words: list[str]) -> tuple[list[str], list[str]]:
     return usable, placeholders
 
 
+@functools.lru_cache(maxsize=None)
+def _recipe_copy(folder: str, experiment: str) -> str:
+    """The folder ``evolve-train recipes copy NAME FOLDER`` makes (``experiment=my_NAME`` names it), made here."""
+    import tempfile
+
+    from evolve_train.cli import recipes
+
+    shipped = {recipe.name: recipe for recipe in recipes.all_recipes()}
+    name = experiment.removeprefix("my_")
+    assert name in shipped, f"--config-dir {folder}: no such folder, and experiment={experiment} is no recipe's copy"
+    copy = recipes.copy(shipped[name], Path(tempfile.mkdtemp(prefix="recipe_copy_")) / folder)
+    return str(copy.parent.parent)
+
+
+def _config_dir(words: list[str]) -> list[str]:
+    """``--config-dir DIR`` as the search-path override it amounts to; a DIR the documents make with ``evolve-train
+    recipes copy`` (the line before) is made here the same way."""
+    if "--config-dir" not in words:
+        return words
+    at = words.index("--config-dir")
+    folder, rest = words[at + 1], words[:at] + words[at + 2 :]
+    if not Path(folder).is_dir():
+        experiment = next((w.split("=", 1)[1] for w in rest if w.startswith("experiment=")), "")
+        folder = _recipe_copy(folder, experiment)
+    return [*rest, f"hydra.searchpath=[file://{Path(folder).resolve()}]"]
+
+
 def check_train(words: list[str]) -> None:
     """``train.py``'s arguments: flags, overrides; a sweep composes every job."""
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
+    words = _config_dir(words)
     unknown = [w for w in words if w.startswith("-") and w not in HYDRA_FLAGS]
     assert not unknown, f"flags train.py does not take: {unknown}"
     positional = [w for w in words if "=" not in w and not w.startswith("-") and w not in HYDRA_FLAGS]

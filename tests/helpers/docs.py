@@ -40,12 +40,32 @@ def shape(line: str) -> str:
 NETWORK = re.compile(r"^evolve-data fetch-")
 
 
-def readme_lines() -> list[str]:
-    """The README's code-block lines that start a command-line tool of the package (or lm_eval), comments cut."""
+CLUSTER_PATH = "evolve-train recipes copy"
+"""A line of the README's block for your corpora on a SLURM GPU cluster: that block trains through SLURM, so
+tests/cluster/test_readme_cluster_path.py runs it on the local cluster, not tests/e2e/test_readme_commands.py."""
+
+
+def _commands(block: str) -> list[str]:
+    """The block's command lines (backslash continuations joined, comments cut) that start a tool of the package."""
+    joined = re.sub(r"\s*\\\n\s*", " ", block)
+    return [
+        re.sub(r"\s+#.*$", "", line).strip() for line in joined.splitlines() if re.match(r"(evolve-\w+|lm_eval)\s", line)
+    ]
+
+
+def readme_lines(cluster_path: bool = False) -> list[str]:
+    """The README's code-block lines that start a command-line tool of the package (or lm_eval), comments cut;
+    the block of :data:`CLUSTER_PATH` only with ``cluster_path``."""
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     lines = []
     for block in re.findall(r"```bash\n(.*?)```", text, flags=re.DOTALL):
-        for line in block.splitlines():
-            if re.match(r"(evolve-\w+|lm_eval)\s", line):
-                lines.append(re.sub(r"\s+#.*$", "", line).strip())
+        if cluster_path or CLUSTER_PATH not in block:
+            lines += _commands(block)
     return lines
+
+
+def readme_cluster_path() -> list[str]:
+    """The commands of the README's block for your corpora on a SLURM GPU cluster, in order."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    (block,) = [b for b in re.findall(r"```bash\n(.*?)```", text, flags=re.DOTALL) if CLUSTER_PATH in b]
+    return _commands(block)
