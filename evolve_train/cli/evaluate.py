@@ -13,7 +13,8 @@ the run's own settings inside that group. Rows go to ``RUN_DIR/evaluations/NAME/
 ``data=...`` overrides. With ``--series``, entry i (a local model dir, a hub id, or ``id@revision``) is
 scored as checkpoint i of the run dir ``--out`` (one entry per time step, or the first steps' only);
 ``--series-file`` reads the entries from a YAML/JSON list (each an entry's text or
-``{model:, revision:, name:, date:}``). ``python evaluate.py`` is the same command.
+``{model:, revision:, name:, date:}``). After the table it prints a knowledge year per checkpoint where the
+rows have the evidence (docs/metrics.md#14-knowledge-cutoff). ``python evaluate.py`` is the same command.
 """
 
 from __future__ import annotations
@@ -117,6 +118,17 @@ def default_name(overrides: list[str]) -> str:
     return chosen[-1] if chosen else "eval"
 
 
+def print_knowledge(run_dir: Path) -> None:
+    """The knowledge year per checkpoint of the evaluated dir (docs/metrics.md#14-knowledge-cutoff), where its
+    rows have the evidence (``year_resolved`` rows, time-sliced NLL); printed by the main process."""
+    from evolve_train.reporting.knowledge import run_knowledge
+    from evolve_train.run import process_index
+
+    text = run_knowledge(run_dir)
+    if text and process_index() == 0:
+        print(text)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
@@ -141,6 +153,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             from evolve_train.saved_eval import evaluate_series
 
             evaluate_series(compose_config(None, overrides), entries=entries, out=args.out, argv=argv)
+            print_knowledge(Path(args.out))
             return 0
         if run_dir is not None and any(override_key(o) == "model.name_or_path" for o in overrides):
             # a run's checkpoints are its steps/<k>; its own model.name_or_path (a pretrained run's base model)
@@ -158,6 +171,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             replace=args.replace,
             argv=argv,
         )
+        from evolve_train.saved_eval import output_dir
+
+        print_knowledge(output_dir(run_dir, args.name or default_name(overrides), args.out, args.replace))
     return 0
 
 

@@ -10,15 +10,18 @@ Two kinds of evidence, each shown when the run has it:
   was kept). A slice is named by its time step's name (``summary.json`` ``steps``).
 
 Each estimate reads "YEAR [LOW, HIGH]" or "no cutoff found (why)". :func:`format_knowledge` gives the lines
-printed at the end of a run and of ``evolve-eval``; :func:`knowledge_table` the report's table.
+``evolve-eval`` prints after its table (:func:`run_knowledge`: of a run dir); :func:`knowledge_table` the
+report's table.
 """
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any, Optional
 
 from evolve_train.evaluation.metrics.cutoff import timesliced_rows
-from evolve_train.evaluation.rows import Run, checkpoint_label
+from evolve_train.evaluation.rows import METRICS_FILE, Run, checkpoint_label, read_metrics
 
 YEARS = "year_resolved"
 NO_CUTOFF = "no cutoff found"
@@ -83,13 +86,21 @@ def knowledge_rows(summary: dict, rows: Optional[list[dict]] = None) -> list[tup
     return out
 
 
-def format_knowledge(summary: dict) -> str:
+def format_knowledge(summary: dict, rows: Optional[list[dict]] = None) -> str:
     """One ``knowledge year @ checkpoint K: ...`` line per checkpoint ("" without evidence)."""
     lines = []
-    for k, year, cut in knowledge_rows(summary):
+    for k, year, cut in knowledge_rows(summary, rows):
         parts = ([f"year_resolved {year}"] if year else []) + ([f"cutoff slice {cut}"] if cut else [])
         lines.append(f"knowledge year @ checkpoint {k}: " + "; ".join(parts))
     return "\n".join(lines)
+
+
+def run_knowledge(run_dir: Path) -> str:
+    """:func:`format_knowledge` of a run dir's ``summary.json`` and ``metrics.jsonl`` ("" when either is missing)."""
+    summary, metrics = Path(run_dir) / "summary.json", Path(run_dir) / METRICS_FILE
+    if not summary.is_file() or not metrics.is_file():
+        return ""
+    return format_knowledge(json.loads(summary.read_text(encoding="utf-8")), read_metrics(metrics))
 
 
 def knowledge_table(runs: list[Run]) -> Optional[tuple[list[str], list[list[str]]]]:

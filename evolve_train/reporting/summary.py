@@ -6,7 +6,7 @@ from pathlib import Path
 
 from evolve_train.evaluation.evaluators.report import evaluation_summary, format_evaluation
 from evolve_train.evaluation.evaluators.slices_summary import format_timesliced, timesliced_summary
-from evolve_train.reporting.knowledge import format_knowledge, resolved_entries
+from evolve_train.reporting.knowledge import resolved_entries
 from evolve_train.evaluation.rows import METRICS_FILE, SPLITS, checkpoint_label, column_key, column_name, read_metrics
 from evolve_train.training.plan import training_budget
 from evolve_train.training.telemetry import compute_summary
@@ -52,8 +52,7 @@ def format_summary_table(summary: dict) -> str:
     then the other evaluators' lines."""
     table = summary["em"]
     lines = format_em_table(table) if table else []
-    texts = (format_evaluation(summary), format_timesliced(summary), format_knowledge(summary), format_compute(summary))
-    extra = [text for text in texts if text]
+    extra = [text for text in (format_evaluation(summary), format_timesliced(summary), format_compute(summary)) if text]
     return "\n".join(lines + extra)
 
 

@@ -2,8 +2,8 @@
 
 A hand-built timeline holds one fact with three values over three years (and one with two), answered by a
 scripted model whose picks per checkpoint are fixed; the rows must equal the hand computation. A tiny run on the
-embedded world then gets the rows at every checkpoint, prints a knowledge year with its interval per checkpoint,
-and the report draws the checkpoint x year heatmap and a knowledge-year line per checkpoint.
+embedded world then gets the rows at every checkpoint, and the report draws the checkpoint x year heatmap and a
+knowledge-year line per checkpoint (a year with its interval, or no cutoff found).
 """
 
 from __future__ import annotations
@@ -18,14 +18,11 @@ KNOWN = re.compile(r"\d{4} \[\d{4}, \d{4}\]|no cutoff found")
 """A knowledge year with its interval, or no cutoff found."""
 
 
-def test_run_rows_and_the_report_heatmap(tmp_path, capsys):
+def test_run_rows_and_the_report_heatmap(tmp_path):
     from evolve_train.reporting.report import build_report
 
     run_dir = tmp_path / "run"
     train(tiny_cfg(run_dir, "eval.evaluators=[splits,year_resolved]"))
-    printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("knowledge year @")]
-    assert [line.split(":")[0] for line in printed] == [f"knowledge year @ checkpoint {k}" for k in range(3)]
-    assert all(KNOWN.search(line) for line in printed), printed
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     years = [r for r in rows if r.get("group") == "year_resolved" and r["set_name"] != "all"]
     summary = [r for r in rows if r.get("group") == "year_resolved" and r["set_name"] == "all"]

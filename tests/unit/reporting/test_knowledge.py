@@ -1,9 +1,10 @@
 """The knowledge-year lines and report table (reporting/knowledge.py) from a summary and year_resolved rows."""
 
+import json
 from pathlib import Path
 
 from evolve_train.evaluation.rows import Run
-from evolve_train.reporting.knowledge import NO_CUTOFF, format_knowledge, knowledge_rows, knowledge_table
+from evolve_train.reporting.knowledge import NO_CUTOFF, format_knowledge, knowledge_rows, knowledge_table, run_knowledge
 
 STEPS = ["2018", "2019", "2020"]
 CUTOFF = [
@@ -60,3 +61,14 @@ def test_the_report_table_reads_the_rows_of_a_run():
     header, table = knowledge_table([run])
     assert len(header) == 4 and table == [["full", "2", "2020 [2019, 2020] (5 facts)", "-"]]
     assert knowledge_table([Run(path=Path("r"), rows=[], summary={}, label="x")]) is None
+
+
+def test_run_knowledge_reads_a_run_dir(tmp_path):
+    assert run_knowledge(tmp_path) == ""  # nothing evaluated there
+    (tmp_path / "summary.json").write_text(json.dumps(summary()))
+    row = {"group": "year_resolved", "set": "year_resolved", "set_name": "all", "checkpoint": 0, "step_name": "2018"}
+    row.update(knowledge_year=2019, knowledge_year_ci=[2018, 2019], n=4)
+    (tmp_path / "metrics.jsonl").write_text(json.dumps(row) + "\n")
+    lines = run_knowledge(tmp_path).splitlines()
+    assert lines[0].startswith("knowledge year @ checkpoint 0: year_resolved 2019 [2018, 2019] (4 facts); ")
+    assert len(lines) == 3
