@@ -15,11 +15,12 @@ temporal metrics, the held-out slice NLL P[i][j] with its aggregates, and comput
 picks some of them). A command whose region is not on the page yet appends it at the end of the page.
 
 ``--readme`` writes the README's demo block instead (section "The demo's output"): the tail of the demo's
-console output, which ``scripts/demo_run.sh`` saves as ``demo_output.txt`` in its run dir, from the EM table on,
-checked to begin with the tables ``reporting/summary.py: format_summary_table`` renders from the run's
-``summary.json`` (what the run printed). The figures that the paragraph after the block quotes are carried
-over from the old block to the new one by position (line and place in the line); a figure whose position is
-ambiguous is named, to be edited by hand.
+console output, from the EM table on. Its tables are those the run prints at its end, rendered again from the
+run's ``summary.json`` (``reporting/summary.py: format_summary_table``, so the block follows the code that
+prints them); the lines after them (the script's timing, the report, the band check) come from the console
+output that ``scripts/demo_run.sh`` saves as ``demo_output.txt`` in the run dir. The figures (and counts) that
+the paragraph after the block quotes are carried over from the old block to the new one by position (the line
+of the same shape, the place among its numbers); a figure that cannot be carried is named, to be edited by hand.
 
 ``--check`` writes nothing: it exits 1 naming the page when a region differs from what its run dirs give
 (without run dirs: every region of the page, each by its own command); a region whose run dir is not on this
@@ -63,6 +64,8 @@ DEMO_DIR = "runs/demo"
 ABSENT = "cannot check here (run dir absent)"
 FIGURE = re.compile(r"-?\d+\.\d{3}\b")
 """A figure the README's paragraph quotes from the block (three decimals)."""
+QUOTED = re.compile(r"-?\d+\.\d{3}\b|\b\d{2,}\b")
+"""What the paragraph may quote from the block: figures, and counts of two or more digits."""
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:e[+-]?\d+)?")
 """Any number of a block line (a line's numbers are its positions)."""
 
@@ -150,23 +153,24 @@ def page_body(run_dirs: Sequence[str], tables: Sequence[str] = TABLES) -> str:
 
 
 def demo_block(run_dir: str) -> list[str]:
-    """The README's demo block: the saved console tail of the demo in ``run_dir``, from the EM table on, its
-    run dir shown as ``runs/demo``; ReportError when the tail is missing or not this run's."""
-    from evolve_train.reporting.summary import format_summary_table
+    """The README's demo block: the run's tables as the run prints them (``format_summary_table`` of its
+    ``summary.json``), then the demo script's lines after them in its saved console output (from the first line
+    starting ``demo:``), the run dir shown as ``runs/demo``; ReportError when that output is missing."""
+    from evolve_train.reporting.summary import format_em_table, format_summary_table
 
     path = Path(run_dir) / DEMO_OUTPUT
     if not path.is_file():
         raise ReportError(f"{path}: not found (scripts/demo_run.sh saves the demo's console output there)")
     lines = path.read_text(encoding="utf-8").rstrip("\n").splitlines()
-    tables = format_summary_table(load_run(run_dir).summary).splitlines()
-    starts = [i for i, line in enumerate(lines) if tables and line == tables[0]]
-    if not starts:
-        raise ReportError(f"{path}: no '{tables[0] if tables else 'EM by checkpoint'}' line: not a demo's output")
-    tail = lines[starts[-1] :]
-    if tail[: len(tables)] != tables:
-        raise ReportError(f"{path}: its tables are not those of {Path(run_dir) / 'summary.json'} (another run?)")
+    title = format_em_table({})[0]
+    starts = [i for i, line in enumerate(lines) if line == title]
+    after = next((i for i in range(starts[-1], len(lines)) if lines[i].startswith("demo: ")), None) if starts else None
+    if after is None:
+        raise ReportError(f"{path}: no '{title}' line followed by a 'demo:' line: not the demo's console output")
+    tail = lines[after:]
     shown = next((m.group(1) for line in tail if (m := re.search(r"outputs in (\S+)$", line))), DEMO_DIR)
-    return [line.replace(shown, DEMO_DIR) for line in tail] if shown != DEMO_DIR else tail
+    tail = [line.replace(shown, DEMO_DIR) for line in tail] if shown != DEMO_DIR else tail
+    return format_summary_table(load_run(run_dir).summary).splitlines() + tail
 
 
 def readme_body(run_dir: str) -> str:
@@ -224,27 +228,32 @@ def demo_paragraph(text: str) -> tuple[int, int]:
 
 
 def carry_figures(paragraph: str, old: list[str], new: list[str]) -> tuple[str, list[str]]:
-    """The paragraph with each figure it quotes from the ``old`` block replaced by the figure at the same
-    position of the ``new`` block (the same line, the same place among its numbers, a line of the same shape);
-    and the figures that could not be carried: absent from the old block, on a line whose shape changed, or at
-    several positions whose new figures differ."""
+    """The paragraph with each figure (or count) it quotes from the ``old`` block replaced by the figure at the same
+    position of the ``new`` block (the same place among the numbers of the line of the same shape, lines
+    matched in order, so added or removed lines do not shift the others); and the figures that could not be
+    carried: absent from the old block, only on lines without a match, or at several positions whose new
+    figures differ."""
     positions: dict[str, list[tuple[int, int]]] = {}
     for i, line in enumerate(old):
         for k, match in enumerate(NUMBER.finditer(line)):
             positions.setdefault(match.group(), []).append((i, k))
     numbers = [[m.group() for m in NUMBER.finditer(line)] for line in new]
-    same = [i < len(new) and NUMBER.sub("#", line) == NUMBER.sub("#", new[i]) for i, line in enumerate(old)]
+    shapes = difflib.SequenceMatcher(
+        None, [NUMBER.sub("#", line) for line in old], [NUMBER.sub("#", line) for line in new], autojunk=False
+    )
+    to_new = {a + t: b + t for a, b, size in shapes.get_matching_blocks() for t in range(size)}
     unresolved: list[str] = []
 
     def carried(match: re.Match) -> str:
         figure = match.group()
-        values = {numbers[i][k] if same[i] else None for i, k in positions.get(figure, [])}
-        if len(values) == 1 and None not in values:
+        values = {numbers[to_new[i]][k] for i, k in positions.get(figure, []) if i in to_new}
+        if len(values) == 1:
             return values.pop()
-        unresolved.append(figure)
+        if FIGURE.fullmatch(figure):  # a count (215 pairs) is carried where it can be, never asked for
+            unresolved.append(figure)
         return figure
 
-    return FIGURE.sub(carried, paragraph), unresolved
+    return QUOTED.sub(carried, paragraph), list(dict.fromkeys(unresolved))
 
 
 def write(request: Request) -> tuple[Path, list[str]]:

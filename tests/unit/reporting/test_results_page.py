@@ -185,13 +185,19 @@ def test_a_readme_figure_that_cannot_be_carried_is_named(tmp_path, monkeypatch, 
     assert main(["runs/other", "--readme"]) == 2  # no region of that command
 
 
-def test_a_saved_tail_of_another_run_is_refused(tmp_path, monkeypatch, capsys):
+def test_the_block_renders_the_tables_from_the_run_and_takes_the_rest_from_the_saved_output(
+    tmp_path, monkeypatch, capsys
+):
     monkeypatch.chdir(tmp_path)
     run = synthetic_run(tmp_path / "runs" / "demo")
-    tables = format_summary_table(json.loads((run / "summary.json").read_text())).splitlines()
-    (run / "demo_output.txt").write_text("\n".join(tables).replace(" 0.", " 9.", 1) + "\n")
+    expected = saved_demo(run)
+    saved = (run / "demo_output.txt").read_text()
+    (run / "demo_output.txt").write_text(saved.replace(expected[2], "0  an older formatter's line"))
     Path("README.md").write_text(demo_readme(["x"]))
-    assert main(["runs/demo", "--readme", "--page", "README.md"]) == 2
+    assert main(["runs/demo", "--readme"]) == 0
+    assert Path("README.md").read_text().split("```\n")[1].rstrip("\n").splitlines() == expected
+    (run / "demo_output.txt").write_text(saved.replace("demo: ", "train: "))
+    assert main(["runs/demo", "--readme"]) == 2
     assert "demo_output.txt" in capsys.readouterr().err
 
 
@@ -201,3 +207,9 @@ def test_figures_are_carried_by_position_and_ambiguous_ones_named():
     paragraph, unresolved = carry_figures("from 0.500 to 0.250, and 1.000", old, new)
     assert paragraph == "from 0.600 to 0.250, and 1.000" and unresolved == ["1.000"]
     assert carry_figures("0.333", old, new) == ("0.333", ["0.333"])  # not a figure of the old block
+
+
+def test_counts_are_carried_where_they_can_be_and_never_asked_for():
+    old = ["n_pairs=215 a=0.500", "95 7 7"]
+    new = ["n_pairs=14 a=0.250", "95 8 9"]
+    assert carry_figures("0.500 over 215 pairs; 95 % and 7", old, new) == ("0.250 over 14 pairs; 95 % and 7", [])
