@@ -17,7 +17,7 @@ python train.py hydra.run.dir="$RUN_DIR" "$@"
 echo "demo: training + evaluation took $(( $(date +%s) - start )) s; outputs in $RUN_DIR"
 evolve-report "$RUN_DIR" --out "$RUN_DIR/report"
 echo "demo: report written to $RUN_DIR/report/report.html (and report.md, PNG plots)"
-# The last lines: did this run land inside the default recipe's documented ranges (README "What varies")?
+# The last lines: did this run land inside the default recipe's documented ranges (docs/results/demo.md, "What varies")?
 if [ $# -eq 0 ]; then
   python -m evolve_train.reporting.demo_check "$RUN_DIR"
 else
