@@ -66,8 +66,9 @@ def compile_blocks(model: torch.nn.Module, backend: str = "inductor") -> int:
     # dynamo traces transformers' checkpoint as one region, refusing any side effect inside it that the backward's
     # recompute would not replay; the hub-kernels layer wrapper (``kernels``) sets and resets a context variable
     # around each attention forward, which would turn every checkpointed block back to eager. Nothing of it needs
-    # replaying: the recompute sets and resets it again.
-    torch._dynamo.config.skip_fwd_side_effects_in_bwd_under_checkpoint = True
+    # replaying: the recompute sets and resets it again. (An older torch without the setting keeps its default.)
+    if hasattr(torch._dynamo.config, "skip_fwd_side_effects_in_bwd_under_checkpoint"):
+        torch._dynamo.config.skip_fwd_side_effects_in_bwd_under_checkpoint = True
     compiled = compiled_block_forward(backend)
     for block in blocks:
         block.forward = functools.partial(compiled, block)
