@@ -13,8 +13,9 @@ of an assumed device peak (:data:`ASSUMED_PEAK`) where it is 0. Evaluation time 
 
 The memory estimate is the one a launch in this environment would check: FSDP2's shards where the environment
 says what ``accelerate launch --config_file accelerate_configs/fsdp.yaml`` sets in every process
-(``ACCELERATE_USE_FSDP=true``, ``FSDP_VERSION=2``), over ``WORLD_SIZE`` processes, or one node's
-(``LOCAL_WORLD_SIZE``) under HSDP. A ``model.name_or_path`` that is a local path without a ``config.json`` (a
+(``ACCELERATE_USE_FSDP=true``, ``FSDP_VERSION=2``), or where the point's ``trainer.accelerate_config`` names an FSDP2
+file (each point of a submitit sweep then runs under it), over ``WORLD_SIZE`` (or the launcher's) processes, or one
+node's (``LOCAL_WORLD_SIZE``, or the launcher's ``tasks_per_node``) under HSDP. A ``model.name_or_path`` that is a local path without a ``config.json`` (a
 recipe's placeholder, a checkpoint not copied here yet) is estimated from the ``model.*`` shape keys instead, and
 the plan says so; data that cannot be read leaves the wall time unknown, not the memory.
 """
@@ -47,6 +48,8 @@ class Point:
     run_dir: str = ""
     world: int = 1
     world_from: str = ""
+    per_node: int = 0
+    """Processes per node under a launcher (its ``tasks_per_node``); 0: ``LOCAL_WORLD_SIZE``, else the world."""
     tokens_per_update: int = 0
     tokens_line: str = ""
     memory: str = ""
@@ -107,10 +110,10 @@ def differing(points: list[list[str]]) -> list[str]:
     return [key for key, values in keys.items() if len(values) > 1]
 
 
-def launcher_world(point: list[str], config_dirs: list[Path]) -> tuple[int, str, list[str]]:
-    """``(world size, where it comes from, the point without launcher overrides)``: a ``hydra/launcher=X`` of
-    the point gives ``tasks_per_node`` x ``nodes`` of X's config (``hydra.launcher.*`` overrides applied); else
-    the environment's ``WORLD_SIZE`` (1 for ``python train.py``)."""
+def launcher_shape(point: list[str], config_dirs: list[Path]) -> tuple[Optional[str], int, int, list[str]]:
+    """``(launcher, tasks per node, nodes, the point without launcher overrides)``: ``tasks_per_node`` and
+    ``nodes`` of the config of the point's ``hydra/launcher=X`` (``hydra.launcher.*`` overrides applied); ``(None
+    or "basic", 0, 0, ...)`` without a launcher of its own."""
     from omegaconf import OmegaConf
 
     launcher = next((o.split("=", 1)[1] for o in point if _key(o) == LAUNCHER), None)
@@ -119,8 +122,7 @@ def launcher_world(point: list[str], config_dirs: list[Path]) -> tuple[int, str,
     }
     kept = [o for o in point if _key(o) != LAUNCHER and not _key(o).startswith("hydra.launcher.")]
     if launcher in (None, "basic"):
-        world = int(os.environ.get("WORLD_SIZE", "1") or 1)
-        return world, "WORLD_SIZE" if world > 1 else "one process", kept
+        return launcher, 0, 0, kept
     values: dict = {}
     for folder in config_dirs:
         path = folder / "hydra" / "launcher" / f"{launcher}.yaml"
@@ -129,6 +131,17 @@ def launcher_world(point: list[str], config_dirs: list[Path]) -> tuple[int, str,
             break
     tasks = int(settings.get("tasks_per_node", values.get("tasks_per_node", 1)))
     nodes = int(settings.get("nodes", values.get("nodes", 1)))
+    return launcher, tasks, nodes, kept
+
+
+def launcher_world(point: list[str], config_dirs: list[Path]) -> tuple[int, str, list[str]]:
+    """``(world size, where it comes from, the point without launcher overrides)``: a ``hydra/launcher=X`` of
+    the point gives ``tasks_per_node`` x ``nodes`` of X's config (``hydra.launcher.*`` overrides applied); else
+    the environment's ``WORLD_SIZE`` (1 for ``python train.py``)."""
+    launcher, tasks, nodes, kept = launcher_shape(point, config_dirs)
+    if not tasks:
+        world = int(os.environ.get("WORLD_SIZE", "1") or 1)
+        return world, "WORLD_SIZE" if world > 1 else "one process", kept
     return tasks * nodes, f"{LAUNCHER}={launcher}: {tasks} tasks x {nodes} node(s)", kept
 
 
@@ -216,15 +229,28 @@ def model_shape(model) -> tuple:
     return shape, note
 
 
-def shard_group(world: int, trainer) -> int:
-    """Processes one copy of the model is sharded over under the FSDP2 launch this environment describes
-    (``ACCELERATE_USE_FSDP=true``, ``FSDP_VERSION=2``): every process, or a node's under HSDP
-    (``trainer.fsdp_mesh``, ``LOCAL_WORLD_SIZE``); 0 when the run would not be sharded."""
+def fsdp2_file(path: Optional[str]) -> bool:
+    """``trainer.accelerate_config`` names an FSDP2 file (``distributed_type: FSDP``, ``fsdp_version: 2``), read
+    as each task of a submitit job reads it (a relative path from the working directory); False without one."""
+    if not path or not Path(path).is_file():
+        return False
+    import yaml
+
+    config = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+    version = (config.get("fsdp_config") or {}).get("fsdp_version", 1)
+    return config.get("distributed_type") == "FSDP" and int(version) == 2
+
+
+def shard_group(world: int, trainer, per_node: int = 0) -> int:
+    """Processes one copy of the model is sharded over under FSDP2 (what the environment's ``accelerate launch``
+    sets, ``ACCELERATE_USE_FSDP=true FSDP_VERSION=2``, or an FSDP2 ``trainer.accelerate_config``): every process,
+    or a node's under HSDP (``trainer.fsdp_mesh``; ``LOCAL_WORLD_SIZE``, else ``per_node``); 0 when the run
+    would not be sharded."""
     from evolve_train.training.distributed import fsdp2_requested, mesh_sizes
 
-    if world <= 1 or not fsdp2_requested():
+    if world <= 1 or not (fsdp2_requested() or fsdp2_file(getattr(trainer, "accelerate_config", None))):
         return 0
-    local = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)) or world)
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", "0") or 0) or per_node or world
     sizes = mesh_sizes(str(trainer.fsdp_mesh), int(trainer.fsdp_replicate), world, local)
     return sizes[1] if sizes else world
 
@@ -252,7 +278,7 @@ def plan_point(point: Point, cfg, cache: dict) -> Point:
     strategies = [str(s) for s in (getattr(config.method, "strategies", None) or [config.method.name])]
     trainable = preflight._lora_parameters(shape, config.method.lora.r) if "lora" in strategies else None
     weight_bytes = 2 if str(model.dtype) == "bfloat16" else 4
-    shards = shard_group(point.world, trainer)
+    shards = shard_group(point.world, trainer, point.per_node)
     estimate = preflight.estimate(
         shape,
         tokens=micro,
@@ -297,7 +323,8 @@ def dry_run(args: Sequence[str], config_dir: Path, user_dirs: Sequence[Path] = (
     points = []
     for overrides_of_point in raw:
         world, world_from, kept = launcher_world(overrides_of_point, dirs)
-        point = Point(overrides=overrides_of_point, world=world, world_from=world_from)
+        per_node = launcher_shape(overrides_of_point, dirs)[1]
+        point = Point(overrides=overrides_of_point, world=world, world_from=world_from, per_node=per_node)
         cfg = compose_point(kept, dirs)
         point.run_dir = run_dir_of(cfg, multirun)
         with open_dict(cfg):

@@ -74,6 +74,8 @@ def test_the_readme_cluster_path_runs_as_written(tmp_path):
 
     planned = sh(dry_run)
     assert "dry run: 2 point(s)" in planned and planned.count("memory per device (preflight estimate)") == 2
+    assert planned.count("world size: 8 (hydra/launcher=submitit_slurm_multi: 8 tasks x 1 node(s))") == 2
+    assert planned.count("FSDP2, sharded over 8 processes") == 2  # the points' accelerate config, not DDP
     assert not (here / "runs").exists()  # a dry run writes nothing
 
     sh(f"{sweep} {' '.join(CPU_NODE)}", timeout=900)

@@ -8,10 +8,21 @@ from types import SimpleNamespace
 
 import pytest
 
-from evolve_train.cli.dry_run import differing, launcher_world, parse_args, step_tokens, sweep_points, take_flag
+from evolve_train.cli.dry_run import (
+    differing,
+    fsdp2_file,
+    launcher_shape,
+    launcher_world,
+    parse_args,
+    shard_group,
+    step_tokens,
+    sweep_points,
+    take_flag,
+)
 from evolve_train.errors import ConfigError
 
-CONFIGS = Path(__file__).resolve().parents[3] / "configs"
+ROOT = Path(__file__).resolve().parents[3]
+CONFIGS = ROOT / "configs"
 
 
 def test_the_flag_is_taken_out():
@@ -48,3 +59,22 @@ def test_each_step_trains_its_budget_else_its_steps_else_its_epochs():
     assert step_tokens(trainer, [100.0, 50.0, 50.0], update_tokens=64) == [192.0, 500.0, 500.0]
     trainer.tokens_per_step, trainer.max_steps_step0 = 0, 0
     assert step_tokens(trainer, [100.0, 50.0], update_tokens=64) == [4000.0, 1500.0]
+
+
+def test_an_fsdp2_accelerate_config_shards_each_launched_point_and_a_ddp_one_does_not(monkeypatch):
+    for key in ("ACCELERATE_USE_FSDP", "FSDP_VERSION", "LOCAL_WORLD_SIZE"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.chdir(ROOT)  # a relative trainer.accelerate_config is read from the working directory
+
+    def trainer(config):
+        return SimpleNamespace(accelerate_config=config, fsdp_mesh="auto", fsdp_replicate=0)
+
+    assert fsdp2_file("accelerate_configs/fsdp.yaml") and not fsdp2_file("accelerate_configs/ddp.yaml")
+    assert shard_group(8, trainer("accelerate_configs/fsdp.yaml"), per_node=8) == 8
+    assert shard_group(16, trainer("accelerate_configs/fsdp.yaml"), per_node=8) == 8  # HSDP: a node's 8
+    assert shard_group(8, trainer("accelerate_configs/ddp.yaml"), per_node=8) == 0
+    assert (
+        shard_group(8, trainer(None), per_node=8) == 0 and shard_group(1, trainer("accelerate_configs/fsdp.yaml")) == 0
+    )
+    shape = launcher_shape(["hydra/launcher=submitit_slurm_multi", "hydra.launcher.nodes=2", "seed=0"], [CONFIGS])
+    assert shape == ("submitit_slurm_multi", 8, 2, ["seed=0"])
