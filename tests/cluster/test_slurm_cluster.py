@@ -195,7 +195,7 @@ def sweep(sweep_dir: Path, launcher: str, *overrides: str, **env: str) -> subpro
 def finished(process: subprocess.Popen, sweep_dir: Path) -> list[Path]:
     """The sweep's run dirs, once its process has ended well."""
     try:
-        process.wait(timeout=300)
+        process.wait(timeout=600)  # a loaded machine: the jobs queue on its one node
     finally:
         process.kill()
     output = (sweep_dir.parent / f"{sweep_dir.name}.log").read_text()
