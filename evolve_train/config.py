@@ -762,6 +762,11 @@ class TrainerConfig:
     still saves one). See docs/reliability.md."""
     keep_last_states: int = runtime(2)
     """Mid-step training states kept for the step in progress (>= 1); a finished step's are deleted."""
+    async_save: bool = runtime(True)
+    """Under FSDP2, write the mid-step states in the background (``torch.distributed.checkpoint.async_save``: a
+    CPU copy of every process's shards, written while training goes on); a state counts once its write ended and
+    it was renamed complete. The next save, the end of the time step and a signal's stop wait for it. Other
+    setups save at once. See docs/reliability.md."""
     dist_timeout_s: int = runtime(1800)
     """Timeout of the process group's collectives, in seconds (multi-process runs: accelerate's
     ``InitProcessGroupKwargs``). A rank waits this long for the others, e.g. while the main process saves a

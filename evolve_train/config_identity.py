@@ -23,6 +23,7 @@ import copy
 import dataclasses
 import hashlib
 import json
+import os
 import re
 from pathlib import Path
 from types import SimpleNamespace
@@ -87,6 +88,34 @@ def config_diff(old: dict, new: dict) -> tuple[list[tuple[str, Any, Any]], list[
     old = current_flat(old)
     changed = [(key, old[key], new[key]) for key in sorted(old.keys() & new.keys()) if old[key] != new[key]]
     return changed, sorted(old.keys() - new.keys()), sorted(new.keys() - old.keys())
+
+
+def launched_processes() -> int:
+    """The processes of this launch: ``WORLD_SIZE`` (set by torchrun, ``accelerate launch`` and the submitit
+    launcher), 1 without."""
+    try:
+        return max(1, int(os.environ.get("WORLD_SIZE") or 1))
+    except ValueError:
+        return 1
+
+
+def same_global_batch(changed: list[tuple[str, Any, Any]], recorded: dict) -> list[tuple[str, Any, Any]]:
+    """``changed`` less a ``trainer.batch_size`` change (rows per process) that keeps the global batch: the recorded
+    processes x the recorded batch size = this launch's processes x its batch size (a run requeued onto fewer or
+    more processes; training/train_state.py continues its mid-step state only then)."""
+    before, now = recorded.get("processes"), launched_processes()
+
+    def kept(key: str, old: Any, new: Any) -> bool:
+        return (
+            key == "trainer.batch_size"
+            and isinstance(before, int)
+            and before != now
+            and isinstance(old, int)
+            and isinstance(new, int)
+            and old * before == new * now
+        )
+
+    return [change for change in changed if not kept(*change)]
 
 
 def holds_run(run_dir: Path, state) -> bool:
@@ -179,7 +208,9 @@ def refuses(run_dir: Path, cfg) -> bool:
     recorded = state.get("identity")
     if not holds_run(Path(run_dir), SimpleNamespace(trained=state.get("trained"), evaluated=state.get("evaluated"))):
         return False  # a run that trained nothing: its record is replaced, not kept
-    return recorded is not None and bool(config_diff(recorded.get("config", {}), result_config(cfg))[0])
+    if recorded is None:
+        return False
+    return bool(same_global_batch(config_diff(recorded.get("config", {}), result_config(cfg))[0], recorded))
 
 
 def hydra_output_subdir(default: str, *, _root_) -> Optional[str]:

@@ -447,6 +447,7 @@ class ContinualRun:
             resume=resume,
             signals=getattr(self, "signals", None),
             timeout_s=(cfg.trainer.dist_timeout_s, cfg.trainer.train_timeout_s),
+            async_save=cfg.trainer.async_save,
         )
         with states:
             self.model, result = train_sharded(

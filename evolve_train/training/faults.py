@@ -12,6 +12,8 @@ Points (where they are called):
 
 - ``optimizer_step``     after every optimizer step of the training loop (after a due mid-step state save)
 - ``train_state_write``  inside a mid-step state save, after its files are written, before the rename
+- ``train_state_async``  after a mid-step state's background write began (FSDP2, ``trainer.async_save``),
+                         while it is in flight: the state is renamed complete later
 - ``checkpoint_write``   inside a step checkpoint save, after the weights are written, before the rename
 - ``checkpoint_saved``   after the checkpoint's rename, before ``state.json`` records it
 - ``evaluate``           after a checkpoint's evaluation (predictions written), before its metrics rows
@@ -25,7 +27,15 @@ import signal
 import sys
 
 ENV = "EVOLVE_TRAIN_FAULT"
-POINTS = ("optimizer_step", "train_state_write", "checkpoint_write", "checkpoint_saved", "evaluate", "sample")
+POINTS = (
+    "optimizer_step",
+    "train_state_write",
+    "train_state_async",
+    "checkpoint_write",
+    "checkpoint_saved",
+    "evaluate",
+    "sample",
+)
 RAISE = -1
 """The action ``raise``: a ``RuntimeError`` instead of a signal."""
 PAUSE = -2

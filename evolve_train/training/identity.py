@@ -8,9 +8,10 @@ dir's record.
 - :func:`result_config`: the resolved config as flat ``{dotted.key: value}`` (one entry per schema field of
   ``evolve_train/config.py``; dict and list values are compared whole) minus :data:`MAY_DIFFER_ON_RESUME`,
   the settings that change neither what is trained nor any metric. A run records it with its fingerprint in
-  ``state.json`` (``"identity": {"fingerprint", "config", "precision"}``) when it starts.
+  ``state.json`` (``"identity": {"fingerprint", "config", "precision", "processes"}``) when it starts.
 - :func:`check_resume`: before anything is written, a :class:`ConfigError` listing every key whose recorded
-  value differs from this run's (old -> new). A run dir from before fingerprints (no ``identity``) resumes
+  value differs from this run's (old -> new); ``trainer.batch_size`` may change with the number of processes
+  when their product, the global batch, stays the same (``config_identity.same_global_batch``). A run dir from before fingerprints (no ``identity``) resumes
   with a warning and records the current config. A run dir that holds nothing trained or evaluated (no
   checkpoint, metrics or training state: a run that failed before training) pins nothing; the new config
   replaces its record.
@@ -36,6 +37,8 @@ from evolve_train.config_identity import (  # noqa: F401  (the run identity's na
     TAG_MAX_CHARS,
     config_diff,
     flatten,
+    launched_processes,
+    same_global_batch,
     hydra_output_subdir,
     refuses,
     result_config,
@@ -65,7 +68,12 @@ def identity(cfg) -> dict:
     from evolve_train.training.distributed import resolved_precision
 
     config = result_config(cfg)
-    return {"fingerprint": fingerprint(config), "config": config, "precision": resolved_precision(cfg.trainer)}
+    return {
+        "fingerprint": fingerprint(config),
+        "config": config,
+        "precision": resolved_precision(cfg.trainer),
+        "processes": launched_processes(),
+    }
 
 
 def _warn_precision(run_dir: Path, recorded: dict, cfg) -> None:
@@ -126,6 +134,7 @@ def check_resume(run_dir: Path, cfg, state) -> None:
         return
     _warn_precision(Path(run_dir), recorded, cfg)
     changed, removed, added = config_diff(recorded.get("config", {}), result_config(cfg))
+    changed = same_global_batch(changed, recorded)  # rows per process may change with the processes
     if removed or added:  # a code version added or removed settings: not a change of this run's values
         log.warning(
             "%s: settings only in the recorded config: %s; only in this one: %s (a different code "

@@ -16,10 +16,12 @@ turns rows into a batch. See docs/training.md.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
 import time
 from typing import Optional, Union
 
+import numpy as np
 import torch
 from accelerate import Accelerator
 from tqdm.auto import tqdm
@@ -237,6 +239,7 @@ class StepTrainer:
             epochs=self.epochs,
             seed=self.seed,
             lr=self.plan.lr,
+            batch_order=batch_order(self.batches),
             **plan_extras(cfg, packed=is_packed(self.rows), flat=self.flat),
         )
 
@@ -445,6 +448,16 @@ def wind_back(scheduler, steps: int) -> None:
 def to_device(value, device: torch.device):
     """A batch entry on ``device`` (tensors; the varlen layout's ``max_length_*`` are host integers)."""
     return value.to(device, non_blocking=True) if isinstance(value, torch.Tensor) else value
+
+
+def batch_order(batches: Batches) -> str:
+    """A digest of the first epoch's global batches (row indices, in order): equal for two numbers of processes
+    exactly when they train the same rows in the same global batches, which a mid-step state saved by one needs to
+    continue on the other (training/train_state.py)."""
+    digest = hashlib.sha256()
+    for batch in batches.epoch(0):
+        digest.update(np.asarray(batch, dtype=np.int64).tobytes() + b"|")
+    return digest.hexdigest()[:16]
 
 
 def plan_extras(cfg: TrainerConfig, packed: bool, flat: bool = False) -> dict:

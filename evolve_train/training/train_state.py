@@ -54,7 +54,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from evolve_train.training import faults
+from evolve_train.training import dcp_state, faults
 from evolve_train.training.collectives import agreed_signal, set_collective_timeout
 from evolve_train.training.rng import rng_state, set_rng_state
 from evolve_train.training.signals import REPEAT_WINDOW_S, SIGNAL_NAMES, DeferredSignals
@@ -68,8 +68,12 @@ MANIFEST = "train_state.json"
 MODEL_FILE = "model.safetensors"
 TENSORS_FILE = "tensors.safetensors"
 ACCELERATE_DIR = "accelerate"
+DCP_DIR = dcp_state.DCP_DIR
 NAME = re.compile(r"^step(\d+)-opt(\d+)$")
-FORMAT = 1
+FORMAT = 2
+PER_PROCESS = ("batch_size", "num_processes")
+"""Fingerprint entries that may differ between the run that saved a state and one that continues it, as long as
+their product (the global micro-batch) and the batch order are the same (:func:`portable`)."""
 
 
 class TrainingInterrupted(KeyboardInterrupt):
@@ -159,6 +163,38 @@ def _sharded(accelerator) -> bool:
     return is_sharded(accelerator)
 
 
+def _fsdp2(accelerator) -> bool:
+    from evolve_train.training.distributed import is_fsdp2
+
+    return is_fsdp2(accelerator)
+
+
+def portable(fingerprint: dict) -> dict:
+    """``fingerprint`` with the per-process batch size and the number of processes replaced by the global
+    micro-batch (their product): what must match for a state to continue on another number of processes."""
+    kept = {k: v for k, v in fingerprint.items() if k not in PER_PROCESS}
+    kept["global_batch"] = int(fingerprint.get("batch_size") or 0) * int(fingerprint.get("num_processes") or 0)
+    return kept
+
+
+def why_not_continued(path: Path, saved: dict, current: dict) -> Optional[str]:
+    """``None`` when the state in ``path``, saved with the fingerprint ``saved`` by another number of processes,
+    continues exactly in a run with the fingerprint ``current``; else why not."""
+    if (path / ACCELERATE_DIR).is_dir():
+        return "its sharded state (accelerate's save_state: DeepSpeed) is laid out for the processes that saved it"
+    a, b = portable(saved), portable(current)
+    if a["global_batch"] != b["global_batch"]:
+        return (
+            f"the global batch differs ({saved.get('num_processes')} x {saved.get('batch_size')} rows then, "
+            f"{current.get('num_processes')} x {current.get('batch_size')} now; set trainer.batch_size so that "
+            "batch_size x processes is the same)"
+        )
+    if a != b:
+        changed = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+        return f"the step's plan differs ({', '.join(changed)})"
+    return None
+
+
 class StepStates:
     """The mid-step states of one time step. Use as a context manager around ``train_time_step``
     (it defers Ctrl-C while inside) and pass it as ``states=``."""
@@ -174,6 +210,7 @@ class StepStates:
         resume: bool = True,
         signals: Optional[DeferredSignals] = None,
         timeout_s: tuple[float, float] = (0, 0),
+        async_save: bool = False,
     ):
         self.run_dir, self.step = Path(run_dir), step
         self.every, self.keep = max(0, int(every)), max(1, int(keep))
@@ -188,6 +225,10 @@ class StepStates:
         """The process group's timeouts outside and inside training (``trainer.dist_timeout_s``,
         ``trainer.train_timeout_s``): a save runs under the first (``training/collectives.py``)."""
         self._log_fn: Optional[Callable] = None
+        self.async_save = async_save
+        """FSDP2: write due states in the background (``trainer.async_save``; :meth:`save`)."""
+        self.pending: Optional[tuple] = None
+        """The state being written in the background: (write, tmp dir, final dir, manifest)."""
 
     # -- Ctrl-C and SIGTERM -------------------------------------------------------------------------
     @property
@@ -210,6 +251,7 @@ class StepStates:
             self.signals.restore()
         if exc_type is not None:  # an error: no collective (the other processes may not be here)
             return
+        self.wait()  # the step's last state is complete before its checkpoint
         interrupted = self.agreed_interrupt()
         if interrupted:  # the signal came after the step's last update
             raise TrainingInterrupted(
@@ -272,6 +314,7 @@ class StepStates:
         host sync; the loop asks at its logging steps, and a due state always agrees); a single process reads
         its own signal at every step."""
         single = self.accelerator is None or self.accelerator.num_processes == 1
+        self.poll()
         due = self.due(optimizer_steps, total)
         interrupted = self.agreed_interrupt() if single or agree or due else None
         if due or interrupted:
@@ -279,7 +322,10 @@ class StepStates:
                 check()
             current = progress()
             current.rows = [dict(r) for r in self.rows]
-            self.save(current, model, optimizer, scheduler)
+            # in the background unless the run stops here (then at once, after the one in flight)
+            self.save(current, model, optimizer, scheduler, background=self.async_save and not interrupted)
+            if self.pending is not None:
+                faults.point("train_state_async")
         if interrupted:
             raise TrainingInterrupted(
                 f"interrupted ({SIGNAL_NAMES[interrupted]}) in time step {self.step} after optimizer step "
@@ -300,51 +346,101 @@ class StepStates:
         return previous
 
     # -- save / restore -------------------------------------------------------------------------
-    def save(self, progress: Progress, model, optimizer, scheduler) -> Path:
+    def save(self, progress: Progress, model, optimizer, scheduler, background: bool = False) -> Path:
+        """Write a state; ``background`` (FSDP2 with ``trainer.async_save``): stage a CPU copy of the model and
+        optimizer and return while DCP writes it; the state is renamed complete by :meth:`wait` (or the first
+        optimizer step after the write ended: :meth:`poll`)."""
         accelerator = self.accelerator
         main = accelerator.is_main_process
+        self.wait()  # a state written in the background is complete (renamed) before the next one begins
         set_collective_timeout(self.timeout_s[0])  # the others wait while the main process writes
         name = state_name(self.step, progress.optimizer_steps)
         final = self.root / name
         tmp = tmp_path(final)
-        sharded = _sharded(accelerator)
+        sharded, fsdp2 = _sharded(accelerator), _fsdp2(accelerator)
+        background = background and fsdp2
         if sharded and accelerator.num_processes > 1:  # every rank writes into the main process's tmp dir
             from accelerate.utils import broadcast_object_list
 
             shared = [str(tmp)]
             broadcast_object_list(shared)
             tmp = Path(shared[0])
+        pending, meta = None, None
         try:
             if main:
                 discard(tmp)
                 tmp.mkdir(parents=True)
             if sharded:
                 accelerator.wait_for_everyone()
-                accelerator.save_state(str(tmp / ACCELERATE_DIR), safe_serialization=True)
+                if fsdp2 and background:
+                    pending = dcp_state.start_async_save(tmp / DCP_DIR, accelerator, model, optimizer)
+                elif fsdp2:
+                    dcp_state.save(tmp / DCP_DIR, accelerator, model, optimizer)
+                else:
+                    accelerator.save_state(str(tmp / ACCELERATE_DIR), safe_serialization=True)
                 accelerator.wait_for_everyone()
             if main:
-                self._write(tmp, progress, model, optimizer, scheduler, sharded)
-                faults.point("train_state_write")
-                publish(tmp, final)  # fsynced; replaces the state of an earlier attempt that reached this point
-                self._prune_own()
+                meta = self._write(tmp, progress, model, optimizer, scheduler, sharded, fsdp2)
+                if pending is None:
+                    self._finish(tmp, final, meta)
         except BaseException as error:
             if main:
                 discard(tmp)
-            if isinstance(error, OSError):
-                raise OSError(
-                    error.errno,
-                    f"could not write the training state {final} ({error}); nothing "
-                    f"half-written was left. Last good: {self.last_good()}",
-                ) from error
-            raise
+            raise self._failed(final, error) from error
+        set_collective_timeout(self.timeout_s[1])  # saves come after an optimizer step: training's timeout
+        if pending is not None:
+            self.pending = (pending, tmp, final, meta)
+            log.info("writing training state %s in the background (staged in %.2f s)", final, pending.staged_s)
+            return final
         if accelerator.num_processes > 1:
             accelerator.wait_for_everyone()
-        set_collective_timeout(self.timeout_s[1])  # saves come after an optimizer step: training's timeout
         self.saved = final
         log.info("saved training state %s", final)
         return final
 
-    def _write(self, tmp: Path, progress: Progress, model, optimizer, scheduler, sharded: bool) -> None:
+    def _failed(self, final: Path, error: BaseException) -> BaseException:
+        if isinstance(error, OSError):
+            return OSError(
+                error.errno,
+                f"could not write the training state {final} ({error}); nothing "
+                f"half-written was left. Last good: {self.last_good()}",
+            )
+        return error
+
+    def _finish(self, tmp: Path, final: Path, meta: dict) -> None:
+        """The main process, once every process's files are written: sizes, the manifest, the rename."""
+        meta["files"] = {str(p.relative_to(tmp)): p.stat().st_size for p in sorted(tmp.rglob("*")) if p.is_file()}
+        (tmp / MANIFEST).write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
+        faults.point("train_state_write")
+        publish(tmp, final)  # fsynced; replaces the state of an earlier attempt that reached this point
+        self._prune_own()
+
+    def wait(self) -> None:
+        """Block until the state being written in the background (if any) is written, then rename it complete
+        (the main process). Called before the next save and at the end of the time step (before its checkpoint)."""
+        if self.pending is None:
+            return
+        pending, tmp, final, meta = self.pending
+        self.pending = None
+        main = self.accelerator.is_main_process
+        try:
+            seconds = pending.wait()  # the main process's future ends after every rank's files and the metadata
+            if main:
+                self._finish(tmp, final, meta)
+        except BaseException as error:
+            if main:
+                discard(tmp)
+            raise self._failed(final, error) from error
+        self.saved = final
+        log.info("saved training state %s (written in the background in %.2f s)", final, seconds)
+
+    def poll(self) -> None:
+        """Rename the state written in the background once its write ended (no collective, no wait)."""
+        if self.pending is not None and self.pending[0].done():
+            self.wait()
+
+    def _write(self, tmp: Path, progress: Progress, model, optimizer, scheduler, sharded: bool, fsdp2: bool) -> dict:
+        """The main process's files (all but the manifest, which :meth:`_finish` writes); the manifest's content."""
         from safetensors.torch import save_file
 
         tensors: dict[str, torch.Tensor] = {}
@@ -356,10 +452,10 @@ class StepStates:
             weights = {n: p.detach().cpu().contiguous() for n, p in unwrapped.named_parameters() if p.requires_grad}
             save_file(weights, str(tmp / MODEL_FILE), metadata={"format": "pt"})
             meta["optimizer"] = split_tensors(optimizer.state_dict(), tensors, "optimizer")
+        if not sharded or fsdp2:
             meta["scheduler"] = split_tensors(scheduler.state_dict(), tensors, "scheduler")
         save_file(tensors, str(tmp / TENSORS_FILE))
-        meta["files"] = {str(p.relative_to(tmp)): p.stat().st_size for p in sorted(tmp.rglob("*")) if p.is_file()}
-        (tmp / MANIFEST).write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
+        return meta
 
     def _prune_own(self) -> None:
         mine = [(opt, path) for step, opt, path in list_states(self.run_dir) if step == self.step]
@@ -373,22 +469,33 @@ class StepStates:
             meta = None
             if problem is None:
                 meta = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
-                saved_by = (meta.get("fingerprint") or {}).get("num_processes")
+                saved = meta.get("fingerprint") or {}
+                saved_by = saved.get("num_processes")
                 if saved_by != self.fingerprint["num_processes"]:
+                    why = why_not_continued(path, saved, self.fingerprint)
+                    if why is not None:
+                        log.warning(
+                            "the training state %s was saved by %s processes and this run has %d: it cannot continue "
+                            "here (%s), so time step %d restarts from %s",
+                            path,
+                            saved_by,
+                            self.fingerprint["num_processes"],
+                            why,
+                            self.step,
+                            self.last_good(),
+                        )
+                        return None
                     log.warning(
-                        "the training state %s was saved by %s processes and this run has %d: a mid-step state "
-                        "resumes only on the number of processes that saved it (the global batch and the "
-                        "step's plan depend on it), so time step %d restarts from %s",
+                        "the training state %s was saved by %s processes and this run has %d: it continues here "
+                        "(the same global batch of %d rows and the same batch order)",
                         path,
                         saved_by,
                         self.fingerprint["num_processes"],
-                        self.step,
-                        self.last_good(),
+                        portable(saved)["global_batch"],
                     )
-                    return None
-                if meta.get("fingerprint") != self.fingerprint:
+                elif saved != self.fingerprint:
                     problem = (
-                        f"it was saved for another plan of this step ({meta.get('fingerprint')} != "
+                        f"it was saved for another plan of this step ({saved} != "
                         f"{self.fingerprint}; did the config change?)"
                     )
             if problem is None:
@@ -398,6 +505,10 @@ class StepStates:
                     problem = f"it could not be loaded: {error}"
                 else:
                     self.saved = path
+                    if saved_by != self.fingerprint["num_processes"]:  # the counters are this process's share
+                        n = self.fingerprint["num_processes"]
+                        progress.tokens = progress.tokens * saved_by // n
+                        progress.loss_tokens = progress.loss_tokens * saved_by // n
                     log.info(
                         "resuming time step %d from the training state %s (optimizer step %d, epoch %d, batch %d)",
                         self.step,
@@ -414,8 +525,12 @@ class StepStates:
         from safetensors.torch import load_file
 
         tensors = load_file(str(path / TENSORS_FILE))
-        sharded = _sharded(self.accelerator)
-        if not sharded:  # validate everything before touching the model
+        if dcp_state.is_dcp_state(path):  # any number of processes, sharded or not (DCP reshards)
+            dcp_state.load(path / DCP_DIR, self.accelerator, model, optimizer)
+            scheduler.load_state_dict(join_tensors(meta["scheduler"], tensors))
+        elif (path / ACCELERATE_DIR).is_dir():
+            self.accelerator.load_state(str(path / ACCELERATE_DIR))
+        else:  # validate everything before touching the model
             weights = load_file(str(path / MODEL_FILE))
             unwrapped = self.accelerator.unwrap_model(model)
             params = {n: p for n, p in unwrapped.named_parameters() if p.requires_grad}
@@ -431,8 +546,6 @@ class StepStates:
                     params[name].copy_(value.to(params[name].device, params[name].dtype))
             optimizer.load_state_dict(join_tensors(meta["optimizer"], tensors))
             scheduler.load_state_dict(join_tensors(meta["scheduler"], tensors))
-        else:
-            self.accelerator.load_state(str(path / ACCELERATE_DIR))
         if self.method is not None:
             self.method.load_state_dict(join_tensors(meta["method"], tensors))
         set_rng_state(join_tensors(meta["rng"], tensors))

@@ -74,6 +74,19 @@ def test_check_resume_allows_the_same_config_and_keys_that_may_differ(tmp_path):
     )
 
 
+def test_batch_size_may_change_with_the_processes_when_the_global_batch_stays(tmp_path, monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    state = recorded_state("trainer.batch_size=8")  # 2 x 8 rows
+    assert state.identity["processes"] == 2
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    identity.check_resume(tmp_path, cfg_of("trainer.batch_size=16"), state)  # 1 x 16: the same global batch
+    with pytest.raises(ConfigError, match="trainer.batch_size: 8 -> 12"):  # 1 x 12: another global batch
+        identity.check_resume(tmp_path, cfg_of("trainer.batch_size=12"), state)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(ConfigError, match="trainer.batch_size: 8 -> 16"):  # same processes: another batch
+        identity.check_resume(tmp_path, cfg_of("trainer.batch_size=16"), state)
+
+
 def test_check_resume_with_resume_false_is_left_to_check_run_dir(tmp_path):
     identity.check_resume(tmp_path, cfg_of("trainer.lr=0.5", "resume=false"), recorded_state())
 
