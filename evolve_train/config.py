@@ -760,6 +760,11 @@ class TrainerConfig:
     """Save a resumable training state (``train_state/step<k>-opt<n>/``) every N optimizer steps of a time step
     and at its last one, so ``resume=auto`` continues mid-step (0 = resume at step boundaries only; Ctrl-C
     still saves one). See docs/reliability.md."""
+    save_every_minutes: float = runtime(0.0)
+    """Also save a resumable training state once this many minutes of a time step's training passed since its
+    start or its last state (0 = off), beside ``save_every_n_steps``: what a job that may be preempted at any
+    time loses at most. The clock is read where the processes agree anyway (every ``log_every`` optimizer
+    steps with several processes, every step with one), so it adds no collective. See docs/reliability.md."""
     keep_last_states: int = runtime(2)
     """Mid-step training states kept for the step in progress (>= 1); a finished step's are deleted."""
     async_save: bool = runtime(True)
@@ -892,6 +897,7 @@ class TrainerConfig:
                 "num_threads": (self.num_threads, NON_NEGATIVE),
                 "log_every": (self.log_every, AT_LEAST_ONE),
                 "save_every_n_steps": (self.save_every_n_steps, NON_NEGATIVE),
+                "save_every_minutes": (self.save_every_minutes, NON_NEGATIVE),
                 "keep_last_states": (self.keep_last_states, AT_LEAST_ONE),
                 "tokens_per_batch": (self.tokens_per_batch, NON_NEGATIVE),
                 "peak_flops": (self.peak_flops, NON_NEGATIVE),

@@ -448,6 +448,7 @@ class ContinualRun:
             signals=getattr(self, "signals", None),
             timeout_s=(cfg.trainer.dist_timeout_s, cfg.trainer.train_timeout_s),
             async_save=cfg.trainer.async_save,
+            every_minutes=cfg.trainer.save_every_minutes,
         )
         with states:
             self.model, result = train_sharded(

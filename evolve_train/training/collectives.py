@@ -2,7 +2,8 @@
 
 - :func:`agreed_signal`: the deferred signal (``training/signals.py``) as every process sees it: the largest
   signal number any process received (one integer gathered; a collective, so every process calls it at the
-  same point). A single process reads its own.
+  same point). A single process reads its own. :func:`agreed_signal_and_flag` adds, in the same gather, whether
+  a mid-step state is due by the clock on any process (``trainer.save_every_minutes``).
 - :func:`set_collective_timeout`: the process group's timeout. The run starts with ``trainer.dist_timeout_s``
   (long: set-up, checkpoints and evaluation may keep the main process busy while the others wait) and, from
   the first optimizer step of a time step on, trains with ``trainer.train_timeout_s`` (short: a rank that
@@ -36,6 +37,17 @@ def agreed_signal(received: Optional[int], accelerator) -> Optional[int]:
         return mine or None
     everyone = accelerator.gather(torch.tensor([mine], device=accelerator.device))
     return int(everyone.max().item()) or None
+
+
+def agreed_signal_and_flag(received: Optional[int], flag: bool, accelerator) -> tuple[Optional[int], bool]:
+    """:func:`agreed_signal` and whether ``flag`` is set on any process (a mid-step state due by the clock,
+    ``trainer.save_every_minutes``), in the same one gather of two integers."""
+    mine = int(received or 0)
+    if accelerator is None or accelerator.num_processes == 1:
+        return mine or None, bool(flag)
+    everyone = accelerator.gather(torch.tensor([[mine, int(bool(flag))]], device=accelerator.device))
+    top = everyone.reshape(-1, 2).max(dim=0).values.tolist()
+    return int(top[0]) or None, bool(top[1])
 
 
 def set_collective_timeout(seconds: float) -> None:

@@ -48,6 +48,7 @@ import logging
 import re
 import shutil
 import signal
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -55,7 +56,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from evolve_train.training import dcp_state, faults
-from evolve_train.training.collectives import agreed_signal, set_collective_timeout
+from evolve_train.training.collectives import agreed_signal, agreed_signal_and_flag, set_collective_timeout
 from evolve_train.training.rng import rng_state, set_rng_state
 from evolve_train.training.signals import REPEAT_WINDOW_S, SIGNAL_NAMES, DeferredSignals
 from evolve_train.training.tensor_json import join_tensors, split_tensors
@@ -211,6 +212,8 @@ class StepStates:
         signals: Optional[DeferredSignals] = None,
         timeout_s: tuple[float, float] = (0, 0),
         async_save: bool = False,
+        every_minutes: float = 0.0,
+        clock: Callable[[], float] = time.monotonic,
     ):
         self.run_dir, self.step = Path(run_dir), step
         self.every, self.keep = max(0, int(every)), max(1, int(keep))
@@ -229,6 +232,11 @@ class StepStates:
         """FSDP2: write due states in the background (``trainer.async_save``; :meth:`save`)."""
         self.pending: Optional[tuple] = None
         """The state being written in the background: (write, tmp dir, final dir, manifest)."""
+        self.every_s = max(0.0, float(every_minutes)) * 60.0
+        """``trainer.save_every_minutes`` in seconds (0 = off): a state once this long passed since the step's
+        training began or its last state, at the next point where the processes agree anyway."""
+        self.clock = clock
+        self.since = clock()
 
     # -- Ctrl-C and SIGTERM -------------------------------------------------------------------------
     @property
@@ -281,6 +289,7 @@ class StepStates:
         }
         self._log_fn = log_fn
         progress = self._restore(model, optimizer, scheduler) if self.resume else None
+        self.since = self.clock()  # the clock of save_every_minutes counts training time from here
         progress = progress or Progress()
         for row in progress.rows:
             if log_fn is not None:
@@ -309,21 +318,26 @@ class StepStates:
         agree: bool = True,
     ) -> None:
         """Save a state when due or when Ctrl-C was pressed (then raise :class:`TrainingInterrupted`).
-        ``check`` (the non-finite guard) runs first: a state is never saved after a non-finite update.
+        ``check`` (the non-finite guard) runs first: a state is never saved after a non-finite update. A state is
+        also due once ``trainer.save_every_minutes`` passed since the last one (read where the ranks agree).
         ``agree``: with several processes, whether the ranks agree on a signal at this step (a gather and a
         host sync; the loop asks at its logging steps, and a due state always agrees); a single process reads
         its own signal at every step."""
         single = self.accelerator is None or self.accelerator.num_processes == 1
         self.poll()
         due = self.due(optimizer_steps, total)
-        interrupted = self.agreed_interrupt() if single or agree or due else None
-        if due or interrupted:
+        interrupted, timed = None, False
+        if single or agree or due:  # the clock is read where the processes agree on a signal anyway
+            late = self.every_s > 0 and self.clock() - self.since >= self.every_s
+            interrupted, timed = agreed_signal_and_flag(self.signals.received, late, self.accelerator)
+        if due or timed or interrupted:
             if check is not None:
                 check()
             current = progress()
             current.rows = [dict(r) for r in self.rows]
             # in the background unless the run stops here (then at once, after the one in flight)
             self.save(current, model, optimizer, scheduler, background=self.async_save and not interrupted)
+            self.since = self.clock()
             if self.pending is not None:
                 faults.point("train_state_async")
         if interrupted:
