@@ -70,7 +70,14 @@ def test_a_region_is_written_with_its_provenance_and_tables_and_checks(tmp_path,
     line = next(x for x in text.splitlines() if x.startswith("Run `runs/a`"))
     for part in ("2026-12-01 10:20 UTC", "commit 0123456789", "CPU Test CPU 9000", "hydra.run.dir=runs/x seed=3"):
         assert part in line, part
-    for title in ("EM by checkpoint", "Continual-learning matrix", "Paired temporal", "Held-out slice NLL", "Compute"):
+    titles = (
+        "EM by checkpoint",
+        "Continual-learning matrix",
+        "Paired temporal",
+        "Held-out slice NLL",
+        "Knowledge year",
+    )
+    for title in (*titles, "Compute"):
         assert f"**{title}" in text, title
     assert "| 2 | 2.500 | 2.250 | 2.000 |" in text.replace("\\ ", " ")  # P[2][j] of the slice table
     assert main(["runs/a", "--page", "page.md", "--check"]) == 0
