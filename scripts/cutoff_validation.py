@@ -37,29 +37,98 @@ from evolve_train.evaluation.metrics.cutoff import (
 )
 
 STATED = {
-    "gpt2-xl": ("2017-12", "GPT-2 paper (WebText: no links after Dec 2017)"),
-    "gpt-j-6B": ("2020", "model card (the Pile, released 2020-12)"),
-    "t5-3b": ("2019-04", "T5 paper (C4: Common Crawl of April 2019)"),
-    "flan-t5-xl": ("2019-04", "Flan-T5 paper (T5's C4 pretraining; instruction data 2022)"),
-    "bloom-7b1": ("not stated", "model card (ROOTS corpus, assembled 2021-2022)"),
-    "falcon-7b": ("not stated", "model card (RefinedWeb, Common Crawl; released 2023)"),
-    "falcon-7b-instruct": ("not stated", "model card (Falcon-7B tuned on chat data)"),
-    "OLMo-1B": ("2023-03", "model card (Dolma)"),
-    "OLMo-7B": ("2023-03", "model card (Dolma)"),
-    "OpenELM-270M": ("not stated", "paper (RefinedWeb, the Pile, RedPajama, Dolma subsets)"),
-    "OpenELM-1_1B": ("not stated", "paper (as OpenELM-270M)"),
-    "OpenELM-3B": ("not stated", "paper (as OpenELM-270M)"),
-    "llama2-7b": ("2022-09", "Llama 2 model card (pretraining data)"),
-    "llama2-7b-chat": ("2022-09", "Llama 2 model card (pretraining; tuning data to 2023-07)"),
-    "vicuna-7b-v1.5": ("2022-09", "model card (fine-tuned Llama 2; its pretraining cutoff)"),
-    "Meta-Llama-3-8B": ("2023-03", "Llama 3 model card"),
-    "Mistral-7B-v0.1": ("not stated", "paper / model card"),
-    "Mistral-7B-Instruct-v0.1": ("not stated", "paper / model card"),
-    "Mixtral-8x7B-v0.1": ("not stated", "paper / model card"),
-    "Mixtral-8x7B-Instruct-v0.1": ("not stated", "paper / model card"),
-    "davinci-002": ("2021-09", "OpenAI models page"),
-    "gpt-3.5-turbo-1106": ("2021-09", "OpenAI models page"),
-    "gpt-4-1106-preview": ("2023-04", "OpenAI models page (GPT-4 Turbo)"),
+    "gpt2-xl": (
+        "2017-12",
+        '[GPT-2 model card](https://github.com/openai/gpt-2/blob/master/model_card.md): "data that cuts off at the end of 2017"',
+    ),
+    "gpt-j-6B": (
+        "2020",
+        '[model card](https://huggingface.co/EleutherAI/gpt-j-6b): "trained on the Pile", no date; [Pile paper](https://arxiv.org/abs/2101.00027) released 2020-12',
+    ),
+    "t5-3b": (
+        "2019-04",
+        '[model card](https://huggingface.co/google-t5/t5-3b) (C4) and [T5 paper](https://arxiv.org/abs/1910.10683): "web extracted text from April 2019"',
+    ),
+    "flan-t5-xl": (
+        "2019-04",
+        '[model card](https://huggingface.co/google/flan-t5-xl) (based on T5) and [T5 paper](https://arxiv.org/abs/1910.10683): C4 "web extracted text from April 2019"',
+    ),
+    "bloom-7b1": (
+        "not stated",
+        "not found in the [model card](https://huggingface.co/bigscience/bloom-7b1) (training dates 2022-03 to 2022-07 only)",
+    ),
+    "falcon-7b": (
+        "not stated",
+        "not found in the [model card](https://huggingface.co/tiiuae/falcon-7b) (RefinedWeb, no date)",
+    ),
+    "falcon-7b-instruct": (
+        "not stated",
+        "not found in the [model card](https://huggingface.co/tiiuae/falcon-7b-instruct) (Falcon-7B tuned on chat data)",
+    ),
+    "OLMo-1B": (
+        "2023-03",
+        '[model card](https://huggingface.co/allenai/OLMo-1B-hf): date cutoff "Feb./March 2023" (Dolma)',
+    ),
+    "OLMo-7B": (
+        "2023-03",
+        '[model card](https://huggingface.co/allenai/OLMo-7B-hf): date cutoff "Feb./March 2023" (Dolma)',
+    ),
+    "OpenELM-270M": (
+        "not stated",
+        "not found in the [model card](https://huggingface.co/apple/OpenELM-270M) (RefinedWeb, PILE, RedPajama, Dolma v1.6 subsets)",
+    ),
+    "OpenELM-1_1B": (
+        "not stated",
+        "not found in the [model card](https://huggingface.co/apple/OpenELM-1_1B) (data sets named, no date)",
+    ),
+    "OpenELM-3B": (
+        "not stated",
+        "not found in the [model card](https://huggingface.co/apple/OpenELM-3B) (data sets named, no date)",
+    ),
+    "llama2-7b": (
+        "2022-09",
+        '[Llama 2 model card](https://github.com/meta-llama/llama-models/blob/main/models/llama2/MODEL_CARD.md): pretraining data "cutoff of September 2022"',
+    ),
+    "llama2-7b-chat": (
+        "2022-09",
+        '[Llama 2 model card](https://github.com/meta-llama/llama-models/blob/main/models/llama2/MODEL_CARD.md): pretraining 2022-09, "some tuning data ... up to July 2023"',
+    ),
+    "vicuna-7b-v1.5": (
+        "2022-09",
+        '[model card](https://huggingface.co/lmsys/vicuna-7b-v1.5) ("fine-tuning Llama 2") and [Llama 2 card](https://github.com/meta-llama/llama-models/blob/main/models/llama2/MODEL_CARD.md)',
+    ),
+    "Meta-Llama-3-8B": (
+        "2023-03",
+        '[Llama 3 model card](https://github.com/meta-llama/llama3/blob/main/MODEL_CARD.md): knowledge cutoff "March, 2023" (8B)',
+    ),
+    "Mistral-7B-v0.1": (
+        "not stated",
+        "not found in the [model card](https://huggingface.co/mistralai/Mistral-7B-v0.1)",
+    ),
+    "Mistral-7B-Instruct-v0.1": (
+        "not stated",
+        "not found in the [model card](https://huggingface.co/mistralai/Mistral-7B-Instruct-v0.1)",
+    ),
+    "Mixtral-8x7B-v0.1": (
+        "not stated",
+        "not found in the [model card](https://huggingface.co/mistralai/Mixtral-8x7B-v0.1)",
+    ),
+    "Mixtral-8x7B-Instruct-v0.1": (
+        "not stated",
+        "not found in the [model card](https://huggingface.co/mistralai/Mixtral-8x7B-Instruct-v0.1)",
+    ),
+    "davinci-002": (
+        "2021-09",
+        '[OpenAI model page](https://developers.openai.com/api/docs/models/davinci-002.md): "Sep 01, 2021 knowledge cutoff"',
+    ),
+    "gpt-3.5-turbo-1106": (
+        "2021-09",
+        '[OpenAI model page](https://developers.openai.com/api/docs/models/gpt-3.5-turbo.md): "Sep 01, 2021 knowledge cutoff"',
+    ),
+    "gpt-4-1106-preview": (
+        "2023-04",
+        "[OpenRouter listing](https://openrouter.ai/openai/gpt-4-1106-preview): \"Training data: up to April 2023\" (OpenAI's GPT-4 Turbo page now shows Dec 2023 for every snapshot, later than this one's release on 2023-11-06)",
+    ),
 }
 
 
