@@ -14,6 +14,15 @@ last one), everything the rest of the step depends on, under ``<run_dir>/train_s
                           step's training-log rows so far, ``Method.state_dict()``, a fingerprint of the
                           step's plan (batch size, rows, planned steps...) and the size of every file.
 
+Under FSDP2 ``model.safetensors`` and the optimizer's tensors give way to ``dcp/``: the trainable parameters and
+the AdamW state through ``torch.distributed.checkpoint`` (``training/dcp_state.py``), one ``__<rank>_0.distcp``
+file per process and the ``.metadata``, nothing gathered; the scheduler goes to the JSON. With
+``trainer.async_save`` (on by default) a due state is staged (a CPU copy) and written in the background; it is
+renamed complete only once every process's file is written (:meth:`StepStates.poll` at the next optimizer step,
+or :meth:`StepStates.wait` before the next save, at the end of the step and before a signal's stop). DeepSpeed
+saves through ``accelerator.save_state`` (``accelerate/``). ``trainer.save_every_minutes`` adds a state once that
+much training time passed since the last, read where the processes agree anyway (the same gather as a signal).
+
 No pickle: tensors go to safetensors, the rest to JSON. A state is written into ``.step<k>-opt<n>.tmp-<pid>``
 and renamed when complete (files fsynced first); the last ``trainer.keep_last_states`` of the step are
 kept, and a step's states are deleted once the step is checkpointed and evaluated. On resume
@@ -31,9 +40,12 @@ makes every rank save (the main process writes) and stop at the same step. A run
 signal outside training (checkpoint, evaluation, sampling) stops at the next boundary (``run.py``).
 
 A state records the number of processes that saved it. A resume on another number of processes (a requeue onto
-fewer GPUs) cannot continue it: the global batch and the plan's optimizer steps depend on that number, so the
-step restarts from the previous step's checkpoint with a warning naming both numbers. FSDP / DeepSpeed runs save their sharded states through
-``accelerator.save_state`` into the same directory layout (``accelerate/``), not tested on CPU.
+fewer or more GPUs) continues it when the global micro-batch (processes x ``trainer.batch_size``),
+``grad_accum`` and the order of the global batches (a digest in the fingerprint) are the same
+(:func:`why_not_continued`): every optimizer step then trains the same rows, and DCP reshards the model and
+optimizer (a DDP or one-process state is whole anyway); the per-process token counters are rescaled. Otherwise,
+or for a DeepSpeed state, the step restarts from the previous step's checkpoint with a warning naming both
+numbers and why.
 
 This module holds the state dirs and :class:`StepStates`; the pieces they are made of live apart: the
 tensors-and-JSON encoding in ``training/tensor_json.py``, the RNG states in ``training/rng.py``, the deferred

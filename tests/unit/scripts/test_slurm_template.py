@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import re
 import signal
 import subprocess
 import time
@@ -77,8 +78,11 @@ OVERRIDES = ["experiment=lora_vs_full", "method=lora", "data.root='my data/v1'"]
 def test_the_template_is_valid_bash_and_asks_for_the_warning_and_requeue():
     assert subprocess.run(["bash", "-n", str(SCRIPT)]).returncode == 0
     header = [line for line in SCRIPT.read_text().splitlines() if line.startswith("#SBATCH")]
-    assert "#SBATCH --signal=B:USR1@180" in header and "#SBATCH --requeue" in header
+    assert "#SBATCH --signal=B:USR1@300" in header and "#SBATCH --requeue" in header
     assert "#SBATCH --ntasks-per-node=1" in header  # one accelerate launch per node
+    # torchrun's grace after SIGTERM, sized from a measured state save, fits inside the signal's lead time
+    grace = re.search(r"TORCH_ELASTIC_SHUTDOWN_TIMEOUT:-(\d+)", SCRIPT.read_text())
+    assert grace and 0 < int(grace.group(1)) + 30 <= 300, grace
 
 
 def test_every_node_runs_one_accelerate_launch_of_the_whole_job(fake_slurm):
@@ -130,7 +134,7 @@ def test_the_time_limit_warning_stops_every_rank_and_requeues(fake_slurm):
     while not any(c[0] == "srun" for c in lines(log)):  # the run is in progress
         assert time.monotonic() < deadline and job.poll() is None
         time.sleep(0.1)
-    job.send_signal(signal.SIGUSR1)  # what SLURM sends 180 s before the limit (--signal=B:USR1@180)
+    job.send_signal(signal.SIGUSR1)  # what SLURM sends 300 s before the limit (--signal=B:USR1@300)
     out, _ = job.communicate(timeout=30)
     assert job.returncode == 0, out
     names = [" ".join(c) for c in lines(log)]
