@@ -49,7 +49,9 @@ def _commands(block: str) -> list[str]:
     """The block's command lines (backslash continuations joined, comments cut) that start a tool of the package."""
     joined = re.sub(r"\s*\\\n\s*", " ", block)
     return [
-        re.sub(r"\s+#.*$", "", line).strip() for line in joined.splitlines() if re.match(r"(evolve-\w+|lm_eval)\s", line)
+        re.sub(r"\s+#.*$", "", line).strip()
+        for line in joined.splitlines()
+        if re.match(r"(evolve-\w+|lm_eval)\s", line)
     ]
 
 
