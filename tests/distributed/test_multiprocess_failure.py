@@ -1,6 +1,7 @@
 """A failing process ends a 2-process run (DDP, gloo on CPU) instead of hanging it, and a mid-step state saved by 2
-processes is not continued by 1 with another global batch (the step restarts from its previous checkpoint, with a
-warning naming both numbers and why; with the same global batch it continues: tests/distributed/test_fsdp_states.py).
+processes is continued by 1 only with the same global batch (``trainer.batch_size=32`` for 2 x 16); with another
+the step restarts from its previous checkpoint, with a warning naming both numbers and why (FSDP2 states:
+tests/distributed/test_fsdp_states.py).
 
 Faults come from ``EVOLVE_TRAIN_FAULT`` (training/faults.py): ``optimizer_step:<n>:raise@1`` raises in rank 1 only,
 at its n-th optimizer step, while rank 0 goes on into the next gradient all-reduce.
@@ -65,20 +66,24 @@ def test_a_rank_that_raises_ends_every_process_within_60_s_with_its_error_in_the
     assert log(run_dir).count("private-leak check:") == 1, log(run_dir)
 
 
-def test_a_mid_step_state_of_2_processes_is_not_continued_by_1_with_another_global_batch(tmp_path):
+@pytest.mark.parametrize("batch_size", [16, 32])
+def test_a_ddp_state_of_2_processes_continues_on_1_only_with_the_same_global_batch(tmp_path, batch_size):
     run_dir = tmp_path / "run"
     stopped = launch_run(run_dir, "optimizer_step:3:SIGTERM")  # step 0, optimizer step 3: a state saved there
     assert stopped.returncode != 0
     assert states(run_dir)[-1] == "step0-opt4"  # the ranks agreed at the next optimizer step
-    command = [sys.executable, "train.py", *OVERRIDES, f"hydra.run.dir={run_dir}"]
+    command = [sys.executable, "train.py", *OVERRIDES, f"trainer.batch_size={batch_size}", f"hydra.run.dir={run_dir}"]
     env = {k: v for k, v in os.environ.items() if k != "EVOLVE_TRAIN_FAULT"}
     alone = subprocess.run(
         command, cwd=ROOT, capture_output=True, text=True, timeout=400, env={**env, "OMP_NUM_THREADS": "1"}
     )
     assert alone.returncode == 0, alone.stderr[-4000:]
-    assert "was saved by 2 processes and this run has 1: it cannot continue here (the global batch differs" in log(
-        run_dir
-    )  # 2 x 16 rows then, 1 x 16 now
-    assert "time step 0 restarts from none (step 0 starts from scratch)" in log(run_dir)
+    text = log(run_dir)
+    if batch_size == 16:  # 2 x 16 rows then, 1 x 16 now: another global batch
+        assert "was saved by 2 processes and this run has 1: it cannot continue here (the global batch differs" in text
+        assert "time step 0 restarts from none (step 0 starts from scratch)" in text
+    else:  # 1 x 32: the same global batch; the whole (DDP) state continues
+        assert "was saved by 2 processes and this run has 1: it continues here" in text
+        assert f"resuming time step 0 from the training state {run_dir / 'train_state/step0-opt4'}" in text
     rows = [json.loads(line) for line in (run_dir / "train_log.jsonl").read_text().splitlines()]
     assert {r["time_step"] for r in rows} == {0, 1}
