@@ -20,17 +20,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def from_root(command: list[str], env: dict, timeout: int) -> subprocess.CompletedProcess:
+    """``command`` run from the repo root with W&B off and ``env`` over this process's environment."""
+    env = {**os.environ, "WANDB_MODE": "disabled", **env}
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env)
+
+
 def run(command: list[str], env: dict | None = None, timeout: int = 500) -> str:
     """Run ``command`` from the repo root (W&B off, one thread per process unless ``env`` says otherwise); its
     stdout + stderr. Fails the test on a non-zero exit, showing the output's tail."""
-    done = subprocess.run(
-        command,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1", **(env or {})},
-    )
+    done = from_root(command, {"OMP_NUM_THREADS": "1", **(env or {})}, timeout)
     assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-4000:])
     return done.stdout + done.stderr
 
@@ -70,13 +69,6 @@ def em_rows(run_dir: Path) -> list[tuple]:
 def run_killed(command: list[str], env: dict, fault: str, timeout: int = 500) -> subprocess.CompletedProcess:
     """Run ``command`` from the repo root with the fault point ``fault`` planted (``EVOLVE_TRAIN_FAULT``); fails the
     test unless the run died of it."""
-    done = subprocess.run(
-        command,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, "WANDB_MODE": "disabled", **env, "EVOLVE_TRAIN_FAULT": fault},
-    )
+    done = from_root(command, {**env, "EVOLVE_TRAIN_FAULT": fault}, timeout)
     assert done.returncode != 0, done.stdout[-2000:]
     return done
