@@ -48,6 +48,14 @@ def weights(run_dir: Path, step: int) -> dict:
     return load_file(run_dir / f"steps/{step}/model.safetensors")
 
 
+def rerun_resumes_to_the_reference(run_dir: Path, state: str, reference: Path) -> None:
+    """The same 2-process command again resumes time step 0 from ``state`` and ends with the reference's rows."""
+    run(two(run_dir), ENV)
+    assert f"resuming time step 0 from the training state {run_dir / 'train_state' / state}" in log(run_dir)
+    assert losses(run_dir) == losses(reference)
+    assert rows(run_dir) == rows(reference)
+
+
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory) -> Path:
     run_dir = tmp_path_factory.mktemp("reference") / "run"
@@ -64,10 +72,7 @@ def test_a_killed_fsdp2_run_resumes_from_its_dcp_state_on_2_processes(tmp_path, 
     files = sorted(p.name for p in (run_dir / "train_state" / saved[-1] / "dcp").iterdir())
     assert files == [".metadata", "__0_0.distcp", "__1_0.distcp"]  # one file per rank
     assert not (run_dir / "train_state" / saved[-1] / "model.safetensors").exists()  # nothing gathered
-    run(two(run_dir), ENV)
-    assert f"resuming time step 0 from the training state {run_dir / 'train_state' / saved[-1]}" in log(run_dir)
-    assert losses(run_dir) == losses(reference)
-    assert rows(run_dir) == rows(reference)
+    rerun_resumes_to_the_reference(run_dir, saved[-1], reference)
 
 
 def test_a_2_process_state_continues_on_1_process_with_the_same_global_batch(tmp_path, reference):
@@ -100,18 +105,11 @@ def test_sigterm_while_a_state_is_written_in_the_background_stops_with_143_and_r
     assert log(run_dir).count("interrupted (SIGTERM) in time step 0 after optimizer step") == 2  # both ranks
     saved = states(run_dir)
     assert "step0-opt4" in saved and len(saved) == 2, saved  # the one in flight completed, then the stop's own
-    run(two(run_dir), ENV)
-    assert f"resuming time step 0 from the training state {run_dir / 'train_state' / saved[-1]}" in log(run_dir)
-    assert losses(run_dir) == losses(reference)
-    assert rows(run_dir) == rows(reference)
+    rerun_resumes_to_the_reference(run_dir, saved[-1], reference)
 
 
 def test_a_kill_while_a_state_is_written_in_the_background_resumes_from_the_one_before(tmp_path, reference):
     run_dir = tmp_path / "run"
     run_killed(two(run_dir), ENV, "train_state_async:2")  # SIGKILL with the save of opt 4 in flight
     assert states(run_dir) == ["step0-opt2"]  # opt 4 was never renamed complete
-    run(two(run_dir), ENV)
-    text = log(run_dir)
-    assert f"resuming time step 0 from the training state {run_dir / 'train_state/step0-opt2'}" in text
-    assert losses(run_dir) == losses(reference)
-    assert rows(run_dir) == rows(reference)
+    rerun_resumes_to_the_reference(run_dir, "step0-opt2", reference)
