@@ -25,6 +25,7 @@ from typing import Any, Optional
 
 import torch
 
+from evolve_train.training.collectives import group_initialized
 from evolve_train.training.train_state import state_root
 from evolve_train.utils.io import atomic_dir, discard
 
@@ -155,10 +156,6 @@ def load_optimizer_state(model, optimizer, tensors: dict[str, torch.Tensor], sha
     return len(state)
 
 
-def _distributed() -> bool:
-    return torch.distributed.is_available() and torch.distributed.is_initialized()
-
-
 def save_sharded_optimizer_state(model, optimizer, path: Path, main: bool) -> int:
     """Write the optimizer state into ``path`` through DCP, each process its own shards (a collective);
     returns the values this process wrote."""
@@ -168,10 +165,10 @@ def save_sharded_optimizer_state(model, optimizer, path: Path, main: bool) -> in
     if main:
         discard(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-    if _distributed():
+    if group_initialized():
         torch.distributed.barrier()
     state = get_optimizer_state_dict(model, _torch_optimizer(optimizer))
-    dcp.save({"optim": state}, checkpoint_id=str(path), no_dist=not _distributed())
+    dcp.save({"optim": state}, checkpoint_id=str(path), no_dist=not group_initialized())
     local = getattr(torch.distributed.tensor, "DTensor", ())
 
     def held(value) -> int:
@@ -199,7 +196,7 @@ def load_sharded_optimizer_state(model, optimizer, path: Path) -> int:
         if per and all(f"optim.state.{name}.{key}" in saved for key in per)
     }
     if state:
-        dcp.load({"optim": {"state": state}}, checkpoint_id=str(path), no_dist=not _distributed())
+        dcp.load({"optim": {"state": state}}, checkpoint_id=str(path), no_dist=not group_initialized())
     groups = [
         {**{k: v for k, v in group.items() if k != "params"}, "params": [p for p in group["params"] if p in state]}
         for group in template["param_groups"]

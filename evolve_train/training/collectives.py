@@ -32,11 +32,7 @@ log = logging.getLogger(__name__)
 
 def agreed_signal(received: Optional[int], accelerator) -> Optional[int]:
     """``received`` (this process's signal number or ``None``) as every process agrees on it."""
-    mine = int(received or 0)
-    if accelerator is None or accelerator.num_processes == 1:
-        return mine or None
-    everyone = accelerator.gather(torch.tensor([mine], device=accelerator.device))
-    return int(everyone.max().item()) or None
+    return agreed_signal_and_flag(received, False, accelerator)[0]
 
 
 def agreed_signal_and_flag(received: Optional[int], flag: bool, accelerator) -> tuple[Optional[int], bool]:
@@ -53,7 +49,7 @@ def agreed_signal_and_flag(received: Optional[int], flag: bool, accelerator) -> 
 def set_collective_timeout(seconds: float) -> None:
     """Collectives of the default process group wait at most ``seconds`` from now on (no-op without one, or
     for ``seconds <= 0``)."""
-    if seconds <= 0 or not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+    if seconds <= 0 or not group_initialized():
         return
     from torch.distributed.distributed_c10d import _set_pg_timeout
 
@@ -74,7 +70,8 @@ def flight_recorder_defaults(environ: MutableMapping[str, str] = os.environ) -> 
     return added
 
 
-def _initialized() -> bool:
+def group_initialized() -> bool:
+    """A default process group exists (torch.distributed available and initialized)."""
     return torch.distributed.is_available() and torch.distributed.is_initialized()
 
 
@@ -82,7 +79,7 @@ def abort_communicators() -> bool:
     """Abort the NCCL communicators of every process group at once, without waiting for their pending
     collectives (``_abort_process_group``); True when done. Gloo (CPU) has nothing of the kind and is left to
     the process's exit."""
-    if not _initialized() or "nccl" not in str(torch.distributed.get_backend()):
+    if not group_initialized() or "nccl" not in str(torch.distributed.get_backend()):
         return False
     abort = getattr(torch.distributed.distributed_c10d, "_abort_process_group", None)
     if abort is None:
@@ -103,7 +100,7 @@ def end_process_group(accelerator, agreed: bool) -> None:
         if accelerator is not None:
             accelerator.wait_for_everyone()
             accelerator.end_training()
-        if _initialized():
+        if group_initialized():
             torch.distributed.destroy_process_group()  # without it, multi-process runs may abort at exit
         return
     for tracker in getattr(accelerator, "trackers", None) or []:

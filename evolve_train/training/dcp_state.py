@@ -22,14 +22,12 @@ from typing import Any, Optional
 
 import torch
 
+from evolve_train.training.collectives import group_initialized
+
 log = logging.getLogger(__name__)
 
 DCP_DIR = "dcp"
 _async_group: Any = None
-
-
-def _distributed() -> bool:
-    return torch.distributed.is_available() and torch.distributed.is_initialized()
 
 
 def _options(load: bool):
@@ -58,7 +56,7 @@ def save(path: Path, accelerator, model, optimizer) -> float:
     import torch.distributed.checkpoint as dcp
 
     began = time.perf_counter()
-    dcp.save(state_dict(accelerator, model, optimizer), checkpoint_id=str(path), no_dist=not _distributed())
+    dcp.save(state_dict(accelerator, model, optimizer), checkpoint_id=str(path), no_dist=not group_initialized())
     return time.perf_counter() - began
 
 
@@ -87,13 +85,13 @@ def start_async_save(path: Path, accelerator, model, optimizer) -> PendingSave:
 
     global _async_group
     began = time.perf_counter()
-    if _distributed() and _async_group is None:  # once per process, by every rank together
+    if group_initialized() and _async_group is None:  # once per process, by every rank together
         _async_group = torch.distributed.new_group(backend="gloo")
     future = dcp.async_save(
         state_dict(accelerator, model, optimizer),
         checkpoint_id=str(path),
         process_group=_async_group,
-        no_dist=not _distributed(),
+        no_dist=not group_initialized(),
     )
     staged = getattr(future, "staging_completion", None)
     if staged is not None:
@@ -109,7 +107,7 @@ def load(path: Path, accelerator, model, optimizer) -> None:
 
     module, optim = unwrapped(accelerator, model, optimizer)
     state = state_dict(accelerator, model, optimizer)  # the shapes and shards to read into
-    dcp.load(state, checkpoint_id=str(path), no_dist=not _distributed())
+    dcp.load(state, checkpoint_id=str(path), no_dist=not group_initialized())
     set_state_dict(
         module, optim, model_state_dict=state["model"], optim_state_dict=state["optim"], options=_options(load=True)
     )
