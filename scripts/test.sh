@@ -8,4 +8,7 @@ bash scripts/setup.sh
 # shellcheck disable=SC1091
 . .venv/bin/activate
 export WANDB_MODE=disabled TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1
+# one torch thread per process unless set: two pytest workers (or two ranks) on two cores stay two busy threads,
+# not four spinning ones (a run that sets trainer.num_threads still gets what it asks)
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 python -m pytest "$@"
