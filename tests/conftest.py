@@ -71,3 +71,8 @@ def pytest_collection_modifyitems(config, items):
     misplaced = [item.nodeid for item in items if item.get_closest_marker("slow") and UNIT in Path(item.path).parents]
     if misplaced:
         raise pytest.UsageError(f"slow tests belong in tests/e2e, tests/distributed or tests/cluster: {misplaced}")
+    # Modules with a slow test first (the order is stable otherwise): pytest-xdist's loadscope hands out modules in
+    # this order, so the longest start early and the two workers finish together instead of one waiting on the
+    # last long module.
+    slow_modules = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow_modules)
