@@ -53,6 +53,9 @@ def test_a_run_records_compute_within_step_rows_and_reports_them(tmp_path):
     assert len(drawn[label]["unchanged"][0]) == len(probes)
 
 
+PROBED = ["eval.evaluators=[splits]", "eval.within_step_every=3", "eval.within_step_items=8"]
+
+
 def _train(run_dir: Path, *extra: str, fault: str | None = None) -> subprocess.CompletedProcess:
     env = {**os.environ, "WANDB_MODE": "disabled", "PYTHONUNBUFFERED": "1"}
     env.pop("EVOLVE_TRAIN_FAULT", None)
@@ -62,9 +65,7 @@ def _train(run_dir: Path, *extra: str, fault: str | None = None) -> subprocess.C
         sys.executable,
         "train.py",
         *TINY,
-        "eval.evaluators=[splits]",
-        "eval.within_step_every=3",
-        "eval.within_step_items=8",
+        *PROBED,
         *extra,
         f"hydra.run.dir={run_dir}",
     ]
@@ -85,8 +86,14 @@ def _probe_rows(run_dir: Path) -> list[dict]:
 def test_within_step_rows_survive_a_kill_and_resume_exactly(tmp_path):
     """Killed inside time step 1 (between two saved states), rerun with the same command: the probe rows equal
     the uninterrupted run's, with no duplicate and none missing."""
-    reference = tmp_path / "reference"
-    assert _train(reference).returncode == 0
+    import torch
+
+    from evolve_train.run import train as train_run
+
+    reference = tmp_path / "reference"  # uninterrupted, in-process on _train's config: only its rows are compared
+    threads = torch.get_num_threads()
+    train_run(tiny_cfg(reference, *PROBED))  # a failure raises here, as its non-zero exit failed the test
+    torch.set_num_threads(threads)
     expected = _probe_rows(reference)
     killed = tmp_path / "killed"
     first = _train(killed, "trainer.save_every_n_steps=4", fault="optimizer_step:30")

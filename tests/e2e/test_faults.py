@@ -13,6 +13,12 @@ training either), bitwise on CPU:
 - no file is truncated or left half-written: every .json/.jsonl parses, every .safetensors loads, no
   temporary (``.tmp-``) file or dir remains.
 
+The uninterrupted references are trained in-process by ``train()`` on the same config (the command line is
+what the killed and rerun runs test; the reference only supplies the numbers to match), once per method and
+test process: full is conftest's ``reference`` fixture (``tiny_cfg`` with ``FAST``: the same overrides as
+``COMMON`` with the default ``method=full``, shared with the other modules that compare with it), LoRA is
+trained here on the first case that needs it. Both are read, never written.
+
 Sizes (tiny config, each step's held-out slice out of training): step 0 trains 21 optimizer steps, steps 1 and
 2 train 12 each; the loop counts ``optimizer_step`` arrivals across the whole process, so count 27 is step 1's
 6th update.
@@ -29,13 +35,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import TINY
+from helpers import TINY, tiny_cfg
 from safetensors.torch import load_file
-from helpers.faults import metrics, train_log
+from helpers.faults import FAST, metrics, train_log
 from helpers.runs import resume_check
 from helpers.processes import ROOT
 
-COMMON = [*TINY, "eval.evaluators=[splits]", "trainer.num_threads=1"]
+COMMON = [*TINY, *FAST]  # eval.evaluators=[splits], one thread: the config of the references
 STATES = ["trainer.save_every_n_steps=4"]
 
 pytestmark = pytest.mark.slow
@@ -96,14 +102,19 @@ def assert_nothing_truncated(run_dir: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def references(tmp_path_factory):
-    made: dict[str, Path] = {}
+def references(reference, tmp_path_factory):
+    """The uninterrupted run of a method, trained once per test process; read, never written. A reference run
+    that fails raises out of ``train()`` and fails the test, as its non-zero exit did when it was a command."""
+    made: dict[str, Path] = {"full": reference}  # COMMON with method=full: conftest's reference config
 
     def get(method: str) -> Path:
         if method not in made:
+            from evolve_train.run import train
+
             run_dir = tmp_path_factory.mktemp(f"reference_{method}")
-            done = run(run_dir, method)  # no mid-step states: saving them must not change anything
-            assert done.returncode == 0, done.stdout[-3000:]
+            threads = torch.get_num_threads()
+            train(tiny_cfg(run_dir, *FAST, f"method={method}"))  # no mid-step states: saving them changes nothing
+            torch.set_num_threads(threads)
             made[method] = run_dir
         return made[method]
 

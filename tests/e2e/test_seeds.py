@@ -117,8 +117,15 @@ def test_arms_of_one_method_and_seed_are_labelled_by_their_overrides(tmp_path):
 
 
 @pytest.mark.slow
-def test_sweep_of_methods_and_seeds_end_to_end(chromium, tmp_path):  # noqa: F811  (the fixture)
-    """`train.py -m method=full,lora seed=0,1,2`, then `evolve-report <sweep dir>`, then the page in Chromium."""
+def test_sweep_of_methods_and_seeds_end_to_end(chromium, tmp_path, capsys):  # noqa: F811  (the fixture)
+    """`train.py -m method=full,lora seed=0,1,2`, then `evolve-report <sweep dir>`, then the page in Chromium.
+
+    The sweep is the real command (Hydra's multirun, W&B offline); the report is evolve-report's entry point
+    (``evolve_train.cli.report:main``) called with the same arguments in this process: its exit code and what
+    it prints are checked as before, without a second interpreter start (the report command as a process is
+    run by tests/e2e/test_evolve_train_cli.py and the documented commands' tests)."""
+    from evolve_train.cli.report import main as report_main
+
     sweep = tmp_path / "sweep"
     tiny = [o for o in TINY if not o.startswith("logger.backends")]
     command = [
@@ -135,14 +142,10 @@ def test_sweep_of_methods_and_seeds_end_to_end(chromium, tmp_path):  # noqa: F81
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     out = tmp_path / "report"
-    done = subprocess.run(
-        [sys.executable, "-m", "evolve_train.cli.report", str(sweep), "--out", str(out), "--bootstrap", "200"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0 and "6 run(s)" in done.stdout, done.stderr[-2000:]
+    capsys.readouterr()
+    code = report_main([str(sweep), "--out", str(out), "--bootstrap", "200"])  # evolve-report, in this process
+    printed = capsys.readouterr()
+    assert code == 0 and "6 run(s)" in printed.out, printed.err[-2000:]
     markdown = (out / "report.md").read_text()
     for method in ("full", "lora"):
         assert re.search(rf"^\| method={method} \| 3 \| 0, 1, 2 \|", markdown, re.M), markdown[:3000]

@@ -218,9 +218,15 @@ def _command(run_dir: Path) -> list[str]:
 
 @pytest.mark.slow
 def test_sigkill_during_step_2_resumes_after_step_1_with_identical_metrics(tmp_path):
+    """The command is killed from outside during step 2 and run again; the uninterrupted run it must match is
+    trained in-process by ``train()`` on the same config (only the numbers are compared with it)."""
+    import torch
+
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     reference = tmp_path / "reference"
-    subprocess.run(_command(reference), cwd=ROOT, env=env, check=True, capture_output=True, timeout=600)
+    threads = torch.get_num_threads()
+    train(tiny_cfg(reference, "trainer.epochs=60"))  # _command's overrides: TINY, then trainer.epochs=60
+    torch.set_num_threads(threads)
 
     run_dir = tmp_path / "killed"
     process = subprocess.Popen(
