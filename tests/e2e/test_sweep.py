@@ -84,26 +84,63 @@ def test_step0_key_covers_what_shapes_step0_and_nothing_else(tmp_path):
     assert step0_key(cfg, train_tokenizer(["other words entirely"], 300), num_processes=1) != base
 
 
-def test_step0_checkpoint_is_trained_once_and_shared(tmp_path):
+@pytest.fixture(scope="module")
+def cached_arms(tmp_path_factory) -> dict:
+    """Three in-process runs sharing one step-0 cache, with the initial evaluation on: full (trains step 0 and
+    evaluates ``initial``), lora (the same step 0 and eval settings: two hits) and lora with
+    ``eval.max_new_tokens=5`` (step 0 a hit, the initial evaluation a miss). Records the checkpoints
+    ``evaluate_checkpoint`` was asked for and the cache's entries after each run. Both cache tests read these
+    runs: one set of runs checks step 0 and ``initial`` shared, where each test trained its own pair before."""
+    import evolve_train.evaluation.checkpoints as run_module
     from evolve_train.run import train
 
-    cache = tmp_path / "cache"
-    common = ("trainer.num_threads=1", f"method.step0_cache={cache}")
-    train(tiny_cfg(tmp_path / "full", "method=full", *common))
-    entries = [p for p in cache.iterdir() if not p.name.startswith(".")]
-    assert len(entries) == 1 and (entries[0] / "model.safetensors").exists()
+    root = tmp_path_factory.mktemp("cached_arms")
+    cache = root / "cache"
+    common = ("trainer.num_threads=1", f"method.step0_cache={cache}", "eval.eval_initial=true")
+    asked, after = [], {}
+    real = run_module.evaluate_checkpoint
 
-    train(tiny_cfg(tmp_path / "lora", "method=lora", *common))
-    assert [p for p in cache.iterdir() if not p.name.startswith(".")] == entries  # a hit, not a new entry
-    a = load_file(tmp_path / "full/steps/0/model.safetensors")
-    b = load_file(tmp_path / "lora/steps/0/model.safetensors")
+    def counting(ctx):
+        asked.append(ctx.checkpoint)
+        return real(ctx)
+
+    def listing() -> list[Path]:
+        return sorted(p for p in cache.iterdir() if not p.name.startswith("."))
+
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setattr(run_module, "evaluate_checkpoint", counting)
+        for name, extra in (("full", ("method=full",)), ("lora", ("method=lora",))):
+            train(tiny_cfg(root / name, *extra, *common))
+            after[name] = {"asked": list(asked), "entries": listing()}
+        train(tiny_cfg(root / "other", "method=lora", *common, "eval.max_new_tokens=5"))
+        after["other"] = {"asked": list(asked), "entries": listing()}
+    return {"root": root, "after": after}
+
+
+def step0_entries(entries: list[Path]) -> list[Path]:
+    """The step-0 checkpoints of a cache listing (the initial evaluations are the ``initial-<key>`` entries)."""
+    return [p for p in entries if not p.name.startswith("initial-")]
+
+
+def test_step0_checkpoint_is_trained_once_and_shared(cached_arms):
+    """One step-0 entry after the first arm, and the same listing after the second (a hit). The arms evaluate
+    ``initial`` too, so the cache also holds that entry: the listing is checked to be exactly those two."""
+    root, after = cached_arms["root"], cached_arms["after"]
+    entries = after["full"]["entries"]
+    assert len(step0_entries(entries)) == 1 and (step0_entries(entries)[0] / "model.safetensors").exists()
+    assert len(entries) == 2  # the step-0 checkpoint and the initial evaluation: nothing else is stored
+
+    assert after["lora"]["entries"] == entries  # a hit, not a new entry
+    assert step0_entries(after["other"]["entries"]) == step0_entries(entries)  # eval settings: not step 0's key
+    a = load_file(root / "full/steps/0/model.safetensors")
+    b = load_file(root / "lora/steps/0/model.safetensors")
     assert all(torch.equal(a[k], b[k]) for k in a)
-    rows = [json.loads(line) for line in (tmp_path / "lora/train_log.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in (root / "lora/train_log.jsonl").read_text().splitlines()]
     step0 = [r for r in rows if r["time_step"] == 0]
     assert step0 and all(r.get("from_step0_cache") for r in step0)  # the loss curve is kept, flagged
     assert not any(r.get("from_step0_cache") for r in rows if r["time_step"] > 0)
     metrics = {
-        m: [json.loads(x) for x in (tmp_path / m / "metrics.jsonl").read_text().splitlines()] for m in ("full", "lora")
+        m: [json.loads(x) for x in (root / m / "metrics.jsonl").read_text().splitlines()] for m in ("full", "lora")
     }
     scores = ("group", "set_name", "n", "em", "f1")
     at0 = {
@@ -113,26 +150,12 @@ def test_step0_checkpoint_is_trained_once_and_shared(tmp_path):
     assert at0["full"] == at0["lora"]  # same step-0 model, same step-0 scores
 
 
-def test_the_initial_evaluation_is_made_once_and_shared(tmp_path, monkeypatch):
-    import evolve_train.evaluation.checkpoints as run_module
-    from evolve_train.run import train
-
-    asked = []
-    real = run_module.evaluate_checkpoint
-
-    def counting(ctx):
-        asked.append(ctx.checkpoint)
-        return real(ctx)
-
-    monkeypatch.setattr(run_module, "evaluate_checkpoint", counting)
-    cache = tmp_path / "cache"
-    common = ("trainer.num_threads=1", f"method.step0_cache={cache}", "eval.eval_initial=true")
-    train(tiny_cfg(tmp_path / "full", "method=full", *common))
-    assert asked.count(-1) == 1
-    train(tiny_cfg(tmp_path / "lora", "method=lora", *common))
-    assert asked.count(-1) == 1  # a hit: the second arm copies rows and predictions
+def test_the_initial_evaluation_is_made_once_and_shared(cached_arms):
+    root, after = cached_arms["root"], cached_arms["after"]
+    assert after["full"]["asked"].count(-1) == 1
+    assert after["lora"]["asked"].count(-1) == 1  # a hit: the second arm copies rows and predictions
     metrics = {
-        m: [json.loads(x) for x in (tmp_path / m / "metrics.jsonl").read_text().splitlines()] for m in ("full", "lora")
+        m: [json.loads(x) for x in (root / m / "metrics.jsonl").read_text().splitlines()] for m in ("full", "lora")
     }
     body = {
         m: [
@@ -147,17 +170,16 @@ def test_the_initial_evaluation_is_made_once_and_shared(tmp_path, monkeypatch):
     assert not any(r.get("from_eval_cache") for r in metrics["full"] + metrics["lora"] if r["checkpoint"] != -1)
     files = {
         m: {
-            p.relative_to(tmp_path / m): p.read_bytes()
-            for p in (tmp_path / m / "predictions/step_-1").rglob("*")
+            p.relative_to(root / m): p.read_bytes()
+            for p in (root / m / "predictions/step_-1").rglob("*")
             if p.is_file()
         }
         for m in ("full", "lora")
     }
     assert files["full"] and files["full"] == files["lora"]
-    private = (tmp_path / "lora/private_evaluations.jsonl").read_text().splitlines()
+    private = (root / "lora/private_evaluations.jsonl").read_text().splitlines()
     assert any(json.loads(line)["checkpoint"] == -1 for line in private)  # still recorded by the run that copied
-    train(tiny_cfg(tmp_path / "other", "method=lora", *common, "eval.max_new_tokens=5"))
-    assert asked.count(-1) == 2  # another evaluation setting: a miss
+    assert after["other"]["asked"].count(-1) == 2  # another evaluation setting: a miss
 
 
 def sweep_points(*arguments: str) -> list[list[str]]:
