@@ -172,12 +172,12 @@ def clm_packing_efficiency(cfg, tokenizer, seed: int = 0) -> dict:
     }
 
 
-def eval_speed(cfg, model, tokenizer, timeline, checkpoint: int) -> dict:
+def eval_speed(cfg, model, tokenizer, timeline, checkpoint: int, rounds: int = 3) -> dict:
     """Greedy answers to every distinct split prompt of ``checkpoint``'s eval sets: the evaluator's batched
     path (``TextFormat.generate`` at ``eval.batch_size`` with ``eval.greedy_decoder``) vs one prompt at a time
     with transformers' ``generate`` (what research code does), and vs one at a time with the evaluator's own
     decoder (batching alone). Same stop tokens and ``max_new_tokens``; one-at-a-time runs a 96-prompt sample
-    and is extrapolated; best of 3, interleaved. The full evaluation (every group) is timed once."""
+    and is extrapolated; best of ``rounds`` (3), interleaved. The full evaluation (every group) is timed once."""
     text_format = build_text_format(cfg.model, tokenizer)
     ctx = EvalContext(
         model=model, text_format=text_format, timeline=timeline, checkpoint=checkpoint, cfg=cfg.eval, run_dir=None
@@ -187,7 +187,7 @@ def eval_speed(cfg, model, tokenizer, timeline, checkpoint: int) -> dict:
     sample = random.Random(0).sample(prompts, min(len(prompts), 96))
     scale = len(prompts) / len(sample)
     best = {"batched": float("inf"), "generate_one_at_a_time": float("inf"), "same_decoder_one_at_a_time": float("inf")}
-    for _ in range(3):
+    for _ in range(rounds):
         start = time.perf_counter()
         answers = text_format.generate(
             model, prompts, batch_size=cfg.eval.batch_size, decoder=cfg.eval.greedy_decoder, **options
@@ -421,6 +421,10 @@ def main(argv=None) -> None:
     parser.add_argument(
         "--growth-steps", type=int, default=None, help="time steps of the world for eval growth (4; 8 without --quick)"
     )
+    parser.add_argument("--eval-rounds", type=int, default=3, help="timed rounds of eval_speedup, best of them (3)")
+    parser.add_argument(
+        "--cache-mb", type=float, default=None, help="corpus size of cache_speedup in MB (4; 20 without --quick)"
+    )
     parser.add_argument(
         "--retrieval-only",
         action="store_true",
@@ -450,6 +454,8 @@ def main(argv=None) -> None:
     )
     parser.add_argument("overrides", nargs="*", help="Hydra overrides of the benchmarked config, e.g. model.n_layer=2")
     args = parser.parse_args(argv)
+    if args.eval_rounds < 1:
+        parser.error("--eval-rounds: at least 1")
     if args.part == "data":
         from bench_data import data_part, print_data
 
@@ -541,7 +547,10 @@ def main(argv=None) -> None:
 
     model, eval_tokenizer, source = trained_model(cfg, tokenizer, examples, args.demo_run)
     last = len(timeline.steps) - 1
-    results["eval_speedup"] = {"model": source, **eval_speed(cfg, model, eval_tokenizer, timeline, last)}
+    results["eval_speedup"] = {
+        "model": source,
+        **eval_speed(cfg, model, eval_tokenizer, timeline, last, args.eval_rounds),
+    }
 
     size_steps = args.size_steps or (30 if args.quick else 60)
     results["tokens_per_s_by_size"] = tokens_per_s_by_size(
@@ -550,7 +559,7 @@ def main(argv=None) -> None:
     growth_steps = args.growth_steps or (4 if args.quick else 8)
     results["eval_growth"] = eval_growth(cfg, model, eval_tokenizer, n_steps=growth_steps)
 
-    results["cache_speedup"] = cache_speedup(cfg, size_mb=4 if args.quick else 20)
+    results["cache_speedup"] = cache_speedup(cfg, size_mb=args.cache_mb or (4 if args.quick else 20))
     results["retrieval_share"] = retrieval_share(cfg, model, eval_tokenizer, timeline, last)
 
     share = eval_share_from_run(args.demo_run) if args.demo_run else None
