@@ -8,12 +8,11 @@ import json
 import pytest
 import torch
 from helpers import tiny_cfg
+from helpers.faults import FAST  # the reference's overrides: its continual arm is conftest's reference
 from safetensors.torch import load_file
 
 from evolve_train.errors import ConfigError
 from evolve_train.run import ContinualRun, train
-
-FAST = ["eval.evaluators=[splits]", "trainer.num_threads=1"]
 
 
 @pytest.fixture(autouse=True)
@@ -39,9 +38,8 @@ def test_the_oracle_starts_each_step_from_the_initial_weights_rebuilt_exactly(tm
         run.close(ok=True)
 
 
-def test_oracle_trains_on_the_union_with_step0s_epochs_and_reports_its_compute(tmp_path):
-    continual, oracle = tmp_path / "continual", tmp_path / "oracle"
-    train(tiny_cfg(continual, *FAST))
+def test_oracle_trains_on_the_union_with_step0s_epochs_and_reports_its_compute(reference, tmp_path):
+    continual, oracle = reference, tmp_path / "oracle"  # continual: conftest's run of tiny_cfg with FAST, read only
     train(tiny_cfg(oracle, *FAST, "method=oracle"))
     epochs_step0, epochs = 3, 2  # tests/helpers.py TINY
     mine, theirs = compute(oracle), compute(continual)
