@@ -5,6 +5,9 @@ mix), its timeline exported with `evolve-data export-lm-eval`, and `lm_eval --mo
 Unchanged task and a multiple-choice task. lm-eval's exact match must equal the run's EM within 0.005 (here:
 the same predictions item by item), its multiple-choice acc the calibration evaluator's, and `evolve-score`
 on lm-eval's `--log_samples` files must give the run's own numbers.
+
+Training is 40 epochs at step 0 and 20 at step 1: measured 2026-12-07, Unchanged EM is 0.98 at checkpoint 0 and 0.40
+(20 of 50 items) at checkpoint 1, inside the (0.1, 0.9) the first test asks by 15 items either way or more.
 """
 
 import glob
@@ -33,8 +36,8 @@ pytestmark = [
 LEARNS = [
     "data.world.n_entities=20",
     "data.world.n_steps=2",
-    "trainer.epochs_step0=120",
-    "trainer.epochs=60",
+    "trainer.epochs_step0=40",
+    "trainer.epochs=20",
     "model.n_embd=64",
     "model.n_layer=2",
     "trainer.lr=3e-3",
