@@ -54,6 +54,9 @@ PRELOAD = [
 ]
 FIXED_AT_LOAD = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "KMP_AFFINITY", "GOMP_CPU_AFFINITY", "LD_PRELOAD")
 """Variables native libraries read when they load (the OpenMP runtime with torch), whatever Python reads."""
+UNSTALE = ("PYTHONPATH", "PYTEST_CURRENT_TEST", "COLUMNS", "LINES")
+"""Read at import but harmless to differ: the forkserver's module path, pytest's name of the current test (read as
+"under pytest", set in every rank as in every launched process) and the terminal size (formatting)."""
 STOP_GRACE_S = 30
 """After the first rank fails, the others get SIGTERM, then SIGKILL this much later (torchrun's default)."""
 
@@ -180,7 +183,7 @@ def refuse_stale(server, env: dict[str, str]) -> None:
     forkserver imported it)."""
     read = server.READ_AT_IMPORT | set(FIXED_AT_LOAD)
     before = server.BEFORE_IMPORTS
-    stale = sorted(k for k in read if k != "PYTHONPATH" and before.get(k) != env.get(k))
+    stale = sorted(k for k in read if k not in UNSTALE and before.get(k) != env.get(k))
     if stale:
         raise RuntimeError(
             "forked rank: read at import in the forkserver with another value: "
