@@ -11,6 +11,9 @@ global token mean, as one process computes it. Not bitwise (other reduction orde
 without the scaling it was 1.9-2.0 % with the default held-out slice (0.3-0.5 % with other slices).
 Tolerance: 1e-5 on the weights, 0.1 absolute on every EM/F1, at least 98 % identical generations (a greedy
 tie may flip).
+
+The 2-process run here is ``accelerate launch`` itself, the command line a user types: the FSDP2 and HSDP modules fork
+their ranks instead (tests/helpers/forked.py) and rely on this test for the launch.
 """
 
 from __future__ import annotations

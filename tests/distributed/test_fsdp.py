@@ -1,6 +1,6 @@
 """FSDP2 and evaluation on every rank, with 2 gloo processes on CPU (docs/distributed.md).
 
-* An FSDP2 launch (``accelerate launch --config_file accelerate_configs/fsdp.yaml`` with
+* An FSDP2 run (2 processes as ``accelerate launch --config_file accelerate_configs/fsdp.yaml`` starts them, with
   ``ACCELERATE_USE_CPU=1``) really shards (each process holds about half the parameter values), finishes
   with ``method=full`` and ``method=lora``, writes checkpoints that load (transformers; the LoRA adapter with
   peft on the previous checkpoint), ends close to the same run on one process (EM per set within 0.02) and
@@ -12,18 +12,23 @@
   (fp32; tests/unit/evaluation/test_eval_shards.py checks the same without a process group).
 * ``trainer.dist_timeout_s`` reaches the process group.
 * QA adaptation runs with 2 FSDP2 processes.
+
+The processes of every run here, one-process references included, are forked from a Python that has already imported
+the libraries (tests/helpers/forked.py), each with the environment ``accelerate launch`` gives it and ``train.py`` (or
+``evaluate.py``) run as ``__main__``: the launch command itself is tests/distributed/test_ddp.py's and
+tests/distributed/test_multiprocess_faults.py's.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import sys
 from pathlib import Path
 
 import pytest
 from helpers import TINY, read_jsonl
-from helpers.processes import CPU_ENV as ENV, ROOT, launch, run_killed, relative_difference, run, SMALL, em_rows
+from helpers.forked import DDP, FSDP2, ONE, run_forked, run_forked_killed
+from helpers.processes import CPU_ENV as ENV, ROOT, relative_difference, SMALL, em_rows
 from safetensors.torch import load_file
 
 EM_TOLERANCE = 0.02
@@ -70,9 +75,9 @@ def check_loads(run_dir: Path, method: str) -> None:
 def test_fsdp2_run_loads_and_matches_one_process(tmp_path, method):
     single, sharded, ddp = tmp_path / "single", tmp_path / "fsdp", tmp_path / "ddp"
     overrides = [*SMALL, f"method={method}"] + ["method.lora.save_merged=true"] * (method == "lora")  # loadable
-    run([sys.executable, "train.py", *overrides, f"hydra.run.dir={single}"])
-    output = run([*launch(), "train.py", *overrides, "trainer.batch_size=8", f"hydra.run.dir={sharded}"], ENV)
-    run([*launch(config=""), "train.py", *overrides, "trainer.batch_size=8", f"hydra.run.dir={ddp}"], ENV)
+    run_forked(ONE, ["train.py", *overrides, f"hydra.run.dir={single}"])
+    output = run_forked(FSDP2, ["train.py", *overrides, "trainer.batch_size=8", f"hydra.run.dir={sharded}"], ENV)
+    run_forked(DDP, ["train.py", *overrides, "trainer.batch_size=8", f"hydra.run.dir={ddp}"], ENV)
 
     assert "FSDP2 on CPU: 2 gloo processes" in output
     held = held_per_process(output)
@@ -101,8 +106,8 @@ def test_fsdp2_l2_init_pulls_the_sharded_weights_like_ddp(tmp_path):
     penalty (a strong coef, so a penalty that silently stopped acting would move them far apart)."""
     sharded, ddp = tmp_path / "fsdp", tmp_path / "ddp"
     overrides = [*SMALL, "method=l2_init", "method.l2_init.coef=1000", "trainer.batch_size=8"]
-    output = run([*launch(), "train.py", *overrides, f"hydra.run.dir={sharded}"], ENV)
-    run([*launch(config=""), "train.py", *overrides, f"hydra.run.dir={ddp}"], ENV)
+    output = run_forked(FSDP2, ["train.py", *overrides, f"hydra.run.dir={sharded}"], ENV)
+    run_forked(DDP, ["train.py", *overrides, f"hydra.run.dir={ddp}"], ENV)
     assert "FSDP2 on CPU: 2 gloo processes" in output and "l2_init (step 1): anchored" in output
     for k in (1, 2):
         before, mine = (load_file(sharded / f"steps/{j}/model.safetensors") for j in (k - 1, k))
@@ -121,9 +126,9 @@ def without_volatile(rows: list[dict]) -> list[dict]:
 @pytest.mark.slow
 def test_every_rank_evaluates_a_share_with_the_metrics_of_one_process(tmp_path):
     trained, one, two = tmp_path / "run", tmp_path / "one", tmp_path / "two"
-    run([sys.executable, "train.py", *SMALL, "eval.evaluators=[splits]", f"hydra.run.dir={trained}"])
-    run([sys.executable, "evaluate.py", str(trained), "eval=full", "--out", str(one)])
-    run([*launch(config=""), "evaluate.py", str(trained), "eval=full", "--out", str(two)], ENV)
+    run_forked(ONE, ["train.py", *SMALL, "eval.evaluators=[splits]", f"hydra.run.dir={trained}"])
+    run_forked(ONE, ["evaluate.py", str(trained), "eval=full", "--out", str(one)])
+    run_forked(DDP, ["evaluate.py", str(trained), "eval=full", "--out", str(two)], ENV)
 
     reference, rows = read_jsonl(one / "metrics.jsonl"), read_jsonl(two / "metrics.jsonl")
     assert {r["num_processes"] for r in rows} == {2} and {r["num_processes"] for r in reference} == {1}
@@ -149,7 +154,7 @@ def test_every_rank_evaluates_a_share_with_the_metrics_of_one_process(tmp_path):
 
 @pytest.mark.slow
 def test_dist_timeout_reaches_the_process_group():
-    output = run([*launch(config=""), "tests/helpers/fsdp_probe_timeout.py", "1234"], ENV)
+    output = run_forked(DDP, ["tests/helpers/fsdp_probe_timeout.py", "1234"], ENV)
     assert sorted(re.findall(r"rank (\d) of 2: timeout (\d+)", output)) == [("0", "1234"), ("1", "1234")]
 
 
@@ -159,9 +164,9 @@ SAMPLE = ROOT / "data" / "evolvingqa_sample"
 @pytest.mark.slow
 def test_qa_adaptation_runs_with_two_fsdp2_processes(tmp_path):
     run_dir = tmp_path / "qa"
-    run(
+    run_forked(
+        FSDP2,
         [
-            *launch(),
             "train.py",
             *TINY,
             f"data.root={SAMPLE}",
@@ -190,12 +195,12 @@ def test_fsdp2_mid_step_state_resumes_to_the_same_weights(tmp_path):
     metrics of an uninterrupted run."""
     reference, resumed = tmp_path / "reference", tmp_path / "resumed"
     overrides = [*SMALL, "method=full", "trainer.batch_size=8", "trainer.save_every_n_steps=2"]
-    run([*launch(), "train.py", *overrides, f"hydra.run.dir={reference}"], ENV)
-    command = [*launch(), "train.py", *overrides, f"hydra.run.dir={resumed}"]
-    run_killed(command, ENV, "optimizer_step:27")
+    run_forked(FSDP2, ["train.py", *overrides, f"hydra.run.dir={reference}"], ENV)
+    command = ["train.py", *overrides, f"hydra.run.dir={resumed}"]
+    run_forked_killed(FSDP2, command, ENV, "optimizer_step:27")
     states = sorted(p.name for p in (resumed / "train_state").iterdir() if not p.name.startswith("."))
     assert states, "no mid-step state was saved before the kill"
-    output = run(command, ENV)
+    output = run_forked(FSDP2, command, ENV)
     assert "resuming time step" in output and states[-1] in output
     for k in range(3):
         difference = relative_difference(
@@ -211,11 +216,12 @@ def test_fsdp2_step0_cache_is_stored_and_loaded(tmp_path):
     another method, loads it on both processes instead of training and continues sharded."""
     cache, first, second = tmp_path / "cache", tmp_path / "full", tmp_path / "lora"
     overrides = [*SMALL, "trainer.batch_size=8", f"method.step0_cache={cache}"]
-    run([*launch(), "train.py", *overrides, "method=full", f"hydra.run.dir={first}"], ENV)
+    run_forked(FSDP2, ["train.py", *overrides, "method=full", f"hydra.run.dir={first}"], ENV)
     entries = [p for p in cache.iterdir() if not p.name.startswith(".")]
     assert len(entries) == 1 and (entries[0] / "model.safetensors").is_file()
-    output = run(
-        [*launch(), "train.py", *overrides, "method=lora", "method.lora.save_merged=true", f"hydra.run.dir={second}"],
+    output = run_forked(
+        FSDP2,
+        ["train.py", *overrides, "method=lora", "method.lora.save_merged=true", f"hydra.run.dir={second}"],
         ENV,
     )  # merged weights: check_loads reads them with transformers
     assert output.count("loaded from the step-0 cache") == 1  # the main process logs; step 0 trained by neither:
@@ -233,11 +239,11 @@ def test_fsdp2_keeps_the_optimizer_state_across_steps_like_ddp(tmp_path):
     weights DDP trains with the same setting."""
     sharded, ddp = tmp_path / "fsdp", tmp_path / "ddp"
     overrides = [*SMALL, "method=full", "trainer.batch_size=8", "trainer.optimizer_state=keep"]
-    output = run([*launch(), "train.py", *overrides, f"hydra.run.dir={sharded}"], ENV)
+    output = run_forked(FSDP2, ["train.py", *overrides, f"hydra.run.dir={sharded}"], ENV)
     held = re.findall(r"the AdamW state saved sharded .*; processes held \[(\d+), (\d+)\] values", output)
     assert len(held) == 3, output[-3000:]  # steps 0-2
     assert all(0.25 < int(a) / (int(a) + int(b)) < 0.75 for a, b in held), held  # each process about half
-    run([*launch(config=""), "train.py", *overrides, f"hydra.run.dir={ddp}"], ENV)
+    run_forked(DDP, ["train.py", *overrides, f"hydra.run.dir={ddp}"], ENV)
     folder = sharded / "train_state/carry/2/optimizer"
     assert sorted(p.name for p in folder.iterdir()) == [".metadata", "__0_0.distcp", "__1_0.distcp"]
     carried = sharded_carry(folder, tmp_path / "carry.pt")
@@ -266,8 +272,8 @@ def test_fsdp2_gradient_accumulation_syncing_every_micro_batch_trains_ddps_weigh
     ``trainer.fsdp_sync_each_batch``) trains the weights DDP trains with the same accumulation."""
     sharded, ddp = tmp_path / "fsdp", tmp_path / "ddp"
     overrides = [*SMALL, "method=full", "trainer.batch_size=4", "trainer.grad_accum=2"]
-    run([*launch(), "train.py", *overrides, f"hydra.run.dir={sharded}"], ENV)
-    run([*launch(config=""), "train.py", *overrides, f"hydra.run.dir={ddp}"], ENV)
+    run_forked(FSDP2, ["train.py", *overrides, f"hydra.run.dir={sharded}"], ENV)
+    run_forked(DDP, ["train.py", *overrides, f"hydra.run.dir={ddp}"], ENV)
     for k in (1, 2):
         difference = relative_difference(
             load_file(ddp / f"steps/{k}/model.safetensors"), load_file(sharded / f"steps/{k}/model.safetensors")

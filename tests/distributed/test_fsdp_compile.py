@@ -6,6 +6,10 @@ checkpointed by transformers and the block sharded by ``fully_shard``; its train
 eager ones without checkpointing (absolute difference <= 1e-4 per logged optimizer step; 5e-7 measured). Dynamo
 met no graph break (a checkpointed block that fell back to eager would show one) and the second time step reused
 the first one's graphs.
+
+The ranks are processes forked from a Python that has already imported the libraries (tests/helpers/forked.py: the
+environment ``accelerate launch`` gives each; each rank compiles in its own process, as launched ones do); the launch
+command itself is tests/distributed/test_ddp.py's and tests/distributed/test_multiprocess_faults.py's.
 """
 
 from __future__ import annotations
@@ -15,7 +19,8 @@ import sys
 
 import pytest
 from helpers import losses
-from helpers.processes import CPU_ENV as ENV, SMALL, launch, run
+from helpers.forked import FSDP2, run_forked
+from helpers.processes import CPU_ENV as ENV, SMALL
 
 SAME_LOSS = 1e-4  # absolute, on losses of about 5.5
 SHORT = [
@@ -33,9 +38,9 @@ SHORT = [
 @pytest.mark.slow
 def test_compiled_checkpointed_blocks_train_the_eager_losses_under_fsdp2(tmp_path):
     eager, compiled = tmp_path / "eager", tmp_path / "compiled"
-    run([*launch(), "train.py", *SHORT, f"hydra.run.dir={eager}"], ENV)
+    run_forked(FSDP2, ["train.py", *SHORT, f"hydra.run.dir={eager}"], ENV)
     on = ["trainer.compile=true", "model.gradient_checkpointing=true"]
-    output = run([*launch(), "train.py", *SHORT, *on, f"hydra.run.dir={compiled}"], ENV)
+    output = run_forked(FSDP2, ["train.py", *SHORT, *on, f"hydra.run.dir={compiled}"], ENV)
 
     assert "FSDP2 on CPU: 2 gloo processes" in output
     assert output.count("torch.compile per transformer block (2 x LlamaDecoderLayer, backend inductor)") == 2

@@ -10,17 +10,22 @@
   with 143 after that one is complete and another is saved at the step where the ranks agree; SIGKILL while one
   is in flight leaves it unrenamed, and the rerun resumes from the one before. Both end with the reference's
   rows.
+
+Every rank, and the 1-process run, is a process forked from a Python that has already imported the libraries
+(tests/helpers/forked.py: the environment ``accelerate launch`` gives it, ``train.py`` as ``__main__``; the kills and
+SIGTERM come from the fault points inside each rank, not from a launcher). The launch command itself is
+tests/distributed/test_ddp.py's and tests/distributed/test_multiprocess_faults.py's.
 """
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 from helpers import losses, rows
 from helpers.faults import log, states
-from helpers.processes import CPU_ENV as ENV, SMALL, launch, relative_difference, run, run_killed
+from helpers.forked import FSDP2, ONE, run_forked, run_forked_killed
+from helpers.processes import CPU_ENV as ENV, SMALL, relative_difference
 from safetensors.torch import load_file
 
 pytestmark = pytest.mark.slow
@@ -41,7 +46,8 @@ most 1.3 % apart on this data, while the loss falls by 20 % over the steps compa
 
 
 def two(run_dir: Path) -> list[str]:
-    return [*launch(), "train.py", *OVERRIDES, f"hydra.run.dir={run_dir}"]
+    """The command each of the 2 FSDP2 ranks runs."""
+    return ["train.py", *OVERRIDES, f"hydra.run.dir={run_dir}"]
 
 
 def weights(run_dir: Path, step: int) -> dict:
@@ -50,7 +56,7 @@ def weights(run_dir: Path, step: int) -> dict:
 
 def rerun_resumes_to_the_reference(run_dir: Path, state: str, reference: Path) -> None:
     """The same 2-process command again resumes time step 0 from ``state`` and ends with the reference's rows."""
-    run(two(run_dir), ENV)
+    run_forked(FSDP2, two(run_dir), ENV)
     assert f"resuming time step 0 from the training state {run_dir / 'train_state' / state}" in log(run_dir)
     assert losses(run_dir) == losses(reference)
     assert rows(run_dir) == rows(reference)
@@ -59,14 +65,14 @@ def rerun_resumes_to_the_reference(run_dir: Path, state: str, reference: Path) -
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory) -> Path:
     run_dir = tmp_path_factory.mktemp("reference") / "run"
-    output = run(two(run_dir), ENV)
+    output = run_forked(FSDP2, two(run_dir), ENV)
     assert "FSDP2 on CPU: 2 gloo processes" in output and "in the background" in output
     return run_dir
 
 
 def test_a_killed_fsdp2_run_resumes_from_its_dcp_state_on_2_processes(tmp_path, reference):
     run_dir = tmp_path / "run"
-    run_killed(two(run_dir), ENV, "optimizer_step:7")  # SIGKILL, both ranks, time step 0
+    run_forked_killed(FSDP2, two(run_dir), ENV, "optimizer_step:7")  # SIGKILL, both ranks, time step 0
     saved = states(run_dir)
     assert saved and saved[-1] in ("step0-opt4", "step0-opt6"), saved  # opt6 if its write ended before the kill
     files = sorted(p.name for p in (run_dir / "train_state" / saved[-1] / "dcp").iterdir())
@@ -77,9 +83,9 @@ def test_a_killed_fsdp2_run_resumes_from_its_dcp_state_on_2_processes(tmp_path, 
 
 def test_a_2_process_state_continues_on_1_process_with_the_same_global_batch(tmp_path, reference):
     run_dir = tmp_path / "run"
-    run_killed(two(run_dir), ENV, "optimizer_step:7")
+    run_forked_killed(FSDP2, two(run_dir), ENV, "optimizer_step:7")
     resumed_from = states(run_dir)[-1]
-    run([sys.executable, "train.py", *OVERRIDES, "trainer.batch_size=16", f"hydra.run.dir={run_dir}"], ENV)
+    run_forked(ONE, ["train.py", *OVERRIDES, "trainer.batch_size=16", f"hydra.run.dir={run_dir}"], ENV)
     text = log(run_dir)
     assert "was saved by 2 processes and this run has 1: it continues here" in text, text[-3000:]
     assert f"resuming time step 0 from the training state {run_dir / 'train_state' / resumed_from}" in text
@@ -99,7 +105,9 @@ def test_a_2_process_state_continues_on_1_process_with_the_same_global_batch(tmp
 
 def test_sigterm_while_a_state_is_written_in_the_background_stops_with_143_and_resumes(tmp_path, reference):
     run_dir = tmp_path / "run"
-    stopped = run_killed(two(run_dir), ENV, "train_state_async:2:SIGTERM")  # both ranks, the save of opt 4 in flight
+    stopped = run_forked_killed(
+        FSDP2, two(run_dir), ENV, "train_state_async:2:SIGTERM"
+    )  # both ranks, the save of opt 4 in flight
     output = stopped.stdout + stopped.stderr
     assert stopped.returncode == 143 or "exitcode  : 143" in output or "exit code 143" in output, output[-3000:]
     assert log(run_dir).count("interrupted (SIGTERM) in time step 0 after optimizer step") == 2  # both ranks
@@ -110,6 +118,6 @@ def test_sigterm_while_a_state_is_written_in_the_background_stops_with_143_and_r
 
 def test_a_kill_while_a_state_is_written_in_the_background_resumes_from_the_one_before(tmp_path, reference):
     run_dir = tmp_path / "run"
-    run_killed(two(run_dir), ENV, "train_state_async:2")  # SIGKILL with the save of opt 4 in flight
+    run_forked_killed(FSDP2, two(run_dir), ENV, "train_state_async:2")  # SIGKILL with the save of opt 4 in flight
     assert states(run_dir) == ["step0-opt2"]  # opt 4 was never renamed complete
     rerun_resumes_to_the_reference(run_dir, "step0-opt2", reference)

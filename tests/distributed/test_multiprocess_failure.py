@@ -5,6 +5,11 @@ tests/distributed/test_fsdp_states.py).
 
 Faults come from ``EVOLVE_TRAIN_FAULT`` (training/faults.py): ``optimizer_step:<n>:raise@1`` raises in rank 1 only,
 at its n-th optimizer step, while rank 0 goes on into the next gradient all-reduce.
+
+Both tests launch with ``accelerate launch`` itself, not the forked ranks of tests/helpers/forked.py: what ends a run
+whose rank raised (the first test, which also kills the launcher's process group if it hangs) or whose ranks all
+stopped on SIGTERM (the second) is torchrun stopping the other workers and exiting, which the forked ranks only
+imitate.
 """
 
 from __future__ import annotations

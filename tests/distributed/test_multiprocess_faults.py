@@ -5,6 +5,10 @@ Two kills (``EVOLVE_TRAIN_FAULT``, training/faults.py, set for every rank, so ea
 optimizer step): SIGKILL of every process (the job killed; the run resumes from the newest mid-step state,
 written by the main process, loaded by every rank) and SIGTERM to every rank (what a scheduler sends; the
 ranks agree at the next optimizer step, save a state there, and each exits with 143).
+
+These runs are ``accelerate launch`` itself (helpers.faults.launch_run), not the forked ranks of
+tests/helpers/forked.py that the FSDP2 kill-and-resume tests use: here a killed or SIGTERMed worker meets torchrun's
+own reaction (the other workers stopped, the launcher's exit), which the forked ranks only imitate.
 """
 
 from __future__ import annotations

@@ -1,6 +1,9 @@
 """A two-process CPU run (gloo) with an empty tokenized cache and a tokenizer slower than the process group's
 timeout (``trainer.dist_timeout_s``): one rank builds each entry while the other waits on the entry's file
-lock, not in a collective, so the run completes, and its entries hold the rows a one-process run writes."""
+lock, not in a collective, so the run completes, and its entries hold the rows a one-process run writes.
+
+The two ranks are ``accelerate launch`` of a wrapper script, not forked ranks (tests/helpers/forked.py): most of the
+test's time is the intended 30 s wait against the 20 s timeout, so forking would save only the imports."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Run under ``accelerate launch`` by tests/distributed/test_fsdp.py: the process group's timeout, as configured."""
+"""Run as 2 ranks by tests/distributed/test_fsdp.py: the process group's timeout, as configured."""
 
 import sys
 
