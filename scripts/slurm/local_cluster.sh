@@ -30,7 +30,8 @@ if [ "$ACTION" = stop ]; then
   pkill -x slurmctld 2>/dev/null || true
   pkill -x munged 2>/dev/null || true
   for _ in $(seq 20); do  # gone before a start that follows
-    pgrep -x 'slurmd|slurmctld|munged' >/dev/null || break
+    # one name per pgrep: procps refuses a pattern over 15 characters (a process name's length) and matches nothing
+    pgrep -x slurmd >/dev/null || pgrep -x slurmctld >/dev/null || pgrep -x munged >/dev/null || break
     sleep 0.5
   done
   echo "local_cluster: stopped"
