@@ -32,6 +32,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from unittest import mock
 
 ROOT = Path(__file__).resolve().parents[2]
 TESTS = str(ROOT / "tests")
@@ -121,19 +122,15 @@ def launch_env(ranks: Ranks, port: int, environ: dict[str, str]) -> dict[str, st
     from helpers.processes import accelerate_launch
 
     flags = accelerate_launch(ranks.processes, ranks.config or None, port)[3:]  # after python -m <module>
-    saved, cwd = dict(os.environ), os.getcwd()
-    os.environ.clear()
-    os.environ.update(environ)
+    cwd = os.getcwd()
     os.chdir(ROOT)  # where the command runs: the config file's path is relative to it
     try:
-        args, _, _ = _validate_launch_command(launch_command_parser().parse_args([*flags, "train.py"]))
-        with warnings.catch_warnings():
+        with mock.patch.dict(os.environ, environ, clear=True), warnings.catch_warnings():
+            args, _, _ = _validate_launch_command(launch_command_parser().parse_args([*flags, "train.py"]))
             warnings.simplefilter("ignore")
             return dict(prepare_multi_gpu_env(args))
     finally:
         os.chdir(cwd)
-        os.environ.clear()
-        os.environ.update(saved)
 
 
 def rank_env(rank: int, processes: int, port: int) -> dict[str, str]:
@@ -163,18 +160,11 @@ def ensure_server() -> None:
     """Start the forkserver if it is not running: a fresh interpreter (nothing of this process's torch state is
     forked) with the test process's environment and ``tests/`` importable."""
     multiprocessing.set_forkserver_preload(PRELOAD)
-    saved = {k: os.environ.get(k) for k in ("PYTHONPATH", "OMP_NUM_THREADS")}
     here = [str(Path(__file__).parent), TESTS]  # this file as ``forked`` (before the helpers package), helpers
-    os.environ["PYTHONPATH"] = os.pathsep.join([*here, *([saved["PYTHONPATH"]] if saved["PYTHONPATH"] else [])])
-    os.environ.setdefault("OMP_NUM_THREADS", "1")  # as :func:`launch` gives every rank
-    try:
+    path = os.pathsep.join([*here, *filter(None, [os.environ.get("PYTHONPATH")])])
+    threads = os.environ.get("OMP_NUM_THREADS", "1")  # as :func:`launch` gives every rank
+    with mock.patch.dict(os.environ, {"PYTHONPATH": path, "OMP_NUM_THREADS": threads}):
         multiprocessing.forkserver.ensure_running()
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def refuse_stale(server, env: dict[str, str]) -> None:
