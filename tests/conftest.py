@@ -15,7 +15,7 @@ os.environ.setdefault("WANDB_MODE", "disabled")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from helpers import tiny_cfg  # noqa: E402
+from helpers import train_tiny  # noqa: E402
 from helpers.faults import FAST
 from helpers.models import TEXTS
 
@@ -24,15 +24,7 @@ from helpers.models import TEXTS
 def reference(tmp_path_factory) -> Path:
     """The uninterrupted tiny run (``tiny_cfg`` with ``FAST``): what a resumed, preempted or averaged run is
     compared with. Read it; never write into it."""
-    import torch
-
-    from evolve_train.run import train
-
-    run_dir = tmp_path_factory.mktemp("reference")
-    threads = torch.get_num_threads()
-    train(tiny_cfg(run_dir, *FAST))
-    torch.set_num_threads(threads)
-    return run_dir
+    return train_tiny(tmp_path_factory.mktemp("reference"), *FAST)
 
 
 @pytest.fixture(scope="session")

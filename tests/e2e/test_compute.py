@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import TINY, tiny_cfg
+from helpers import TINY, tiny_cfg, train_tiny
 from helpers.processes import ROOT
 
 
@@ -86,14 +86,7 @@ def _probe_rows(run_dir: Path) -> list[dict]:
 def test_within_step_rows_survive_a_kill_and_resume_exactly(tmp_path):
     """Killed inside time step 1 (between two saved states), rerun with the same command: the probe rows equal
     the uninterrupted run's, with no duplicate and none missing."""
-    import torch
-
-    from evolve_train.run import train as train_run
-
-    reference = tmp_path / "reference"  # uninterrupted, in-process on _train's config: only its rows are compared
-    threads = torch.get_num_threads()
-    train_run(tiny_cfg(reference, *PROBED))  # a failure raises here, as its non-zero exit failed the test
-    torch.set_num_threads(threads)
+    reference = train_tiny(tmp_path / "reference", *PROBED)  # in-process on _train's config: only its rows compared
     expected = _probe_rows(reference)
     killed = tmp_path / "killed"
     first = _train(killed, "trainer.save_every_n_steps=4", fault="optimizer_step:30")

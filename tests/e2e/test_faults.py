@@ -35,7 +35,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import TINY, tiny_cfg
+from helpers import TINY, train_tiny
 from safetensors.torch import load_file
 from helpers.faults import FAST, metrics, train_log
 from helpers.runs import resume_check
@@ -109,13 +109,8 @@ def references(reference, tmp_path_factory):
 
     def get(method: str) -> Path:
         if method not in made:
-            from evolve_train.run import train
-
             run_dir = tmp_path_factory.mktemp(f"reference_{method}")
-            threads = torch.get_num_threads()
-            train(tiny_cfg(run_dir, *FAST, f"method={method}"))  # no mid-step states: saving them changes nothing
-            torch.set_num_threads(threads)
-            made[method] = run_dir
+            made[method] = train_tiny(run_dir, *FAST, f"method={method}")  # no mid-step states: they change nothing
         return made[method]
 
     return get

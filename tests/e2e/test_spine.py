@@ -16,7 +16,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from evolve_train.errors import ConfigError
 from evolve_train.models.text_format import text_format_for_model
 from evolve_train.run import train
-from helpers import TINY, tiny_cfg
+from helpers import TINY, tiny_cfg, train_tiny
 from helpers.processes import ROOT
 
 SPLIT_KEYS = {"checkpoint", "set", "set_step", "em", "f1", "n"}
@@ -220,13 +220,8 @@ def _command(run_dir: Path) -> list[str]:
 def test_sigkill_during_step_2_resumes_after_step_1_with_identical_metrics(tmp_path):
     """The command is killed from outside during step 2 and run again; the uninterrupted run it must match is
     trained in-process by ``train()`` on the same config (only the numbers are compared with it)."""
-    import torch
-
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    reference = tmp_path / "reference"
-    threads = torch.get_num_threads()
-    train(tiny_cfg(reference, "trainer.epochs=60"))  # _command's overrides: TINY, then trainer.epochs=60
-    torch.set_num_threads(threads)
+    reference = train_tiny(tmp_path / "reference", "trainer.epochs=60")  # _command's: TINY, trainer.epochs=60
 
     run_dir = tmp_path / "killed"
     process = subprocess.Popen(

@@ -40,6 +40,21 @@ def tiny_cfg(run_dir: Path | str, *overrides: str) -> DictConfig:
         return compose(config_name="config", overrides=[*TINY, f"run_dir={run_dir}", *overrides])
 
 
+def train_tiny(run_dir: Path | str, *overrides: str) -> Path:
+    """``run_dir`` trained in this process on :func:`tiny_cfg` with ``overrides`` (a failure raises out of
+    ``train()``); torch's thread count is put back afterwards (``trainer.num_threads`` sets it for the process)."""
+    import torch
+
+    from evolve_train.run import train
+
+    threads = torch.get_num_threads()
+    try:
+        train(tiny_cfg(run_dir, *overrides))
+    finally:
+        torch.set_num_threads(threads)
+    return Path(run_dir)
+
+
 @contextlib.contextmanager
 def deadline(seconds: int):
     """Fail (instead of hanging) if the block runs longer than ``seconds``: for code whose failure mode is a spin."""
