@@ -33,6 +33,7 @@ from evolve_train.evaluation.metrics.cutoff import (
     answer_year,
     current_value_year,
     hinge_cutoff,
+    pooled_jump_cutoff,
     slice_cutoff,
 )
 
@@ -219,11 +220,41 @@ def tic_lm(paths: list[Path], B: int, seed: int) -> None:
                 for name, fn in (("jump / its SE", variant_z), ("first significant jump", variant_first)):
                     tally(f"{name}, {tag}", fn(gap, se), truth)
             rows.append(cells)
+    pooled = _pooled(matrices, B, seed, tally)
     header = ["domain", "model", "true cutoff", "hinge, reference", "", "hinge, raw", ""]
     header += ["largest jump, reference", "", "largest jump, raw", ""]
     print(_md(header, rows), end="\n\n")
+    print(_md(["model", "true cutoff", "pooled jump, reference", "", "pooled jump, raw", ""], pooled), end="\n\n")
     summary = [[name, f"{c[0]} / {c[2]}", f"{c[1]} / {c[2]}"] for name, c in counts.items()]
     print(_md(["estimator, evidence", "exact", "within one slice"], summary), end="\n\n")
+
+
+def _pooled(matrices: dict, B: int, seed: int, tally: Callable) -> list[list[str]]:
+    """Per model, :func:`pooled_jump_cutoff` over its domains; each of its (model, domain) cases is tallied
+    with the model's one estimate, so the counts are over the same cases as the per-domain rules."""
+    first = next(iter(matrices.values()))
+    refs = {domain: max(m.rows, key=lambda r: _cutoff_of(r.name)) for domain, m in matrices.items()}
+    if any(m.slices != first.slices for m in matrices.values()):
+        raise SystemExit("pooling over domains needs the same slices in every domain")
+    reference = max(first.rows, key=lambda r: _cutoff_of(r.name)).name
+    out = []
+    for name in [r.name for r in first.rows if r.name != reference]:
+        evidence = [(m.row(name), refs[d]) for d, m in matrices.items()]
+        truth = first.slices.index(_cutoff_of(name))
+        cells = [name, first.slices[truth]]
+        for tag, pairs in (("ref", evidence), ("raw", [(row, None) for row, _ in evidence])):
+            est = pooled_jump_cutoff(pairs, first.slices, B=B, seed=seed)
+            point = first.slices.index(est.before) if est.before is not None else None
+            for _ in pairs:
+                mark = tally(f"largest jump / its sd, pooled over domains, {tag}", _index(est, first.slices), truth)
+                tally(f"pooled, point (no 'none' rule), {tag}", point, truth)
+            cells += [_label(est), mark]
+        out.append(cells)
+    return out
+
+
+def _index(est: CutoffEstimate, slices: list) -> Optional[int]:
+    return slices.index(est.estimate) if est.found else None
 
 
 def _judge_agreement(model_dir: Path, facts, B: int, seed: int) -> Optional[list[str]]:

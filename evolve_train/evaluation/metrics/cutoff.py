@@ -10,6 +10,7 @@ Two kinds of evidence:
   :func:`slice_cutoff` picks the rule: the largest jump (:func:`jump_cutoff`, the default, :data:`DEFAULT_RULE`)
   or the hinge (:func:`hinge_cutoff`: a free level up to the cutoff slice, a linear rise over slice time after
   it, fitted to every slice by weighted least squares; found when it beats no change by BIC).
+  :func:`pooled_jump_cutoff` takes several domains of one model at once (the sum of standardised jumps).
 * **Dated answers** (:func:`answer_year` and :func:`current_value_year`): per fact and prompt, the start year
   of the value the model gave and whether it is the fact's current value.
 
@@ -200,6 +201,48 @@ def jump_cutoff(
     positions = np.argmax(boot_jumps, axis=1)
     lo, hi = _interval(positions.tolist())
     return CutoffEstimate(before, slices[lo], slices[hi], method, n, "", float(jumps[j]), low, before, after, over)
+
+
+def pooled_jump_cutoff(
+    evidence: Sequence[tuple[LossRow, Optional[LossRow]]],
+    slices: Sequence[Label],
+    B: int = 2000,
+    seed: int = 0,
+) -> CutoffEstimate:
+    """One cutoff slice from several domains of evidence about one model (each a row, with its reference or
+    None, over the same ``slices``): the slice before the largest sum over domains of the consecutive jumps,
+    each jump divided by its bootstrap standard deviation (a domain whose slices are noisy weighs less; a
+    domain where every slice differs in difficulty adds the same to every position). ``change`` is that sum
+    (in standard deviations); the no-cutoff rule and the interval are :func:`jump_cutoff`'s on the sum."""
+    if not evidence:
+        raise ValueError("pooling needs at least one (row, reference) pair")
+    refs = [ref is not None for _, ref in evidence]
+    if any(refs) and not all(refs):
+        raise ValueError("pool rows that all have a reference or none: a raw loss and a gap do not add up")
+    method = (JUMP_REFERENCE if refs[0] else JUMP) + "_pooled"
+    n = sum(row.n + (ref.n if ref is not None else 0) for row, ref in evidence)
+    if len(slices) < 2 or B < 2:
+        return CutoffEstimate(None, None, None, method, n, "fewer than two slices, or fewer than two resamples")
+    total, boot_total, over = np.zeros(len(slices) - 1), np.zeros((B, len(slices) - 1)), OVER_NOTHING
+    for d, (row, ref) in enumerate(evidence):
+        _check_shape(row, slices, ref)
+        draws, over = _draws(row, ref, B, seed + d)
+        if draws is None:
+            raise ValueError(f"{row.name}: pooling needs a noise estimate (per-document losses or standard errors)")
+        boot_jumps = np.diff(draws, axis=1)
+        sd = boot_jumps.std(axis=0, ddof=1)
+        total += np.diff(_gap(row, ref)) / sd
+        boot_total += boot_jumps / sd
+    if not np.all(np.isfinite(total)):
+        return CutoffEstimate(None, None, None, method, n, "a slice without a finite loss or spread", over=over)
+    j = int(np.argmax(total))
+    before, after = slices[j], slices[j + 1]
+    low = _lower_bound(boot_total[:, j], len(total))
+    if not low > 0:
+        reason = f"the largest pooled jump ({before} -> {after}: {total[j]:.3g} sd) has a lower bound {low:.3g} <= 0"
+        return CutoffEstimate(None, None, None, method, n, reason, float(total[j]), low, before, after, over)
+    lo, hi = _interval(np.argmax(boot_total, axis=1).tolist())
+    return CutoffEstimate(before, slices[lo], slices[hi], method, n, "", float(total[j]), low, before, after, over)
 
 
 def slice_times(slices: Sequence[Label]) -> np.ndarray:

@@ -23,6 +23,7 @@ from evolve_train.evaluation.metrics.cutoff import (
     current_value_year,
     hinge_cutoff,
     matrix_cutoffs,
+    pooled_jump_cutoff,
     resolved_year,
     slice_cutoff,
     slice_times,
@@ -93,6 +94,37 @@ def test_without_noise_estimate_only_the_threshold_decides():
     assert est.estimate == "b" and est.lo is None and est.over == OVER_NOTHING
     flat = slice_cutoff(LossRow("m", [1.0, 0.9, 0.8, 0.7]), list("abcd"))
     assert not flat.found and "not above" in flat.reason
+
+
+def _domain(bump_at: int, rng=None) -> LossRow:
+    """Items' stderr 0.01; a planted 0.1 rise after CUT plus a 0.15 step of this domain's own after ``bump_at``
+    (slices that are harder in this domain only); with ``rng``: no change at all, only noise of the stderr's size."""
+    j = np.arange(10)
+    means = 2.0 + 0.15 * (j > bump_at) + 0.1 * (j > CUT)
+    if rng is not None:
+        means = 2.0 + rng.normal(0, 0.01, 10)
+    return LossRow(f"m{bump_at}", means, stderr=np.full(10, 0.01))
+
+
+def test_pooled_over_domains_finds_the_shared_cutoff_each_domain_alone_misses():
+    domains = [_domain(b) for b in (1, 6, 8)]
+    assert [slice_cutoff(d, SLICES, B=300).estimate for d in domains] == ["2015", "2020", "2022"]
+    est = pooled_jump_cutoff([(d, None) for d in domains], SLICES, B=500)
+    assert est.found and est.method == JUMP + "_pooled" and est.over == OVER_ITEMS
+    assert est.estimate == "2018" and est.lo <= "2018" <= est.hi
+    assert est.change > 3 * 0.1 / np.sqrt(2 * 0.01**2) * 0.8  # three jumps of ~7 sd each
+    with_ref = pooled_jump_cutoff([(d, _domain(99)) for d in domains], SLICES, B=500)
+    assert with_ref.method == JUMP_REFERENCE + "_pooled"
+
+
+def test_pooled_without_change_finds_no_cutoff_and_refuses_what_does_not_add_up():
+    rng = np.random.default_rng(5)
+    flat = pooled_jump_cutoff([(_domain(0, rng), None) for _ in range(3)], SLICES, B=500)
+    assert not flat.found and "lower bound" in flat.reason
+    with pytest.raises(ValueError, match="reference or none"):
+        pooled_jump_cutoff([(_domain(1), None), (_domain(2), _domain(99))], SLICES)
+    with pytest.raises(ValueError, match="noise estimate"):
+        pooled_jump_cutoff([(LossRow("m", np.ones(10)), None)], SLICES)
 
 
 def test_shape_mismatch_fails():
