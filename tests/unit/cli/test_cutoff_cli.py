@@ -6,22 +6,14 @@ from __future__ import annotations
 import json
 
 from evolve_train.cli.data import main
+from helpers.cutoff import planted, write_tic_lm
 
 SLICES = ["201305", "201403", "201501", "201602", "201701"]
 
 
-def write_tic_lm(root, model: str, cutoff: str) -> str:
-    path = root / model / "ppl_evals" / "aggregated_ppl_evals.jsonl"
-    path.parent.mkdir(parents=True)
-    lines = []
-    for domain in ("news", "wiki"):
-        for j, month in enumerate(SLICES):
-            loss = 2.0 + 0.03 * j + (0.1 if month > cutoff else 0.0)
-            record = {"loss": loss, "loss_sequences_lower_95": loss - 0.002, "loss_sequences_upper_95": loss + 0.002}
-            record.update(sequences=500, val_data=[f"./local_data/ppl_evals/{domain}/{month}/s/0.tar"])
-            lines.append(json.dumps(record))
-    path.write_text("\n".join(lines) + "\n")
-    return str(path)
+def write(root, model: str, cutoff: str) -> str:
+    losses = planted(SLICES, cutoff, {"news": (0.03, 0.1), "wiki": (0.03, 0.1)})
+    return str(write_tic_lm(root, model, losses, half_width=0.002, sequences=500))
 
 
 def test_csv_without_noise_gives_a_point_and_the_reference_is_left_out(tmp_path, capsys):
@@ -33,7 +25,7 @@ def test_csv_without_noise_gives_a_point_and_the_reference_is_left_out(tmp_path,
 
 
 def test_tic_lm_files_per_domain_then_pooled_as_json(tmp_path, capsys):
-    paths = [write_tic_lm(tmp_path, "a", "201403"), write_tic_lm(tmp_path, "b", "201701")]
+    paths = [write(tmp_path, "a", "201403"), write(tmp_path, "b", "201701")]
     assert main(["cutoff", "--tic-lm", *paths, "--reference", "b", "--bootstrap", "300", "--json"]) == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [(r["domain"], r["model"]) for r in rows] == [("news", "a"), ("wiki", "a"), ("pooled over 2", "a")]
@@ -42,7 +34,7 @@ def test_tic_lm_files_per_domain_then_pooled_as_json(tmp_path, capsys):
 
 
 def test_an_unknown_reference_or_a_bad_file_exits_2_naming_it(tmp_path, capsys):
-    paths = [write_tic_lm(tmp_path, "a", "201403"), write_tic_lm(tmp_path, "b", "201701")]
+    paths = [write(tmp_path, "a", "201403"), write(tmp_path, "b", "201701")]
     assert main(["cutoff", "--tic-lm", *paths, "--reference", "c"]) == 2
     err = capsys.readouterr().err
     assert "--reference 'c' is not a model there (models: a, b)" in err and "and 1 more files" in err

@@ -13,26 +13,7 @@ from evolve_train.data.loaders.cutoff_evidence import (
 )
 from evolve_train.data.loaders.dyknow_facts import Fact, parse_answer
 from evolve_train.errors import DataError
-
-
-def tic_lm_line(domain: str, month: str, loss: float) -> str:
-    return json.dumps(
-        {
-            "loss": loss,
-            "loss_sequences_lower_95": loss - 0.0196,
-            "loss_sequences_upper_95": loss + 0.0196,
-            "sequences": 100,
-            "val_data": [f"./local_data/ppl_evals/{domain}/{month}/global_shard_10_of_10/00000001.tar"],
-        }
-    )
-
-
-def write_tic_lm(root, model: str, losses: dict) -> object:
-    path = root / model / "ppl_evals" / "aggregated_ppl_evals.jsonl"
-    path.parent.mkdir(parents=True)
-    lines = [tic_lm_line(d, m, v) for d, cells in losses.items() for m, v in reversed(list(cells.items()))]
-    path.write_text("\n".join(lines) + "\n")
-    return path
+from helpers.cutoff import write_tic_lm
 
 
 def test_tic_lm_layout_gives_one_matrix_per_domain(tmp_path):

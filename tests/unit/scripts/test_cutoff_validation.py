@@ -3,43 +3,26 @@ scored, the pooled rule's table and its summary rows are printed, and the counts
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 
+from helpers.cutoff import planted, write_tic_lm
 from helpers.runs import ROOT
 
 MONTHS = ["201305", "201403", "201501", "201602", "201701"]
 
 
-def write_oracle(root, cutoff: str, shift: dict) -> str:
-    """Two domains; the loss rises by ``shift[domain]`` after ``cutoff`` on top of each slice's difficulty."""
-    path = root / f"oracle_cutoff{cutoff}" / "ppl_evals" / "aggregated_ppl_evals.jsonl"
-    path.parent.mkdir(parents=True)
-    lines = []
-    for domain, rise in shift.items():
-        for j, month in enumerate(MONTHS):
-            loss = 2.0 + 0.05 * j * (domain == "news") + (rise if month > cutoff else 0.0)
-            lines.append(
-                json.dumps(
-                    {
-                        "loss": loss,
-                        "loss_sequences_lower_95": loss - 0.002,
-                        "loss_sequences_upper_95": loss + 0.002,
-                        "sequences": 1000,
-                        "val_data": [f"./local_data/ppl_evals/{domain}/{month}/shard/00000001.tar"],
-                    }
-                )
-            )
-    path.write_text("\n".join(lines) + "\n")
-    return str(path)
+def write_oracle(root, cutoff: str, rise: float) -> str:
+    """Two domains; the loss rises by ``rise`` after ``cutoff``, and news slices get harder by 0.05 each."""
+    losses = planted(MONTHS, cutoff, {"news": (0.05, rise), "wiki": (0.0, rise)})
+    return str(write_tic_lm(root, f"oracle_cutoff{cutoff}", losses, half_width=0.002, sequences=1000))
 
 
 def test_every_case_is_scored_and_the_pooled_rule_is_reported(tmp_path):
     paths = [
-        write_oracle(tmp_path, "201403", {"news": 0.1, "wiki": 0.1}),
-        write_oracle(tmp_path, "201602", {"news": 0.1, "wiki": 0.1}),
-        write_oracle(tmp_path, "201701", {"news": 0.0, "wiki": 0.0}),
+        write_oracle(tmp_path, "201403", 0.1),
+        write_oracle(tmp_path, "201602", 0.1),
+        write_oracle(tmp_path, "201701", 0.0),
     ]
     out = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "cutoff_validation.py"), "--B", "200", "--tic-lm", *paths],
