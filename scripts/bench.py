@@ -7,6 +7,8 @@
     python scripts/bench.py --part pretrained      # a 135M Llama, fp32 vs bf16 (scripts/bench_pretrained.py)
     python scripts/bench.py --part memory          # peak memory, chunked vs unchunked loss (scripts/bench_memory.py)
     python scripts/bench.py --part data            # preparing ~100 MB and ~1 GB of text (scripts/bench_data.py)
+    python scripts/bench.py --part save            # a 1B state's save: seconds, bytes, peak memory per process
+                                                   # (FSDP2 over 2 gloo processes; scripts/bench_save.py)
 
 Prints a table, then (last line) one JSON object with the keys loop_vs_torch, lora_vs_full,
 packing_efficiency, clm_packing_efficiency, eval_speedup, eval_share, tokens_per_s_by_size, eval_growth,
@@ -432,12 +434,14 @@ def main(argv=None) -> None:
     )
     parser.add_argument(
         "--part",
-        choices=["default", "pretrained", "memory", "data"],
+        choices=["default", "pretrained", "memory", "data", "save"],
         default="default",
         help="default: the figures above on the demo's model; pretrained: a 135M Llama from "
         "SmolLM2's config, fp32 vs bf16 training and evaluation tokens/s and peak fractions; memory: peak "
         "memory of a Llama-shaped 128k-vocabulary step and of scoring, chunked vs unchunked loss; data: preparing "
-        "~100 MB and ~1 GB of text against plain tokenizers, bytes per token, peak memory",
+        "~100 MB and ~1 GB of text against plain tokenizers, bytes per token, peak memory; save: a mid-step state of "
+        "Llama-3.2-1B's shape under FSDP2 over 2 gloo processes written at once and in the background, seconds, "
+        "bytes and peak memory per process",
     )
     parser.add_argument(
         "--data-size", choices=["bench", "tiny"], default="bench", help="corpora of --part data (tiny: seconds)"
@@ -445,6 +449,12 @@ def main(argv=None) -> None:
     parser.add_argument("--workers", type=int, default=2, help="tokenizer threads of --part data")
     parser.add_argument(
         "--memory-size", choices=["bench", "tiny"], default="bench", help="model of --part memory (tiny: seconds)"
+    )
+    parser.add_argument(
+        "--save-size", choices=["1b", "tiny"], default="1b", help="model of --part save (tiny: seconds)"
+    )
+    parser.add_argument(
+        "--save-dir", type=Path, default=None, help="the disk --part save writes to (default: the temporary folder)"
     )
     parser.add_argument(
         "--pretrained-size",
@@ -469,6 +479,13 @@ def main(argv=None) -> None:
         result = memory_part(args.memory_size)
         print_memory(result)
         print(json.dumps({"memory": result}))
+        return
+    if args.part == "save":
+        from bench_save import print_save, save_part
+
+        result = save_part(args.save_size, args.save_dir)
+        print_save(result)
+        print(json.dumps({"save": result}))
         return
     if args.part == "pretrained":
         from bench_pretrained import pretrained_part, print_pretrained
