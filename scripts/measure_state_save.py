@@ -5,6 +5,7 @@ One process, no process group: a stack of fp32 linear layers of about ``--params
 (``dcp.save``) and in the background (``dcp.async_save``: the time training waits is the staging, a CPU copy).
 Under FSDP2 each of P processes writes 12 x N / P bytes into its own file, all at once: the save takes about
 this time x (N / P) / the size measured here, as long as the file system keeps up with P writers.
+``scripts/bench.py --part save`` measures that case itself: Llama-3.2-1B's shape under FSDP2 over 2 processes.
 
     .venv/bin/python scripts/measure_state_save.py --params 200e6 --out DIR
 """
