@@ -2,9 +2,12 @@
 # Set up the environment and run the tests. Extra arguments go to pytest; with none it runs tests/unit, the
 # unit tier (`make test`); `bash scripts/test.sh tests/e2e tests/distributed tests/cluster` runs the others.
 # pytest exits 5 when no test ran: that is a failure here, like any non-zero status.
+# SETUP_DONE=1 skips the setup (about 10 s: pip's editable install), for a caller that ran it already (.ci/run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+if [ "${SETUP_DONE:-0}" != 1 ]; then
+  bash scripts/setup.sh
+fi
 # shellcheck disable=SC1091
 . .venv/bin/activate
 export WANDB_MODE=disabled TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1
