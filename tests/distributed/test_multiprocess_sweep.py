@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import CONFIG_DIR, TINY, read_jsonl, wall_clock
+from helpers import CONFIG_DIR, TINY, read_jsonl, train_tiny, wall_clock
 from helpers.processes import ROOT, free_port, run
 from hydra import compose, initialize_config_dir
 
@@ -172,7 +172,7 @@ def test_a_local_sweep_of_two_process_runs_matches_accelerate_launch(tmp_path):
     log = (tmp_path / "lora/train.log").read_text()
     assert "loaded from the step-0 cache" in log and "rows and predictions copied from" in log  # 2-process hits
     single = tmp_path / "single"
-    run([sys.executable, "train.py", *common, "method=full", "trainer.batch_size=32", f"hydra.run.dir={single}"])
+    train_tiny(single, *common, "method=full", "trainer.batch_size=32")  # in this process: only its rows count
 
     sweep = tmp_path / "sweep"
     command = [sys.executable, "train.py", "-m", *common, "hydra/launcher=submitit_local_multi", "method=full,lora"]
