@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -71,12 +72,21 @@ def test_a_rank_that_raises_ends_every_process_within_60_s_with_its_error_in_the
     assert log(run_dir).count("private-leak check:") == 1, log(run_dir)
 
 
-@pytest.mark.parametrize("batch_size", [16, 32])
-def test_a_ddp_state_of_2_processes_continues_on_1_only_with_the_same_global_batch(tmp_path, batch_size):
-    run_dir = tmp_path / "run"
+@pytest.fixture(scope="module")
+def stopped_run(tmp_path_factory) -> Path:
+    """The 2-process run stopped by SIGTERM in step 0, made once: each global batch continues its own copy."""
+    run_dir = tmp_path_factory.mktemp("stopped") / "run"
     stopped = launch_run(run_dir, "optimizer_step:3:SIGTERM")  # step 0, optimizer step 3: a state saved there
     assert stopped.returncode != 0
     assert states(run_dir)[-1] == "step0-opt4"  # the ranks agreed at the next optimizer step
+    return run_dir
+
+
+@pytest.mark.parametrize("batch_size", [16, 32])
+def test_a_ddp_state_of_2_processes_continues_on_1_only_with_the_same_global_batch(tmp_path, stopped_run, batch_size):
+    run_dir = tmp_path / "run"
+    shutil.copytree(stopped_run, run_dir)
+    assert states(run_dir)[-1] == "step0-opt4"
     command = [sys.executable, "train.py", *OVERRIDES, f"trainer.batch_size={batch_size}", f"hydra.run.dir={run_dir}"]
     env = {k: v for k, v in os.environ.items() if k != "EVOLVE_TRAIN_FAULT"}
     alone = subprocess.run(
