@@ -36,6 +36,8 @@ TINY = [
 
 def tiny_cfg(run_dir: Path | str, *overrides: str) -> DictConfig:
     """The default config shrunk to run three time steps in a few seconds, writing to ``run_dir``."""
+    import evolve_train.config  # noqa: F401  (registers the typed schema as base_config, as train.py does)
+
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         return compose(config_name="config", overrides=[*TINY, f"run_dir={run_dir}", *overrides])
 
