@@ -41,17 +41,32 @@ def include_paths(settings) -> list[Path]:
     return [Path(folder).expanduser().resolve() for folder in settings.include_path]
 
 
-def task_manager(settings, shared: Optional[dict] = None):
-    """lm-eval's index of tasks (built-in and under ``include_path``): built once per run when ``shared`` is given."""
+_INDEX: dict = {}
+"""The last task index built in this process, by its key (:func:`task_manager`)."""
+
+
+def _task_files(paths: list[str]) -> tuple:
+    """Every task file under ``paths`` with its size and modification time: a new or edited file is a new key."""
+    files = []
+    for root in paths:
+        for path in sorted(Path(root).rglob("*.y*ml")):
+            stat = path.stat()
+            files.append((str(path), stat.st_size, stat.st_mtime_ns))
+    return tuple(files)
+
+
+def task_manager(settings):
+    """lm-eval's index of tasks (built-in and under ``include_path``). Indexing reads every built-in task file
+    (about 6 s), so it is built once per process for the same folders and files: the check before training and
+    every checkpoint's evaluation share it."""
     from lm_eval.tasks import TaskManager
 
     paths = [str(path) for path in include_paths(settings)]
-    if shared is None:
-        return TaskManager(include_path=paths or None)
-    key = ("lm_eval_tasks", tuple(paths))
-    if key not in shared:
-        shared[key] = TaskManager(include_path=paths or None)
-    return shared[key]
+    key = (tuple(paths), _task_files(paths))
+    if key not in _INDEX:
+        _INDEX.clear()
+        _INDEX[key] = TaskManager(include_path=paths or None)
+    return _INDEX[key]
 
 
 def check_inputs(cfg, timeline) -> None:
@@ -125,7 +140,7 @@ def wrap_model(model, tokenizer, settings, shards):
     return lm
 
 
-def run_tasks(model, tokenizer, settings, shards, shared: Optional[dict] = None) -> Optional[dict]:
+def run_tasks(model, tokenizer, settings, shards) -> Optional[dict]:
     """``simple_evaluate``'s results (on the main process; ``None`` on the others), global RNG state kept."""
     import lm_eval
     import numpy as np
@@ -141,7 +156,7 @@ def run_tasks(model, tokenizer, settings, shards, shared: Optional[dict] = None)
                 tasks=list(settings.tasks),
                 num_fewshot=settings.num_fewshot,
                 limit=settings.limit,
-                task_manager=task_manager(settings, shared),
+                task_manager=task_manager(settings),
                 log_samples=False,
             )
     finally:
@@ -180,6 +195,6 @@ def lm_eval_evaluator(ctx: EvalContext) -> list[dict]:
     """Rows of group ``lm_eval``: one per task and metric (``set_name`` = ``<task>/<metric>``)."""
     require_harness()
     settings = ctx.cfg.lm_eval
-    results = run_tasks(ctx.model, ctx.text_format.tokenizer, settings, ctx.shards, ctx.shared)
+    results = run_tasks(ctx.model, ctx.text_format.tokenizer, settings, ctx.shards)
     values = ctx.shards.gather(None if results is None else metric_values(results))[0]
     return [row(ctx, GROUP, GROUP, f"{v['task']}/{v['metric']}", None, **v) for v in values]

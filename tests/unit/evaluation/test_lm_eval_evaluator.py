@@ -94,3 +94,34 @@ def test_initial_cache_key_follows_the_local_task_files(tmp_path):
     (tasks / "toy.jsonl").write_text((tasks / "toy.jsonl").read_text().replace("Paris", "Lille"))
     assert tasks_fingerprint(settings) != before
     assert tasks_fingerprint(LmEvalConfig()) is None
+
+
+def test_the_task_index_is_built_once_per_process_until_a_task_file_changes(tmp_path, monkeypatch):
+    """Indexing lm-eval's tasks reads every built-in task file (seconds): the check before training and each
+    checkpoint's evaluation share one index; a new or edited file under ``include_path`` builds a new one."""
+    import sys
+    import types
+
+    from evolve_train.evaluation.evaluators import harness
+
+    built = []
+
+    class TaskManager:
+        def __init__(self, include_path=None):
+            built.append(include_path)
+
+    fake = types.ModuleType("lm_eval.tasks")
+    fake.TaskManager = TaskManager
+    monkeypatch.setitem(sys.modules, "lm_eval", types.ModuleType("lm_eval"))
+    monkeypatch.setitem(sys.modules, "lm_eval.tasks", fake)
+    monkeypatch.setattr(harness, "_INDEX", {})
+    folder = tmp_path / "tasks"
+    folder.mkdir()
+    (folder / "a.yaml").write_text("task: a\n")
+    settings = types.SimpleNamespace(include_path=[str(folder)])
+    first = harness.task_manager(settings)
+    assert harness.task_manager(settings) is first and len(built) == 1
+    (folder / "b.yaml").write_text("task: b\n")
+    second = harness.task_manager(settings)
+    assert second is not first and len(built) == 2 and harness.task_manager(settings) is second
+    assert built[-1] == [str(folder.resolve())]
