@@ -44,7 +44,7 @@ def llama_config(size: dict):
         num_hidden_layers=size["layers"],
         num_attention_heads=size["heads"],
         num_key_value_heads=size["kv"],
-        max_position_embeddings=max(size["width"], 128),
+        max_position_embeddings=max(size.get("width", 2048), 128),
         tie_word_embeddings=True,
     )
 

@@ -37,6 +37,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench_memory import llama_config  # the same Llama config builder (scripts/ is on the path)
+
 ROOT = Path(__file__).resolve().parents[1]
 RANKS = 2
 STATE_BYTES = 12  # per trainable parameter: the fp32 weight and AdamW's two fp32 moments
@@ -48,21 +50,6 @@ SIZES = {
     "tiny": dict(hidden=64, layers=3, heads=4, kv=2, ffn=176, vocab=1000),
 }
 NAMES = {"1b": "Llama-3.2-1B's shape", "tiny": "a tiny Llama"}
-
-
-def llama_config(size: dict):
-    from transformers import LlamaConfig
-
-    return LlamaConfig(
-        vocab_size=size["vocab"],
-        hidden_size=size["hidden"],
-        intermediate_size=size["ffn"],
-        num_hidden_layers=size["layers"],
-        num_attention_heads=size["heads"],
-        num_key_value_heads=size["kv"],
-        max_position_embeddings=2048,
-        tie_word_embeddings=True,
-    )
 
 
 def n_parameters(size: dict, layers: int | None = None) -> int:
