@@ -33,10 +33,11 @@ def add_cutoff_arguments(sub) -> None:
     cutoff.add_argument("--json", action="store_true", help="one JSON object per line instead of the table")
 
 
-def _label(est) -> str:
-    if not est.found:
-        return f"no cutoff found ({est.reason})"
-    return f"{est.estimate} [{est.lo}, {est.hi}]" if est.lo is not None else f"{est.estimate} (no interval)"
+def _label(row: dict) -> str:
+    if row["estimate"] is None:
+        return f"no cutoff found ({row['reason']})"
+    interval = f"[{row['lo']}, {row['hi']}]" if row["lo"] is not None else "(no interval)"
+    return f"{row['estimate']} {interval}"
 
 
 def cutoff_rows(args: argparse.Namespace) -> list[dict]:
@@ -71,15 +72,13 @@ def cutoff_rows(args: argparse.Namespace) -> list[dict]:
 
 
 def print_cutoffs(args: argparse.Namespace) -> None:
-    from evolve_train.evaluation.metrics.cutoff import CutoffEstimate
-
     rows = cutoff_rows(args)
-    if args.json:
-        for row in rows:
-            print(json.dumps(row, default=str))
-        return
+    if not rows:
+        raise DataError("no model besides the reference: nothing to estimate", file=args.csv or args.tic_lm[0])
     width = max(len(r["model"]) for r in rows)
     for row in rows:
-        fields = {k: v for k, v in row.items() if k not in ("domain", "model")}
-        domain = f"{row['domain']}: " if row["domain"] else ""
-        print(f"{domain}{row['model']:<{width}}  {_label(CutoffEstimate(**fields))}  ({row['method']})")
+        if args.json:
+            print(json.dumps(row, default=str))
+        else:
+            domain = f"{row['domain']}: " if row["domain"] else ""
+            print(f"{domain}{row['model']:<{width}}  {_label(row)}  ({row['method']})")

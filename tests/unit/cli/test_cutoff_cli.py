@@ -42,3 +42,7 @@ def test_an_unknown_reference_or_a_bad_file_exits_2_naming_it(tmp_path, capsys):
     bad.write_text("model,2019,2020\nm,1.0,x\n")
     assert main(["cutoff", "--csv", str(bad)]) == 2
     assert "bad.csv, line 2: a loss is not a number" in capsys.readouterr().err
+    only = tmp_path / "only.csv"
+    only.write_text("model,2019,2020\nm,1.0,1.2\n")
+    assert main(["cutoff", "--csv", str(only), "--reference", "m"]) == 2
+    assert "only.csv: no model besides the reference" in capsys.readouterr().err
