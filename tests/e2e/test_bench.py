@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from helpers import TINY
-from helpers.processes import ROOT
+from helpers.processes import ROOT, bench_part
 
 
 @pytest.mark.slow
@@ -73,15 +73,7 @@ def test_bench_rejects_a_malformed_size():
 
 
 def test_bench_pretrained_part_prints_both_precisions():
-    result = subprocess.run(
-        [sys.executable, "scripts/bench.py", "--part", "pretrained", "--pretrained-size", "tiny"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    figures = json.loads(result.stdout.strip().splitlines()[-1])["pretrained"]
+    result, figures = bench_part("pretrained", "--pretrained-size", "tiny", timeout=300)
     if "unsupported" in figures["bf16"]:  # torch's CPU bf16 kernels need AVX-512 (ATEN_CPU_CAPABILITY=avx2 here)
         assert "not supported by this CPU's kernels" in result.stdout and "bf16 / fp32" not in result.stdout
     for precision in [p for p in ("fp32", "bf16") if "unsupported" not in figures[p]]:
@@ -100,15 +92,7 @@ def test_bench_pretrained_part_prints_both_precisions():
 
 @pytest.mark.slow
 def test_bench_memory_part_prints_peaks_and_ratios():
-    result = subprocess.run(
-        [sys.executable, "scripts/bench.py", "--part", "memory", "--memory-size", "tiny"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    figures = json.loads(result.stdout.strip().splitlines()[-1])["memory"]
+    result, figures = bench_part("memory", "--memory-size", "tiny", timeout=600)
     assert set(figures["peak_gib"]) == {"train_chunked", "train_unchunked", "score_chunked", "score_unchunked"}
     assert all(v > 0 for v in figures["peak_gib"].values())
     assert figures["train_ratio"] > 0 and figures["score_ratio"] > 0 and figures["preflight_gib"] > 0
@@ -119,15 +103,7 @@ def test_bench_memory_part_prints_peaks_and_ratios():
 def test_bench_data_part_prints_throughput_bytes_per_token_and_memory():
     """The tiny size: two small corpora, each figure from its own process as at the bench size; the training
     process trains on 2 batches, and its peak (model, AdamW state, a batch's activations) is set by the first."""
-    result = subprocess.run(
-        [sys.executable, "scripts/bench.py", "--part", "data", "--data-size", "tiny"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    figures = json.loads(result.stdout.strip().splitlines()[-1])["data"]
+    result, figures = bench_part("data", "--data-size", "tiny", timeout=900)
     assert len(figures["sizes"]) == 2
     for size in figures["sizes"].values():
         assert size["prepare"]["tokens"] > 0 and size["prepare"]["id_type"] == "uint16"

@@ -1,25 +1,15 @@
 """scripts/bench.py --part save at its tiny size: a state saved under FSDP2 by 2 gloo processes through
 training/dcp_state.py at once and in the background, every figure printed per process, and the JSON line."""
 
-import json
-import subprocess
 import sys
 
-from helpers.processes import ROOT
+from helpers.processes import ROOT, bench_part
 
 sys.path.insert(0, str(ROOT / "scripts"))
 
 
 def test_bench_save_part_prints_seconds_bytes_and_memory_per_process():
-    result = subprocess.run(
-        [sys.executable, "scripts/bench.py", "--part", "save", "--save-size", "tiny"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    figures = json.loads(result.stdout.strip().splitlines()[-1])["save"]
+    result, figures = bench_part("save", "--save-size", "tiny", timeout=300)
     assert figures["processes"] == 2 and figures["async_layers"] == figures["full_layers"] == 3
     assert figures["async_note"] is None  # the tiny shape's background save fits: no smaller depth
     (run,) = figures["runs"]

@@ -72,3 +72,19 @@ def run_killed(command: list[str], env: dict, fault: str, timeout: int = 500) ->
     done = from_root(command, {**env, "EVOLVE_TRAIN_FAULT": fault}, timeout)
     assert done.returncode != 0, done.stdout[-2000:]
     return done
+
+
+def bench_part(part: str, *options: str, timeout: int = 600) -> tuple[subprocess.CompletedProcess, dict]:
+    """``scripts/bench.py --part PART OPTIONS`` from the repository root: the finished process (exit 0 asserted)
+    and the figures of its last line's JSON object under ``part``."""
+    import json
+
+    result = subprocess.run(
+        [sys.executable, "scripts/bench.py", "--part", part, *options],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result, json.loads(result.stdout.strip().splitlines()[-1])[part]
