@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -37,7 +36,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench_memory import llama_config  # the same Llama config builder (scripts/ is on the path)
+# bench_memory's Llama config builder and peak readers (scripts/ is on the path). Resetting VmHWM resets
+# ru_maxrss too (the kernel's one high-water mark), so the worker keeps its whole-life peak itself.
+from bench_memory import llama_config, peak_rss, reset_peak
 
 ROOT = Path(__file__).resolve().parents[1]
 RANKS = 2
@@ -88,22 +89,6 @@ def resident_bytes() -> int:
         return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def reset_peak() -> None:
-    """Start ``VmHWM`` again from the resident memory now (Linux >= 4.0). It resets ``ru_maxrss`` too (both are
-    the kernel's high-water mark), so the worker keeps the process's peak over its life itself."""
-    with open("/proc/self/clear_refs", "w") as refs:
-        refs.write("5")
-
-
-def peak_since_reset() -> int:
-    """Peak resident memory since the last :func:`reset_peak` (``VmHWM``; ``ru_maxrss`` where it is missing)."""
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
 def written_bytes(path: Path, rank: int) -> int:
     """Bytes of the shard files this rank wrote (``__<rank>_<n>.distcp``)."""
     return sum(f.stat().st_size for f in path.glob(f"__{rank}_*.distcp"))
@@ -137,7 +122,7 @@ def worker(spec: dict) -> dict:
     out["build_s"] = time.perf_counter() - began
     out["params"] = sum(p.numel() for p in model.parameters())
     out["local_params"] = sum(p.to_local().numel() for p in model.parameters())
-    lifetime = out["peak_rss_after_build_bytes"] = peak_since_reset()  # never reset yet: the peak since the start
+    lifetime = out["peak_rss_after_build_bytes"] = peak_rss()  # never reset yet: the peak since the start
     root = Path(spec["dir"])
     for mode in spec["modes"]:
         path = root / f"{mode}-{spec['layers']}"
@@ -150,7 +135,7 @@ def worker(spec: dict) -> dict:
             pending = dcp_state.start_async_save(path, None, model, optimizer)
             row["wait_s"] = pending.staged_s
             row["total_s"] = pending.wait()
-        row["save_peak_rss_bytes"] = peak_since_reset()
+        row["save_peak_rss_bytes"] = peak_rss()
         lifetime = row["peak_rss_after_save_bytes"] = max(lifetime, row["save_peak_rss_bytes"])
         row["bytes_written"] = written_bytes(path, rank)
         if rank == 0:
