@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from helpers import forked
 from helpers import TINY, tiny_cfg, train_tiny
-from helpers.processes import ROOT
 
 
 def test_a_run_records_compute_within_step_rows_and_reports_them(tmp_path):
@@ -69,9 +69,7 @@ def _train(run_dir: Path, *extra: str, fault: str | None = None) -> subprocess.C
         *extra,
         f"hydra.run.dir={run_dir}",
     ]
-    return subprocess.run(
-        command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600
-    )
+    return forked.python(command, env=env, timeout=600, merged=True)
 
 
 def _probe_rows(run_dir: Path) -> list[dict]:

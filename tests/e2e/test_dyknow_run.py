@@ -3,12 +3,12 @@ DyKnow data (slow; skipped, saying why, when it has not been fetched)."""
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from helpers import forked
 from helpers.dyknow import write_fixture
 from helpers import TINY, tiny_cfg
 
@@ -40,7 +40,7 @@ def test_train_py_builds_the_dyknow_timeline_and_runs_every_evaluator(tmp_path):
         f"hydra.run.dir={run_dir}",
     ]
     env = {**os.environ, "PYTHONPATH": str(REPO), "WANDB_MODE": "disabled"}
-    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    done = forked.python(command, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert all((run_dir / "steps" / str(k)).is_dir() for k in range(3))
     metrics = rows(run_dir)

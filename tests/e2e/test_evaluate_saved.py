@@ -5,16 +5,15 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from evolve_train.cli.evaluate import main as evolve_eval
+from helpers import forked
 from helpers import TINY
 from helpers.data import FIELDS, world_release
-from helpers.processes import ROOT
 
 
 def tree_hashes(root: Path, skip: str | None = None) -> dict[str, str]:
@@ -32,13 +31,8 @@ def rows(path: Path) -> list[dict]:
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory) -> Path:
     run_dir = tmp_path_factory.mktemp("saved") / "run"
-    subprocess.run(
-        [sys.executable, "train.py", f"hydra.run.dir={run_dir}", *TINY, "eval.evaluators=[splits]"],
-        cwd=ROOT,
-        check=True,
-        capture_output=True,
-        timeout=600,
-    )
+    done = forked.python([sys.executable, "train.py", f"hydra.run.dir={run_dir}", *TINY, "eval.evaluators=[splits]"])
+    assert done.returncode == 0, done.stderr[-3000:]
     return run_dir
 
 

@@ -1,7 +1,9 @@
 """Kill the real command at named points, rerun the same command, and get the uninterrupted run's results.
 
 Each case runs ``python train.py <tiny config> trainer.save_every_n_steps=4`` with
-``EVOLVE_TRAIN_FAULT=<point>:<count>`` (evolve_train/training/faults.py), so the SIGKILL (or SIGINT) lands
+``EVOLVE_TRAIN_FAULT=<point>:<count>`` (evolve_train/training/faults.py; the command's process is forked from a
+Python that has imported the libraries, ``helpers.forked.python``: its argv, environment, directory and exit
+status are the command's), so the SIGKILL (or SIGINT) lands
 at a deterministic place: inside a time step (the rerun resumes mid-step from a training state), while a
 training state or a step checkpoint is being written, between a checkpoint and its record in state.json,
 and during evaluation. The same command is then run again without the fault, and the run dir must equal
@@ -39,7 +41,7 @@ from helpers import TINY, train_tiny
 from safetensors.torch import load_file
 from helpers.faults import FAST, metrics, train_log
 from helpers.runs import resume_check
-from helpers.processes import ROOT
+from helpers import forked
 
 COMMON = [*TINY, *FAST]  # eval.evaluators=[splits], one thread: the config of the references
 STATES = ["trainer.save_every_n_steps=4"]
@@ -56,15 +58,7 @@ def run(run_dir: Path, method: str, *extra: str, fault: str | None = None) -> su
     env.pop("EVOLVE_TRAIN_FAULT", None)
     if fault:
         env["EVOLVE_TRAIN_FAULT"] = fault
-    return subprocess.run(
-        command(run_dir, method, *extra),
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        timeout=600,
-    )  # Hydra logs to stdout
+    return forked.python(command(run_dir, method, *extra), env=env, timeout=600, merged=True)  # Hydra logs to stdout
 
 
 def weights(path: Path) -> dict:

@@ -14,6 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from helpers import forked
 from helpers import TINY, tiny_cfg, wall_clock
 
 from evolve_train.config import GenerativeConfig
@@ -21,7 +22,6 @@ from evolve_train.methods import generative
 from evolve_train.methods.generative import GenerativeReplay, generate_samples, generation_seed, samples_path
 from evolve_train.models.build import load_model, load_tokenizer
 from evolve_train.models.text_format import make_text_format
-from helpers.processes import ROOT
 
 
 GEN = ["method=generative_replay", "method.generative.samples=6", "method.generative.max_new_tokens=12"]
@@ -154,7 +154,7 @@ def train(run_dir: Path, fault: str | None = None) -> subprocess.CompletedProces
     env.pop("EVOLVE_TRAIN_FAULT", None)
     if fault:
         env["EVOLVE_TRAIN_FAULT"] = fault
-    return subprocess.run(command(run_dir), cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    return forked.python(command(run_dir), env=env, timeout=600)
 
 
 def results(run_dir: Path) -> tuple[list, list]:

@@ -12,10 +12,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import forked
 from helpers import TINY
 
 from evolve_train.training import identity
-from helpers.processes import ROOT
 from helpers.identity import cfg_of, step0_key_of, tokenizer  # noqa: F401  (a fixture)
 
 
@@ -60,9 +60,7 @@ def test_step0_key_follows_the_shape_step0_runs(tokenizer):
 
 def train_py(run_dir: Path, *overrides: str) -> subprocess.CompletedProcess:
     command = [sys.executable, "train.py", f"hydra.run.dir={run_dir}", *TINY, *overrides]
-    return subprocess.run(
-        command, cwd=ROOT, capture_output=True, text=True, timeout=300, env={**os.environ, "WANDB_MODE": "disabled"}
-    )
+    return forked.python(command, env={**os.environ, "WANDB_MODE": "disabled"}, timeout=300)
 
 
 def file_hashes(folder: Path) -> dict[str, str]:

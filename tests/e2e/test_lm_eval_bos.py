@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import forked
 from helpers.llama import smollm_like_tokenizer, tiny_llama
 from helpers.processes import ROOT
 
@@ -69,7 +70,7 @@ def run_dir(tmp_path_factory):
         f"hydra.run.dir={run}",
     ]
     env = {**os.environ, "WANDB_MODE": "disabled", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    done = forked.python(command, env=env, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     return run
 

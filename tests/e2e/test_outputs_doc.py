@@ -5,12 +5,12 @@ configuration (``python train.py`` with the test suite's tiny overrides) writes 
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from helpers import forked
 from helpers import TINY
 from helpers.processes import ROOT
 from helpers.docs import documented_every_run, pattern
@@ -20,14 +20,7 @@ from helpers.docs import documented_every_run, pattern
 def tiny_run(tmp_path_factory) -> Path:
     run_dir = tmp_path_factory.mktemp("outputs") / "run"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled", "HF_HUB_OFFLINE": "1"}
-    done = subprocess.run(
-        [sys.executable, "train.py", *TINY, f"hydra.run.dir={run_dir}"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    done = forked.python([sys.executable, "train.py", *TINY, f"hydra.run.dir={run_dir}"], env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     return run_dir
 

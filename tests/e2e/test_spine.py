@@ -16,6 +16,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from evolve_train.errors import ConfigError
 from evolve_train.models.text_format import text_format_for_model
 from evolve_train.run import train
+from helpers import forked
 from helpers import TINY, tiny_cfg, train_tiny
 from helpers.processes import ROOT
 
@@ -199,13 +200,7 @@ def test_a_config_built_in_python_gets_the_same_checks():
     ],
 )
 def test_cli_config_typos_fail_before_any_work(tmp_path, override, needle):
-    result = subprocess.run(
-        [sys.executable, "train.py", f"hydra.run.dir={tmp_path / 'run'}", override],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = forked.python([sys.executable, "train.py", f"hydra.run.dir={tmp_path / 'run'}", override], timeout=120)
     assert result.returncode != 0
     assert needle in result.stderr
     assert not (tmp_path / "run" / "steps").exists()
@@ -239,7 +234,7 @@ def test_sigkill_during_step_2_resumes_after_step_1_with_identical_metrics(tmp_p
     state = json.loads((run_dir / "state.json").read_text())
     assert 2 not in state["trained"], "the kill came too late to test a mid-step-2 resume"
 
-    result = subprocess.run(_command(run_dir), cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    result = forked.python(_command(run_dir), env=env, timeout=600)  # the same command again
     assert result.returncode == 0, result.stderr[-2000:]
     output = result.stdout + result.stderr
     assert "resuming" in output and "after step 1" in output

@@ -26,6 +26,7 @@ import multiprocessing.forkserver
 import os
 import runpy
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -181,16 +182,17 @@ def refuse_stale(server, env: dict[str, str]) -> None:
         )
 
 
-def _rank(script: str, args: list[str], env: dict[str, str], output: str) -> None:
-    """One rank, in a process the forkserver forked: the environment, streams, signals, directory and argv of
-    ``python script *args``, then the script as ``__main__``; exits as that process would."""
+def _rank(script: str, args: list[str], env: dict[str, str], output: str, error: str | None = None) -> None:
+    """One rank, in a process the forkserver forked: the environment, streams (stdout into ``output``, stderr
+    into ``error`` or, without one, ``output`` too), signals, directory and argv of ``python script *args``, then
+    the script as ``__main__``; exits as that process would."""
     server = sys.modules.get("forked")
     os._Environ.__getitem__ = _getitem
     os.setpgrp()  # its own process group: a stop reaches what it starts (compile workers...)
-    fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
+    for stream, path in ((1, output), (2, error or output)):
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_TRUNC, 0o644)
+        os.dup2(fd, stream)
+        os.close(fd)
     code = 1
     try:
         if server is None or server.IMPORTED_IN == os.getpid() or "torch" not in sys.modules:
@@ -203,6 +205,9 @@ def _rank(script: str, args: list[str], env: dict[str, str], output: str) -> Non
         os.environ.update(changed)  # what the imports set, as they would in the command's process
         for k in removed:
             os.environ.pop(k, None)
+        if os.environ.get("PYTHONUNBUFFERED"):  # what `python -u` / PYTHONUNBUFFERED gives a fresh interpreter
+            for stream in (sys.stdout, sys.stderr):
+                stream.reconfigure(line_buffering=True, write_through=True)
         signal.pthread_sigmask(signal.SIG_SETMASK, [])
         for sig in (signal.SIGTERM, signal.SIGCHLD, signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP):
             signal.signal(sig, signal.SIG_DFL)
@@ -326,3 +331,43 @@ def run_forked_killed(ranks: Ranks, command: list[str], env: dict, fault: str, t
     done = launch(ranks, command, {**env, "EVOLVE_TRAIN_FAULT": fault}, timeout)
     assert done.returncode != 0, done.stdout[-6000:]
     return done
+
+
+def python(
+    command: list[str], env: dict | None = None, timeout: int = 500, merged: bool = False
+) -> subprocess.CompletedProcess:
+    """``subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)`` for
+    ``command = [sys.executable, script, *args]`` (``script`` relative to the repository root), run as one process
+    forked from the preloaded Python instead of a fresh interpreter (the libraries' imports, ~6 s a process here,
+    are paid once per test process). ``env`` is the process's whole environment, as for ``subprocess.run``
+    (None: this process's); ``merged``: stderr into stdout (``stderr=subprocess.STDOUT``). The exit status is the
+    command's (``-N`` when signal N killed it); past ``timeout`` the process is killed and the test fails."""
+    executable, script, *args = command
+    if executable != sys.executable or Path(script).is_absolute() and not Path(script).is_relative_to(ROOT):
+        raise ValueError(f"forked.python runs `{sys.executable} <script of the repository> ...`, not {command[:2]}")
+    ensure_server()
+    context = multiprocessing.get_context("forkserver")
+    with tempfile.TemporaryDirectory(prefix="python-") as folder:
+        output, error = Path(folder) / "stdout.txt", Path(folder) / "stderr.txt"
+        streams = (str(output), None if merged else str(error))
+        process = context.Process(
+            target=_rank, args=(script, list(args), dict(os.environ if env is None else env), *streams)
+        )
+        try:
+            process.start()
+            timed_out, _ = wait([process], timeout)
+        finally:
+            if process.pid is not None:
+                if process.exitcode is None:
+                    _signal_group(process, signal.SIGKILL)
+                process.join(10)
+                _signal_group(process, signal.SIGKILL)  # what it started and left behind
+        code = process.exitcode
+        process.close()
+        stdout = output.read_text(errors="replace") if output.exists() else ""
+        stderr = "" if merged or not error.exists() else error.read_text(errors="replace")
+    if timed_out:
+        raise AssertionError(
+            f"`{' '.join(command[1:4])} ...` still running after {timeout} s:\n{(stdout + stderr)[-6000:]}"
+        )
+    return subprocess.CompletedProcess(command, code, stdout, None if merged else stderr)

@@ -1,5 +1,6 @@
 """Run dirs a test makes or reads: tiny runs, hand-made rows, sweeps, W&B offline files, a headless browser."""
 
+from helpers import forked
 from helpers import TINY
 from helpers.data import write_jsonl
 from helpers.processes import ROOT
@@ -168,9 +169,7 @@ def screenshot(chromium: str, html: Path, shot: Path, size: tuple[int, int] = (1
 def run_sweep(sweep: Path, *overrides: str) -> list[Path]:
     """``train.py -m`` on the tiny world into ``sweep``; the run dirs it wrote (summary.json), sorted."""
     command = [sys.executable, "train.py", "-m", *TINY, f"hydra.sweep.dir={sweep}", *overrides]
-    done = subprocess.run(
-        command, cwd=ROOT, capture_output=True, text=True, timeout=300, env={**os.environ, "WANDB_MODE": "disabled"}
-    )
+    done = forked.python(command, env={**os.environ, "WANDB_MODE": "disabled"}, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     return sorted(p.parent for p in sweep.rglob("summary.json") if ".step0_cache" not in p.parts)
 
