@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import TINY, read_jsonl
+from helpers import TINY, forked, read_jsonl
 from helpers.lm_eval import needs_harness
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -68,9 +68,9 @@ def lora_run(tmp_path_factory) -> tuple[Path, str]:
     """The tiny LoRA run (3 time steps; steps 1 and 2 hold adapters only) and its console output."""
     run = tmp_path_factory.mktemp("lora") / "run"
     overrides = [*TINY, "method=lora", "eval.evaluators=[splits]", f"hydra.run.dir={run}"]
-    done = subprocess.run(
-        [sys.executable, "train.py", *overrides], cwd=ROOT, env=environment(run.parent), capture_output=True, text=True
-    )
+    # forked (helpers.forked.python): the training is the documented lines' input, not what they test; the
+    # reader's shell (environment(): a datasets cache of its own, read when datasets loads) is theirs
+    done = forked.python([sys.executable, "train.py", *overrides], env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == 0, done.stderr[-3000:]
     for step in (1, 2):
         assert not (run / "steps" / str(step) / "model.safetensors").exists()

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from helpers import TINY
+from helpers import TINY, forked
 from helpers.processes import ROOT
 from helpers.docs import NETWORK, readme_lines
 
@@ -26,7 +26,7 @@ def test_every_readme_command_runs_on_a_small_run(tmp_path):
     if shutil.which("evolve-eval") is None:
         pytest.skip("the console scripts are not installed (pip install -e .)")
     train = [sys.executable, str(ROOT / "train.py"), *TINY, f"hydra.run.dir={tmp_path / 'runs' / 'demo'}"]
-    done = subprocess.run(train, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    done = forked.python(train, env=env, timeout=600)  # the commands' input (forked: helpers.forked.python)
     assert done.returncode == 0, done.stderr[-3000:]
     for line in readme_lines():
         if NETWORK.match(line):

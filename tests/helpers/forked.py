@@ -31,6 +31,7 @@ import sys
 import tempfile
 import threading
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from unittest import mock
@@ -168,6 +169,14 @@ def ensure_server() -> None:
         multiprocessing.forkserver.ensure_running()
 
 
+class StaleEnvironment(RuntimeError):
+    """A variable read at import in the forkserver has another value in the rank's environment."""
+
+
+STALE_EXIT = 113
+"""A rank's exit status when :func:`refuse_stale` refused it (before anything of the script ran)."""
+
+
 def refuse_stale(server, env: dict[str, str]) -> None:
     """In the forkserver's child: fail when ``env`` gives a variable read while :data:`PRELOAD` was imported (or
     one of :data:`FIXED_AT_LOAD`) another value than the forkserver had then (``server``: this file as the
@@ -176,7 +185,7 @@ def refuse_stale(server, env: dict[str, str]) -> None:
     before = server.BEFORE_IMPORTS
     stale = sorted(k for k in read if k not in UNSTALE and before.get(k) != env.get(k))
     if stale:
-        raise RuntimeError(
+        raise StaleEnvironment(
             "forked rank: read at import in the forkserver with another value: "
             + ", ".join(f"{k}={before.get(k)!r} there, {env.get(k)!r} here" for k in stale)
         )
@@ -225,6 +234,9 @@ def _rank(script: str, args: list[str], env: dict[str, str], output: str, error:
             else:
                 print(stop.code, file=sys.stderr)
                 code = 1
+    except StaleEnvironment as stale:
+        print(stale, file=sys.stderr)
+        code = STALE_EXIT
     except BaseException:
         import traceback
 
@@ -370,4 +382,10 @@ def python(
         raise AssertionError(
             f"`{' '.join(command[1:4])} ...` still running after {timeout} s:\n{(stdout + stderr)[-6000:]}"
         )
+    if code == STALE_EXIT and "forked rank: read at import" in stdout + stderr:
+        # the environment differs from the forkserver's in a variable a library reads when it loads: a fresh
+        # interpreter reads it as the command's would (slower, never wrong); the warning names the variable
+        warnings.warn(f"forked.python ran a fresh process: {(stdout + stderr).strip()[:500]}", stacklevel=2)
+        streams = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT} if merged else {"capture_output": True}
+        return subprocess.run(command, cwd=ROOT, env=env, text=True, timeout=timeout, **streams)
     return subprocess.CompletedProcess(command, code, stdout, None if merged else stderr)
