@@ -57,9 +57,18 @@ PRELOAD = [
 ]
 FIXED_AT_LOAD = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "KMP_AFFINITY", "GOMP_CPU_AFFINITY", "LD_PRELOAD")
 """Variables native libraries read when they load (the OpenMP runtime with torch), whatever Python reads."""
-UNSTALE = ("PYTHONPATH", "PYTEST_CURRENT_TEST", "COLUMNS", "LINES")
+UNSTALE = (
+    "PYTHONPATH",
+    "PYTEST_CURRENT_TEST",
+    "COLUMNS",
+    "LINES",
+    "HF_XET_HIGH_PERFORMANCE",
+    "HF_HUB_ENABLE_HF_TRANSFER",
+)
 """Read at import but harmless to differ: the forkserver's module path, pytest's name of the current test (read as
-"under pytest", set in every rank as in every launched process) and the terminal size (formatting)."""
+"under pytest", set in every rank as in every launched process), the terminal size (formatting) and two
+download-speed flags of huggingface_hub (importing lm-eval in a test process sets them there; offline runs never
+download)."""
 STOP_GRACE_S = 30
 """After the first rank fails, the others get SIGTERM, then SIGKILL this much later (torchrun's default)."""
 
