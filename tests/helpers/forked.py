@@ -298,6 +298,28 @@ def wait(processes: list, timeout: float) -> tuple[bool, int]:
     return False, first
 
 
+def run_processes(processes: list, timeout: float) -> tuple[bool, int, list[int]]:
+    """Start ``processes`` and :func:`wait` for them; whatever is still running at the end (past ``timeout``, or
+    what a process started and left behind) is killed. Whether ``timeout`` passed, the first failure's exit code
+    (0 if none) and every process's exit code."""
+    timed_out, failed = False, 0
+    try:
+        for process in processes:
+            process.start()
+        timed_out, failed = wait(processes, timeout)
+    finally:
+        for p in processes:
+            if p.pid is not None:
+                if p.exitcode is None:
+                    _signal_group(p, signal.SIGKILL)
+                p.join(10)
+                _signal_group(p, signal.SIGKILL)  # what a process started and left behind
+    codes = [p.exitcode for p in processes]
+    for p in processes:
+        p.close()
+    return timed_out, failed, codes
+
+
 def launch(ranks: Ranks, command: list[str], env: dict | None = None, timeout: int = 500) -> Completed:
     """``command`` (``[script, *args]``) as ``ranks`` forked processes; the first failing rank's exit code (0 if
     none), every rank's output (rank 0's first). Past ``timeout`` every rank is killed and the test fails."""
@@ -312,25 +334,12 @@ def launch(ranks: Ranks, command: list[str], env: dict | None = None, timeout: i
     context = multiprocessing.get_context("forkserver")
     with tempfile.TemporaryDirectory(prefix="ranks-") as folder:
         outputs = [str(Path(folder) / f"rank{r}.txt") for r in range(ranks.processes)]
-        processes, timed_out, failed = [], False, 0
+        processes = []
         for r in range(ranks.processes):
             env_r = {**base, **(rank_env(r, ranks.processes, port) if ranks.config is not None else {})}
             processes.append(context.Process(target=_rank, args=(script, list(args), env_r, outputs[r])))
-        try:
-            for process in processes:
-                process.start()
-            timed_out, failed = wait(processes, timeout)
-        finally:
-            for p in processes:
-                if p.pid is not None:
-                    if p.exitcode is None:
-                        _signal_group(p, signal.SIGKILL)
-                    p.join(10)
-                    _signal_group(p, signal.SIGKILL)  # what a rank started and left behind
-        codes = [p.exitcode for p in processes]
+        timed_out, failed, codes = run_processes(processes, timeout)
         text = [Path(o).read_text(errors="replace") if Path(o).exists() else "" for o in outputs]
-        for p in processes:
-            p.close()
     failed = failed or next((c for c in codes if c != 0), 0)
     output = "".join(text)
     if timed_out:
@@ -374,17 +383,7 @@ def python(
         process = context.Process(
             target=_rank, args=(script, list(args), dict(os.environ if env is None else env), *streams)
         )
-        try:
-            process.start()
-            timed_out, _ = wait([process], timeout)
-        finally:
-            if process.pid is not None:
-                if process.exitcode is None:
-                    _signal_group(process, signal.SIGKILL)
-                process.join(10)
-                _signal_group(process, signal.SIGKILL)  # what it started and left behind
-        code = process.exitcode
-        process.close()
+        timed_out, _, (code,) = run_processes([process], timeout)
         stdout = output.read_text(errors="replace") if output.exists() else ""
         stderr = "" if merged or not error.exists() else error.read_text(errors="replace")
     if timed_out:
