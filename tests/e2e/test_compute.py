@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import forked
-from helpers import TINY, tiny_cfg, train_tiny
+from helpers import TINY, forked, tiny_cfg, train_tiny
 
 
 def test_a_run_records_compute_within_step_rows_and_reports_them(tmp_path):

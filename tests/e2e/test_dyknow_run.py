@@ -8,9 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers import forked
+from helpers import TINY, forked, tiny_cfg
 from helpers.dyknow import write_fixture
-from helpers import TINY, tiny_cfg
 
 from evolve_train.data.loaders.dyknow_fetch import default_root
 from helpers.processes import ROOT

@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 
 from evolve_train.cli.evaluate import main as evolve_eval
-from helpers import forked
-from helpers import TINY
+from helpers import TINY, forked
 from helpers.data import FIELDS, world_release
 
 

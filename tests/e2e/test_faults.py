@@ -37,11 +37,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import TINY, train_tiny
+from helpers import TINY, forked, train_tiny
 from safetensors.torch import load_file
 from helpers.faults import FAST, metrics, train_log
 from helpers.runs import resume_check
-from helpers import forked
 
 COMMON = [*TINY, *FAST]  # eval.evaluators=[splits], one thread: the config of the references
 STATES = ["trainer.save_every_n_steps=4"]

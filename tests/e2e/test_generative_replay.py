@@ -14,8 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from helpers import forked
-from helpers import TINY, tiny_cfg, wall_clock
+from helpers import TINY, forked, tiny_cfg, wall_clock
 
 from evolve_train.config import GenerativeConfig
 from evolve_train.methods import generative

@@ -12,8 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import forked
-from helpers import TINY
+from helpers import TINY, forked
 
 from evolve_train.training import identity
 from helpers.identity import cfg_of, step0_key_of, tokenizer  # noqa: F401  (a fixture)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -77,8 +78,6 @@ def run_killed(command: list[str], env: dict, fault: str, timeout: int = 500) ->
 def bench_part(part: str, *options: str, timeout: int = 600) -> tuple[subprocess.CompletedProcess, dict]:
     """``scripts/bench.py --part PART OPTIONS`` from the repository root: the finished process (exit 0 asserted)
     and the figures of its last line's JSON object under ``part``."""
-    import json
-
     result = subprocess.run(
         [sys.executable, "scripts/bench.py", "--part", part, *options],
         cwd=ROOT,
